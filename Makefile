@@ -1,0 +1,38 @@
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: help
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_\/-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/svc
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/svc ./cmd/svc
+
+.PHONY: run
+run: build ## Run everything locally: database, simulator, migrations, API and worker (Ctrl-C stops it)
+	@scripts/run.sh
+
+.PHONY: test
+test: ## Run the whole suite with -race against a real PostgreSQL
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (results: docs/performance.md)
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" scripts/bench.sh
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+.PHONY: openapi-check
+openapi-check: ## Check openapi.json against the routes
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" $(GO) test -count=1 -run OpenAPI ./...
+
+.PHONY: db-stop
+db-stop: ## Stop the private PostgreSQL server started by make run/test
+	@scripts/db.sh stop

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"svc/modules/apikey"
+	"svc/modules/asset"
+	"svc/platform/money"
+	"svc/platform/timefmt"
+)
+
+func newAdminCmd() *cobra.Command {
+	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, alerts"}
+	c.PersistentFlags().Bool("json", false, "print JSON instead of a table")
+	c.AddCommand(newKeysCmd(), newAssetsCmd())
+	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWalletAlertsCmd()} {
+		if sub != nil {
+			c.AddCommand(sub)
+		}
+	}
+	return c
+}
+
+func jsonFlag(cmd *cobra.Command) bool {
+	v, _ := cmd.Flags().GetBool("json")
+	return v
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
+
+func orDash(t *time.Time) string {
+	if s := timefmt.Ptr(t); s != nil {
+		return *s
+	}
+	return "-"
+}
+
+func newKeysCmd() *cobra.Command {
+	keys := &cobra.Command{Use: "keys", Short: "Mint, list and revoke API keys"}
+	var scope, label string
+	var expiresIn time.Duration
+	mint := &cobra.Command{
+		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h]",
+		Short: "Mint an API key; it is printed once, alone on the last line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := apikey.ParseScope(scope)
+			if err != nil {
+				return fmt.Errorf("--scope: %w", err)
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s); store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt))
+			fmt.Fprintln(out, plain)
+			return nil
+		},
+	}
+	mint.Flags().StringVar(&scope, "scope", "", "readwrite (platform backend) or admin (operators)")
+	mint.Flags().StringVar(&label, "label", "", "who or what the key is for")
+	mint.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h; 0 never expires")
+	_ = mint.MarkFlagRequired("scope")
+	_ = mint.MarkFlagRequired("label")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List keys (never their secrets)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			ks, err := a.Keys.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), ks)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED")
+			for _, k := range ks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
+					timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke a key at once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			k, err := a.Keys.Revoke(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s at %s\n", k.ID, orDash(k.RevokedAt))
+			return nil
+		},
+	}
+	keys.AddCommand(mint, list, revoke)
+	return keys
+}
+
+func newAssetsCmd() *cobra.Command {
+	assets := &cobra.Command{Use: "assets", Short: "List assets and change their withdrawal limits"}
+	list := &cobra.Command{
+		Use: "list", Short: "List every asset with its limits (display units)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			all, err := a.Assets.All(cmd.Context())
+			if err != nil {
+				return err
+			}
+			views := make([]asset.View, len(all))
+			for i, x := range all {
+				views[i] = asset.ToView(x)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), views)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE")
+			for _, v := range views {
+				fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee)
+			}
+			return tw.Flush()
+		},
+	}
+	var minS, autoS, capS, feeS string
+	set := &cobra.Command{
+		Use:   "set ASSET [--withdrawal-min N] [--withdrawal-auto-limit N] [--withdrawal-daily-cap N] [--withdrawal-flat-fee N]",
+		Short: "Change an asset's withdrawal limits; every flag takes an integer in the asset's SMALLEST unit (sat for BTC, micro-USDT for USDT_TRC20)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var l asset.Limits
+			for _, f := range []struct {
+				flag, val string
+				dst       **int64
+			}{{"withdrawal-min", minS, &l.Min}, {"withdrawal-auto-limit", autoS, &l.AutoLimit}, {"withdrawal-daily-cap", capS, &l.DailyCap}, {"withdrawal-flat-fee", feeS, &l.FlatFee}} {
+				if !cmd.Flags().Changed(f.flag) {
+					continue
+				}
+				n, err := money.ParseUnits(f.val, false)
+				if err != nil {
+					return fmt.Errorf("--%s %q: %w (smallest units, e.g. 10000 for 0.0001 BTC)", f.flag, f.val, err)
+				}
+				*f.dst = &n
+			}
+			if l == (asset.Limits{}) {
+				return fmt.Errorf("nothing to change: give at least one --withdrawal-* flag")
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			x, err := a.Assets.SetLimits(cmd.Context(), args[0], l)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			v := asset.ToView(x)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: min %s, auto limit %s, daily cap %s, flat fee %s (display units)\n", v.Asset, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee)
+			return nil
+		},
+	}
+	set.Flags().StringVar(&minS, "withdrawal-min", "", "smallest withdrawal, in smallest units")
+	set.Flags().StringVar(&autoS, "withdrawal-auto-limit", "", "largest withdrawal approved without an operator, in smallest units")
+	set.Flags().StringVar(&capS, "withdrawal-daily-cap", "", "rolling 24-hour total beyond which everything needs an operator, in smallest units")
+	set.Flags().StringVar(&feeS, "withdrawal-flat-fee", "", "flat service fee, in smallest units")
+	assets.AddCommand(list, set)
+	return assets
+}

@@ -1,0 +1,137 @@
+// Package app assembles the service's processes from a Config: it opens the
+// database, builds every module with its dependencies, registers the HTTP
+// routes and the River workers. cmd/svc's commands and the end-to-end tests
+// both start the service through it, so what is tested is what runs.
+//
+// Each business area keeps its wiring in its own file (ledger.go, event.go,
+// processor.go, deposit.go): an embedded struct with its fields and the
+// init, routes and jobs methods that New, HTTP and Worker call.
+package app
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"svc/modules/apikey"
+	"svc/platform/clock"
+	"svc/platform/config"
+	"svc/platform/db"
+	"svc/platform/httpapi"
+	"svc/platform/queue"
+)
+
+// Version is the build's version, set by cmd/svc from -ldflags.
+var Version = "dev"
+
+// Options are what tests may replace.
+type Options struct {
+	Clock clock.Clock
+}
+
+// App is one assembled process.
+type App struct {
+	Cfg      config.Config
+	Log      *slog.Logger
+	DB       *db.DB
+	Clock    clock.Clock
+	Inserter *river.Client[*sql.Tx]
+	Keys     *apikey.Store
+
+	foundation
+	ledgerArea
+	eventArea
+	processorArea
+	depositArea
+}
+
+// New connects to the database and builds every module. It does not start
+// anything.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*App, error) {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	d, err := db.Open(ctx, cfg.Database.URL, cfg.Database.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := queue.NewInserter(d.SQL, log)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins,
+		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now}}
+	for _, step := range []struct {
+		name string
+		init func(context.Context) error
+	}{
+		{"foundation", a.initFoundation},
+		{"ledger", a.initLedger},
+		{"events", a.initEvents},
+		{"processor", a.initProcessor},
+		{"deposits", a.initDeposits},
+	} {
+		if err := step.init(ctx); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("init %s: %w", step.name, err)
+		}
+	}
+	return a, nil
+}
+
+// Close releases the database.
+func (a *App) Close() { a.DB.Close() }
+
+// Routers are the groups a module registers its routes on. Mutating /v1
+// routes must put Idem before their handler.
+type Routers struct {
+	Public   fiber.Router // no API key: health, docs, ingress
+	Platform fiber.Router // /v1, readwrite (admin satisfies it)
+	Admin    fiber.Router // /v1/admin, admin only
+	Idem     fiber.Handler
+}
+
+// HTTP returns the API's fiber app with every route registered.
+func (a *App) HTTP() *fiber.App {
+	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log})
+	r := Routers{Public: app}
+	a.routesPublic(r) // health and docs first: they need no key
+	a.routesProcessorPublic(r)
+	r.Platform = app.Group("/v1", a.Keys.Require(apikey.ScopeReadWrite))
+	r.Admin = app.Group("/v1/admin", a.Keys.Require(apikey.ScopeAdmin))
+	r.Idem = a.idempotencyMiddleware()
+	a.routesFoundation(r)
+	a.routesLedger(r)
+	a.routesEvents(r)
+	a.routesProcessor(r)
+	a.routesDeposits(r)
+	httpapi.NotFound(app)
+	return app
+}
+
+// Jobs collects the workers and periodic jobs of every area.
+type Jobs struct {
+	Workers  *river.Workers
+	Periodic []*river.PeriodicJob
+}
+
+// Worker returns the River client that runs every job (not yet started).
+func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
+	j := &Jobs{Workers: river.NewWorkers()}
+	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsDeposits} {
+		if err := add(j); err != nil {
+			return nil, err
+		}
+	}
+	p.Workers, p.PeriodicJobs, p.Log = j.Workers, j.Periodic, a.Log
+	if p.Concurrency == 0 {
+		p.Concurrency = a.Cfg.Worker.Concurrency
+	}
+	return queue.NewWorker(a.DB.Pool, p)
+}

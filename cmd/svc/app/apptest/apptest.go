@@ -1,0 +1,308 @@
+// Package apptest starts the whole service for end-to-end tests: a fresh
+// migrated database, the API on a real loopback listener, optionally the
+// River worker, and minted readwrite and admin keys. Every response that
+// passes through Env.Do is validated against openapi.json.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"svc/cmd/svc/app"
+	"svc/modules/apikey"
+	"svc/platform/clock"
+	"svc/platform/config"
+	"svc/platform/dbtest"
+	"svc/platform/openapi/openapitest"
+	"svc/platform/queue"
+)
+
+// Env is one running service.
+type Env struct {
+	T          testing.TB
+	App        *app.App
+	URL        string // base URL of the API, e.g. http://127.0.0.1:41234
+	DBURL      string
+	RW, Admin  string // minted keys
+	AdminKeyID string
+	Client     *http.Client
+	Worker     *river.Client[pgx.Tx]
+}
+
+type settings struct {
+	cfg    []func(*config.Config)
+	clock  clock.Clock
+	worker bool
+}
+
+// Option changes how New starts the service.
+type Option func(*settings)
+
+// WithConfig edits the configuration before the service starts.
+func WithConfig(fn func(*config.Config)) Option {
+	return func(s *settings) { s.cfg = append(s.cfg, fn) }
+}
+
+// WithClock replaces the clock (a *clock.Fake for expiries and windows).
+func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } }
+
+// WithWorker also starts the River worker.
+func WithWorker() Option { return func(s *settings) { s.worker = true } }
+
+// Config returns the test configuration before options: regtest, test keys.
+func Config(dbURL string) config.Config {
+	return config.Config{
+		Env: "development", LogLevel: "warn",
+		HTTP:     config.HTTP{Port: 8080, BodyLimitBytes: 1 << 20, ShutdownTimeout: 5 * time.Second, IdempotencyTTL: 7 * 24 * time.Hour},
+		Database: config.Database{URL: dbURL, MaxConns: 20},
+		APIKeys:  config.APIKeys{Prefix: "svc", Mode: "test"},
+		Worker: config.Worker{HeartbeatInterval: time.Second, StaleAfter: 30 * time.Second, Concurrency: 10,
+			DepositPollEvery: 2 * time.Minute, DiscoveryEvery: 10 * time.Minute, WalletScanEvery: 10 * time.Minute},
+		Webhooks: config.Webhooks{Timeout: 2 * time.Second},
+		BTCPay:   config.BTCPay{Timeout: 2 * time.Second, SpeedPolicy: "MediumSpeed"},
+		Chain:    config.Chain{Network: "regtest", LightningEnabled: true},
+		Tron:     config.Tron{USDTContract: "TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t", TRXAlertThreshold: 200, Timeout: 2 * time.Second},
+		Deposits: config.Deposits{ExpirationMinutes: 60, MonitoringMinutes: 1440, USDTPoolGrace: 30 * time.Minute, USDTTolerancePPM: 10000},
+		Payouts:  config.Payouts{LNPayoutTimeoutSeconds: 3600, AssumedTxVBytes: 141},
+	}
+}
+
+// New starts the service on a fresh database; it stops when t ends.
+func New(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	var s settings
+	for _, o := range opts {
+		o(&s)
+	}
+	dbURL := dbtest.NewURL(t)
+	cfg := Config(dbURL)
+	for _, fn := range s.cfg {
+		fn(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	level := slog.LevelWarn
+	if os.Getenv("SVC_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	tw := &testWriter{t: t}
+	t.Cleanup(func() { tw.done.Store(true) }) // registered first, runs last
+	log := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: level}))
+	ctx := context.Background()
+	a, err := app.New(ctx, cfg, log, app.Options{Clock: s.clock})
+	if err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	t.Cleanup(a.Close)
+	srv := a.HTTP()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("apptest: listen: %v", err)
+	}
+	go func() { _ = srv.Listener(ln) }()
+	t.Cleanup(func() { _ = srv.ShutdownWithTimeout(5 * time.Second) })
+	e := &Env{T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: dbURL, Client: &http.Client{Timeout: 30 * time.Second}}
+	_, e.RW, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test platform"})
+	if err != nil {
+		t.Fatalf("apptest: mint: %v", err)
+	}
+	var k apikey.Key
+	k, e.Admin, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "test operator"})
+	if err != nil {
+		t.Fatalf("apptest: mint: %v", err)
+	}
+	e.AdminKeyID = k.ID
+	if s.worker {
+		e.StartWorker()
+	}
+	return e
+}
+
+// StartWorker starts the River worker (once); it stops when the test ends.
+func (e *Env) StartWorker() {
+	e.T.Helper()
+	if e.Worker != nil {
+		return
+	}
+	w, err := e.App.Worker(queue.WorkerParams{FetchPollInterval: 100 * time.Millisecond})
+	if err != nil {
+		e.T.Fatalf("apptest: worker: %v", err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		e.T.Fatalf("apptest: start worker: %v", err)
+	}
+	e.Worker = w
+	e.T.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+}
+
+// StopWorker stops a started worker (to simulate a crash or a restart).
+func (e *Env) StopWorker() {
+	if e.Worker == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = e.Worker.Stop(ctx)
+	e.Worker = nil
+}
+
+// Response is a finished HTTP exchange.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v, failing the test on error.
+func (r *Response) JSON(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+// Map decodes the body into a generic map.
+func (r *Response) Map(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	r.JSON(t, &m)
+	return m
+}
+
+// Req describes one request. Body may be nil, a []byte or string sent as
+// is, or any value marshalled to JSON.
+type Req struct {
+	Method, Path string
+	Body         any
+	Key          string // API key; "" uses the readwrite key, "-" sends none
+	Idem         string // Idempotency-Key; "" on POST generates one, "-" sends none
+	Header       map[string]string
+}
+
+var seq atomic.Int64
+
+// Do sends r and validates the response against openapi.json.
+func (e *Env) Do(r Req) *Response {
+	e.T.Helper()
+	var body []byte
+	switch b := r.Body.(type) {
+	case nil:
+	case []byte:
+		body = b
+	case string:
+		body = []byte(b)
+	default:
+		var err error
+		if body, err = json.Marshal(b); err != nil {
+			e.T.Fatalf("marshal: %v", err)
+		}
+	}
+	req, err := http.NewRequest(r.Method, e.URL+r.Path, bytes.NewReader(body))
+	if err != nil {
+		e.T.Fatalf("request: %v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	switch r.Key {
+	case "":
+		req.Header.Set("Authorization", "Bearer "+e.RW)
+	case "-":
+	default:
+		req.Header.Set("Authorization", "Bearer "+r.Key)
+	}
+	if r.Method == http.MethodPost && !strings.HasPrefix(r.Path, "/webhooks/") {
+		switch r.Idem {
+		case "":
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("test-%s-%d", uuid.NewString(), seq.Add(1)))
+		case "-":
+		default:
+			req.Header.Set("Idempotency-Key", r.Idem)
+		}
+	}
+	for k, v := range r.Header {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.Client.Do(req)
+	if err != nil {
+		e.T.Fatalf("%s %s: %v", r.Method, r.Path, err)
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.T.Fatalf("read body: %v", err)
+	}
+	if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+		e.T.Errorf("%s %s: Cache-Control = %q, want no-store", r.Method, r.Path, cc)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	openapitest.ValidateResponse(e.T, req, body, resp, rb)
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: rb}
+}
+
+// Get is Do with GET and the readwrite key.
+func (e *Env) Get(path string) *Response { e.T.Helper(); return e.Do(Req{Method: "GET", Path: path}) }
+
+// AdminGet is Do with GET and the admin key.
+func (e *Env) AdminGet(path string) *Response {
+	e.T.Helper()
+	return e.Do(Req{Method: "GET", Path: path, Key: e.Admin})
+}
+
+// Post is Do with POST, the readwrite key and a fresh Idempotency-Key.
+func (e *Env) Post(path string, body any) *Response {
+	e.T.Helper()
+	return e.Do(Req{Method: "POST", Path: path, Body: body})
+}
+
+// AdminPost is Do with POST, the admin key and a fresh Idempotency-Key.
+func (e *Env) AdminPost(path string, body any) *Response {
+	e.T.Helper()
+	return e.Do(Req{Method: "POST", Path: path, Body: body, Key: e.Admin})
+}
+
+// Eventually polls cond until it holds or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testWriter sends log lines to t.Log until the test's cleanups are done;
+// lines from goroutines that outlive the test are dropped.
+type testWriter struct {
+	t    testing.TB
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,50 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/riverqueue/river"
+
+	"svc/jobs"
+	"svc/modules/asset"
+	"svc/modules/health"
+	"svc/platform/idempotency"
+	"svc/platform/openapi"
+)
+
+// foundation holds the pieces every area uses.
+type foundation struct {
+	Assets *asset.Store
+	Idem   *idempotency.Store
+	Health *health.Service
+}
+
+func (a *App) initFoundation(context.Context) error {
+	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now}
+	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now}
+	a.Health = &health.Service{DB: a.DB.Bun, Version: Version, Now: a.Clock.Now, StaleAfter: a.Cfg.Worker.StaleAfter}
+	return nil
+}
+
+func (a *App) idempotencyMiddleware() fiber.Handler { return a.Idem.Middleware(a.Log) }
+
+func (a *App) routesPublic(r Routers) {
+	a.Health.Routes(r.Public)
+	openapi.Routes(r.Public)
+}
+
+func (a *App) routesFoundation(r Routers) {
+	a.Assets.Routes(r.Platform)
+}
+
+func (a *App) jobsFoundation(j *Jobs) error {
+	river.AddWorker(j.Workers, &jobs.HeartbeatWorker{DB: a.DB.Bun, Now: a.Clock.Now})
+	river.AddWorker(j.Workers, &jobs.PruneIdempotencyWorker{Store: a.Idem, Retention: a.Cfg.HTTP.IdempotencyTTL})
+	j.Periodic = append(j.Periodic,
+		jobs.Periodic(a.Cfg.Worker.HeartbeatInterval, jobs.HeartbeatArgs{}),
+		jobs.Periodic(time.Hour, jobs.PruneIdempotencyArgs{}),
+	)
+	return nil
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"svc/cmd/svc/app"
+	"svc/platform/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.2.0-dev"
+
+func newRootCmd() *cobra.Command {
+	app.Version = version
+	root := &cobra.Command{
+		Use:           "svc",
+		Short:         "Custodial crypto payment and ledger service",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newAPICmd(), newWorkerCmd(), newMigrateCmd(), newAdminCmd(), newVersionCmd(), newSimulatorCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Println("svc", version)
+			return nil
+		},
+	}
+}
+
+// loadConfig reads and validates the configuration; a bad setting stops
+// the command with a message naming it.
+func loadConfig() (config.Config, *slog.Logger, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	return cfg, newLogger(cfg.LogLevel), nil
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// openApp loads the configuration and assembles the service.
+func openApp(ctx context.Context) (*app.App, error) {
+	cfg, log, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	return app.New(ctx, cfg, log, app.Options{})
+}

@@ -1,0 +1,188 @@
+// Package apikey owns the platform's and operators' API keys: minting
+// (the key is shown once and stored only as a SHA-256 hash), listing,
+// revoking, and the bearer middleware that authenticates every /v1 call and
+// enforces its scope.
+//
+// A key looks like <prefix>_live_<secret> or <prefix>_test_<secret>, where
+// the secret is 43 base64url characters (32 random bytes). Because the
+// secret has full entropy, a fast hash is as strong as a slow one and keeps
+// authentication cheap; lookup is by hash, and the stored and computed hashes
+// are compared in constant time.
+package apikey
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/fault"
+)
+
+// Scope is what a key may do.
+type Scope string
+
+// The scopes. Admin satisfies readwrite.
+const (
+	ScopeReadWrite Scope = "readwrite"
+	ScopeAdmin     Scope = "admin"
+)
+
+// Allows reports whether a key of scope s may call a route that needs need.
+func (s Scope) Allows(need Scope) bool { return s == ScopeAdmin || s == need }
+
+// ParseScope validates a scope name.
+func ParseScope(s string) (Scope, error) {
+	switch Scope(s) {
+	case ScopeReadWrite, ScopeAdmin:
+		return Scope(s), nil
+	}
+	return "", fmt.Errorf("scope must be readwrite or admin, not %q", s)
+}
+
+// Key is a stored key, without its secret.
+type Key struct {
+	bun.BaseModel `bun:"table:api_keys"`
+
+	ID         string     `bun:"id,pk" json:"id"`
+	Scope      Scope      `bun:"scope" json:"scope"`
+	Label      string     `bun:"label" json:"label"`
+	Mode       string     `bun:"mode" json:"mode"`
+	SecretHash []byte     `bun:"secret_hash" json:"-"`
+	CreatedAt  time.Time  `bun:"created_at" json:"created_at"`
+	ExpiresAt  *time.Time `bun:"expires_at" json:"expires_at"`
+	RevokedAt  *time.Time `bun:"revoked_at" json:"revoked_at"`
+	LastUsedAt *time.Time `bun:"last_used_at" json:"last_used_at"`
+}
+
+// Errors of authentication. Their messages are what the client sees.
+var (
+	ErrMissing   = fault.New(fault.Unauthenticated, "missing API key: send Authorization: Bearer <key>")
+	ErrMalformed = fault.New(fault.Unauthenticated, "malformed API key")
+	ErrInvalid   = fault.New(fault.Unauthenticated, "invalid, revoked or expired API key")
+	ErrScope     = fault.New(fault.Forbidden, "this API key's scope does not allow this call")
+	ErrNotFound  = fault.New(fault.NotFound, "no such API key")
+)
+
+// Store mints, lists, revokes and authenticates keys.
+type Store struct {
+	DB     bun.IDB
+	Prefix string // e.g. "svc"
+	Mode   string // "live" or "test"
+	Now    func() time.Time
+}
+
+// MintParams describes a new key.
+type MintParams struct {
+	Scope     Scope
+	Label     string
+	ExpiresIn time.Duration // zero: never expires
+}
+
+// Mint creates a key and returns it with its only copy of the secret.
+func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
+	if _, err := ParseScope(string(p.Scope)); err != nil {
+		return Key{}, "", err
+	}
+	if p.Label = strings.TrimSpace(p.Label); p.Label == "" || len(p.Label) > 200 {
+		return Key{}, "", fmt.Errorf("label must be 1 to 200 characters")
+	}
+	if p.ExpiresIn < 0 {
+		return Key{}, "", fmt.Errorf("expiry must be in the future")
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return Key{}, "", fmt.Errorf("random: %w", err)
+	}
+	id := make([]byte, 8)
+	if _, err := rand.Read(id); err != nil {
+		return Key{}, "", fmt.Errorf("random: %w", err)
+	}
+	plain := s.Prefix + "_" + s.Mode + "_" + base64.RawURLEncoding.EncodeToString(secret)
+	now := s.Now().UTC()
+	k := Key{ID: "key_" + hex.EncodeToString(id), Scope: p.Scope, Label: p.Label, Mode: s.Mode, SecretHash: hash(plain), CreatedAt: now}
+	if p.ExpiresIn > 0 {
+		exp := now.Add(p.ExpiresIn)
+		k.ExpiresAt = &exp
+	}
+	if _, err := s.DB.NewInsert().Model(&k).Exec(ctx); err != nil {
+		return Key{}, "", fmt.Errorf("store key: %w", err)
+	}
+	return k, plain, nil
+}
+
+// List returns every key, newest first. Secrets are not stored, so none can
+// be shown.
+func (s *Store) List(ctx context.Context) ([]Key, error) {
+	var keys []Key
+	err := s.DB.NewSelect().Model(&keys).OrderExpr("created_at DESC, id").Scan(ctx)
+	return keys, err
+}
+
+// Revoke revokes the key with id. Revoking twice is harmless.
+func (s *Store) Revoke(ctx context.Context, id string) (Key, error) {
+	var k Key
+	err := s.DB.NewUpdate().Model(&k).
+		Set("revoked_at = coalesce(revoked_at, ?)", s.Now().UTC()).
+		Where("id = ?", id).Returning("*").Scan(ctx)
+	if db.IsNoRows(err) {
+		return Key{}, ErrNotFound
+	}
+	return k, err
+}
+
+// Authenticate returns the active key for a presented plaintext key.
+func (s *Store) Authenticate(ctx context.Context, presented string) (Key, error) {
+	if !s.wellFormed(presented) {
+		return Key{}, ErrMalformed
+	}
+	h := hash(presented)
+	var k Key
+	err := s.DB.NewSelect().Model(&k).Where("secret_hash = ?", h).Scan(ctx)
+	if db.IsNoRows(err) {
+		return Key{}, ErrInvalid
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("look up API key: %w", err)
+	}
+	if subtle.ConstantTimeCompare(k.SecretHash, h) != 1 {
+		return Key{}, ErrInvalid
+	}
+	now := s.Now().UTC()
+	if k.RevokedAt != nil || (k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)) {
+		return Key{}, ErrInvalid
+	}
+	// last_used_at is advisory: refresh it at most once a minute so a busy
+	// key does not turn every request into a write on one row.
+	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) > time.Minute {
+		_, _ = s.DB.NewUpdate().Model((*Key)(nil)).Set("last_used_at = ?", now).Where("id = ?", k.ID).Exec(ctx)
+	}
+	return k, nil
+}
+
+// wellFormed checks the shape <prefix>_(live|test)_<43 base64url chars>.
+func (s *Store) wellFormed(k string) bool {
+	rest, ok := strings.CutPrefix(k, s.Prefix+"_")
+	if !ok {
+		return false
+	}
+	mode, secret, ok := strings.Cut(rest, "_")
+	if !ok || (mode != "live" && mode != "test") || len(secret) != 43 {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(secret)
+	return err == nil
+}
+
+func hash(k string) []byte {
+	h := sha256.Sum256([]byte(k))
+	return h[:]
+}

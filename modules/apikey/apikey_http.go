@@ -1,0 +1,40 @@
+package apikey
+
+import (
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+const localsKey = "apikey"
+
+// Require returns middleware that authenticates the bearer key and checks
+// that its scope allows need. Keys are read only from the Authorization
+// header, never from the query string.
+func (s *Store) Require(need Scope) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		h := c.Get(fiber.HeaderAuthorization)
+		if h == "" {
+			return ErrMissing
+		}
+		scheme, token, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			return ErrMalformed
+		}
+		k, err := s.Authenticate(c.UserContext(), strings.TrimSpace(token))
+		if err != nil {
+			return err
+		}
+		if !k.Scope.Allows(need) {
+			return ErrScope
+		}
+		c.Locals(localsKey, k)
+		return c.Next()
+	}
+}
+
+// FromCtx returns the authenticated key of the request.
+func FromCtx(c *fiber.Ctx) (Key, bool) {
+	k, ok := c.Locals(localsKey).(Key)
+	return k, ok
+}

@@ -1,0 +1,243 @@
+// Package config owns the service's settings: one typed Config, filled once
+// from environment variables over an optional YAML file, and validated before
+// any process starts.
+//
+// Every setting is a leaf field with four tags: mapstructure (its key in the
+// YAML file), env (its environment variable), default, and doc. The loader
+// binds and defaults every leaf from those tags, and Settings() lists them
+// for the README table, so the list of settings lives in exactly one place.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration of every svc process.
+type Config struct {
+	Env      string   `mapstructure:"env" env:"SVC_ENV" default:"development" doc:"development or production; production refuses test-mode API keys and the simulator's defaults"`
+	LogLevel string   `mapstructure:"log_level" env:"LOG_LEVEL" default:"info" doc:"debug, info, warn or error"`
+	HTTP     HTTP     `mapstructure:"http"`
+	Database Database `mapstructure:"database"`
+	APIKeys  APIKeys  `mapstructure:"api_keys"`
+	Worker   Worker   `mapstructure:"worker"`
+	Webhooks Webhooks `mapstructure:"webhooks"`
+	BTCPay   BTCPay   `mapstructure:"btcpay"`
+	Chain    Chain    `mapstructure:"chain"`
+	Tron     Tron     `mapstructure:"tron"`
+	Deposits Deposits `mapstructure:"deposits"`
+	Payouts  Payouts  `mapstructure:"payouts"`
+}
+
+// HTTP configures the API listener.
+type HTTP struct {
+	Port            int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on (all interfaces)"`
+	BodyLimitBytes  int           `mapstructure:"body_limit_bytes" env:"HTTP_BODY_LIMIT_BYTES" default:"1048576" doc:"largest request body accepted, in bytes"`
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" default:"15s" doc:"how long a SIGTERM waits for in-flight requests and jobs"`
+	IdempotencyTTL  time.Duration `mapstructure:"idempotency_ttl" env:"IDEMPOTENCY_RETENTION" default:"168h" doc:"how long idempotency records are kept (at least 7 days)"`
+}
+
+// Database configures the PostgreSQL connection.
+type Database struct {
+	URL      string `mapstructure:"url" env:"DATABASE_URL" default:"" required:"true" doc:"PostgreSQL connection URL"`
+	MaxConns int    `mapstructure:"max_conns" env:"DATABASE_MAX_CONNS" default:"20" doc:"size of each process's connection pool"`
+}
+
+// APIKeys configures the format of minted API keys.
+type APIKeys struct {
+	Prefix string `mapstructure:"prefix" env:"API_KEY_PREFIX" default:"svc" doc:"product prefix of API keys (lowercase letters and digits)"`
+	Mode   string `mapstructure:"mode" env:"API_KEY_MODE" default:"test" doc:"live or test: the middle part of newly minted keys"`
+}
+
+// Worker configures svc worker.
+type Worker struct {
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" env:"WORKER_HEARTBEAT_INTERVAL" default:"30s" doc:"how often the worker writes its heartbeat"`
+	StaleAfter        time.Duration `mapstructure:"stale_after" env:"WORKER_STALE_AFTER" default:"2m" doc:"age after which /readyz calls the worker heartbeat degraded"`
+	Concurrency       int           `mapstructure:"concurrency" env:"WORKER_CONCURRENCY" default:"20" doc:"jobs worked at once per worker process"`
+	DepositPollEvery  time.Duration `mapstructure:"deposit_poll_every" env:"DEPOSIT_POLL_INTERVAL" default:"2m" doc:"how often open deposits are reconciled against the processor"`
+	DiscoveryEvery    time.Duration `mapstructure:"discovery_every" env:"DISCOVERY_INTERVAL" default:"10m" doc:"how often the processor's payment methods are re-read to enable or disable assets"`
+	WalletScanEvery   time.Duration `mapstructure:"wallet_scan_every" env:"WALLET_SCAN_INTERVAL" default:"10m" doc:"how often BTC wallet receives are matched against deposit payments"`
+}
+
+// Webhooks configures outbound event delivery to the platform.
+type Webhooks struct {
+	URL     string        `mapstructure:"url" env:"PLATFORM_WEBHOOK_URL" default:"" doc:"where events are POSTed; unset keeps them queued until it is set"`
+	Secret  string        `mapstructure:"secret" env:"PLATFORM_WEBHOOK_SECRET" default:"" secret:"true" doc:"HMAC-SHA256 key for X-Service-Signature; required when PLATFORM_WEBHOOK_URL is set"`
+	Timeout time.Duration `mapstructure:"timeout" env:"PLATFORM_WEBHOOK_TIMEOUT" default:"10s" doc:"time limit of one delivery attempt"`
+}
+
+// BTCPay configures the payment processor.
+type BTCPay struct {
+	URL           string        `mapstructure:"url" env:"BTCPAY_URL" default:"" doc:"base URL of the BTCPay Server (or the simulator)"`
+	APIKey        string        `mapstructure:"api_key" env:"BTCPAY_API_KEY" default:"" secret:"true" doc:"Greenfield API key (sent as Authorization: token ...)"`
+	StoreID       string        `mapstructure:"store_id" env:"BTCPAY_STORE_ID" default:"" doc:"the BTCPay store that holds invoices and payouts"`
+	WebhookSecret string        `mapstructure:"webhook_secret" env:"PROCESSOR_WEBHOOK_SECRET" default:"" secret:"true" doc:"HMAC secret of the ingress webhook (Processor-Sig / BTCPay-Sig); separate from any API key"`
+	Timeout       time.Duration `mapstructure:"timeout" env:"BTCPAY_TIMEOUT" default:"15s" doc:"time limit of one processor call"`
+	SpeedPolicy   string        `mapstructure:"speed_policy" env:"BTCPAY_SPEED_POLICY" default:"MediumSpeed" doc:"invoice speedPolicy: HighSpeed, MediumSpeed, LowMediumSpeed or LowSpeed"`
+}
+
+// Chain configures which networks destinations and invoices belong to.
+type Chain struct {
+	Network          string `mapstructure:"network" env:"BITCOIN_NETWORK" default:"" required:"true" doc:"mainnet, testnet, signet or regtest: addresses and BOLT11 invoices of other networks are refused"`
+	LightningEnabled bool   `mapstructure:"lightning_enabled" env:"LIGHTNING_ENABLED" default:"false" doc:"opt in to BTC_LN (also needs the store's BTC-LN payment method)"`
+}
+
+// Tron configures the TRON node API used to verify USDT transfers.
+type Tron struct {
+	URL               string        `mapstructure:"url" env:"TRONGRID_URL" default:"" doc:"TronGrid (or simulator) base URL; unset leaves tron_node out of /readyz"`
+	APIKey            string        `mapstructure:"api_key" env:"TRONGRID_API_KEY" default:"" secret:"true" doc:"sent as TRON-PRO-API-KEY"`
+	USDTContract      string        `mapstructure:"usdt_contract" env:"USDT_TRC20_CONTRACT" default:"TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t" doc:"the only token contract accepted for USDT"`
+	HotWallet         string        `mapstructure:"hot_wallet" env:"TRON_HOT_WALLET" default:"" doc:"TRON address operators send USDT withdrawals from"`
+	TRXAlertThreshold int64         `mapstructure:"trx_alert_threshold" env:"TRX_ALERT_THRESHOLD" default:"200" doc:"alert when the hot wallet's TRX (gas) balance falls below this many TRX"`
+	Timeout           time.Duration `mapstructure:"timeout" env:"TRONGRID_TIMEOUT" default:"10s" doc:"time limit of one TronGrid call"`
+}
+
+// Deposits configures deposit creation and attribution.
+type Deposits struct {
+	ExpirationMinutes int           `mapstructure:"expiration_minutes" env:"DEPOSIT_EXPIRATION_MINUTES" default:"60" doc:"invoice expiry for BTC and BTC_LN (USDT is always 60)"`
+	MonitoringMinutes int           `mapstructure:"monitoring_minutes" env:"DEPOSIT_MONITORING_MINUTES" default:"1440" doc:"how long the processor keeps watching an expired invoice"`
+	USDTPool          []string      `mapstructure:"usdt_pool" env:"USDT_POOL_ADDRESSES" default:"" doc:"comma-separated TRON addresses of the processor's USDT pool"`
+	USDTPoolGrace     time.Duration `mapstructure:"usdt_pool_grace" env:"USDT_POOL_GRACE" default:"30m" doc:"time after a USDT invoice's expiry before its address returns to the pool"`
+	USDTTolerancePPM  int64         `mapstructure:"usdt_tolerance_ppm" env:"USDT_AMOUNT_TOLERANCE_PPM" default:"10000" doc:"a USDT payment further than this (parts per million of amount_expected) from it goes to review"`
+}
+
+// Payouts configures withdrawals.
+type Payouts struct {
+	LNPayoutTimeoutSeconds int `mapstructure:"ln_payout_timeout_seconds" env:"LN_PAYOUT_TIMEOUT_SECONDS" default:"3600" doc:"deadline for a Lightning payout before it is treated as stuck"`
+	AssumedTxVBytes        int `mapstructure:"assumed_tx_vbytes" env:"BTC_ASSUMED_TX_VBYTES" default:"141" doc:"assumed BTC payout size: fee = live fee rate x this"`
+}
+
+// Production reports whether the deployment runs with real money.
+func (c Config) Production() bool { return c.Env == "production" }
+
+// Validate checks every setting that has a rule, naming the setting.
+func (c Config) Validate() error {
+	var errs []string
+	add := func(env, msg string) { errs = append(errs, env+": "+msg) }
+
+	if !slices.Contains([]string{"development", "production"}, c.Env) {
+		add("SVC_ENV", "must be development or production")
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		add("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	if c.HTTP.Port < 1 || c.HTTP.Port > 65535 {
+		add("PORT", "must be a port number from 1 to 65535")
+	}
+	if c.HTTP.BodyLimitBytes < 1024 {
+		add("HTTP_BODY_LIMIT_BYTES", "must be at least 1024")
+	}
+	if c.HTTP.IdempotencyTTL < 7*24*time.Hour {
+		add("IDEMPOTENCY_RETENTION", "must be at least 168h (7 days)")
+	}
+	if c.Database.URL != "" {
+		if u, err := url.Parse(c.Database.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			add("DATABASE_URL", "must be a postgres:// or postgresql:// URL")
+		}
+	}
+	if c.Database.MaxConns < 2 {
+		add("DATABASE_MAX_CONNS", "must be at least 2")
+	}
+	if !validPrefix(c.APIKeys.Prefix) {
+		add("API_KEY_PREFIX", "must be 2 to 16 lowercase letters or digits")
+	}
+	if c.APIKeys.Mode != "live" && c.APIKeys.Mode != "test" {
+		add("API_KEY_MODE", "must be live or test")
+	}
+	if c.Worker.HeartbeatInterval <= 0 || c.Worker.StaleAfter <= c.Worker.HeartbeatInterval {
+		add("WORKER_STALE_AFTER", "must be longer than WORKER_HEARTBEAT_INTERVAL")
+	}
+	if c.Worker.Concurrency < 1 {
+		add("WORKER_CONCURRENCY", "must be at least 1")
+	}
+	for env, d := range map[string]time.Duration{"DEPOSIT_POLL_INTERVAL": c.Worker.DepositPollEvery, "DISCOVERY_INTERVAL": c.Worker.DiscoveryEvery, "WALLET_SCAN_INTERVAL": c.Worker.WalletScanEvery} {
+		if d < time.Second {
+			add(env, "must be at least 1s")
+		}
+	}
+	if c.Webhooks.URL != "" {
+		if !httpURL(c.Webhooks.URL) {
+			add("PLATFORM_WEBHOOK_URL", "must be an http:// or https:// URL")
+		}
+		if c.Webhooks.Secret == "" {
+			add("PLATFORM_WEBHOOK_SECRET", "is required when PLATFORM_WEBHOOK_URL is set")
+		}
+	}
+	if c.Webhooks.Timeout <= 0 {
+		add("PLATFORM_WEBHOOK_TIMEOUT", "must be positive")
+	}
+	if c.BTCPay.URL != "" && !httpURL(c.BTCPay.URL) {
+		add("BTCPAY_URL", "must be an http:// or https:// URL")
+	}
+	if c.BTCPay.URL != "" {
+		if c.BTCPay.APIKey == "" {
+			add("BTCPAY_API_KEY", "is required when BTCPAY_URL is set")
+		}
+		if c.BTCPay.StoreID == "" {
+			add("BTCPAY_STORE_ID", "is required when BTCPAY_URL is set")
+		}
+		if c.BTCPay.WebhookSecret == "" {
+			add("PROCESSOR_WEBHOOK_SECRET", "is required when BTCPAY_URL is set")
+		}
+	}
+	if !slices.Contains([]string{"HighSpeed", "MediumSpeed", "LowMediumSpeed", "LowSpeed"}, c.BTCPay.SpeedPolicy) {
+		add("BTCPAY_SPEED_POLICY", "must be HighSpeed, MediumSpeed, LowMediumSpeed or LowSpeed")
+	}
+	if c.BTCPay.Timeout <= 0 {
+		add("BTCPAY_TIMEOUT", "must be positive")
+	}
+	if c.Chain.Network != "" && !slices.Contains([]string{"mainnet", "testnet", "signet", "regtest"}, c.Chain.Network) {
+		add("BITCOIN_NETWORK", "must be mainnet, testnet, signet or regtest")
+	}
+	if c.Tron.URL != "" && !httpURL(c.Tron.URL) {
+		add("TRONGRID_URL", "must be an http:// or https:// URL")
+	}
+	if c.Tron.TRXAlertThreshold < 0 {
+		add("TRX_ALERT_THRESHOLD", "must not be negative")
+	}
+	if c.Deposits.ExpirationMinutes < 1 {
+		add("DEPOSIT_EXPIRATION_MINUTES", "must be at least 1")
+	}
+	if c.Deposits.MonitoringMinutes < 0 {
+		add("DEPOSIT_MONITORING_MINUTES", "must not be negative")
+	}
+	if c.Deposits.USDTPoolGrace < 0 {
+		add("USDT_POOL_GRACE", "must not be negative")
+	}
+	if c.Deposits.USDTTolerancePPM < 0 || c.Deposits.USDTTolerancePPM > 1_000_000 {
+		add("USDT_AMOUNT_TOLERANCE_PPM", "must be from 0 to 1000000")
+	}
+	if c.Payouts.LNPayoutTimeoutSeconds < 60 {
+		add("LN_PAYOUT_TIMEOUT_SECONDS", "must be at least 60")
+	}
+	if c.Payouts.AssumedTxVBytes < 50 {
+		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")
+	}
+	if c.Production() && c.APIKeys.Mode != "live" {
+		add("API_KEY_MODE", "must be live when SVC_ENV is production")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func validPrefix(p string) bool {
+	if len(p) < 2 || len(p) > 16 {
+		return false
+	}
+	for _, r := range p {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}

@@ -1,0 +1,119 @@
+// Package db owns the connection to PostgreSQL: one pgx pool per process,
+// bun on top of it through database/sql, transactions with a bounded retry
+// on serialization failures and deadlocks, and the translation of the
+// PostgreSQL errors that business code cares about.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+)
+
+// DB is the process's database handle.
+type DB struct {
+	Pool *pgxpool.Pool
+	SQL  *sql.DB
+	Bun  *bun.DB
+}
+
+// Open connects to url with at most maxConns connections and checks that the
+// server answers.
+func Open(ctx context.Context, url string, maxConns int) (*DB, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		pcfg.MaxConns = int32(maxConns)
+	}
+	pcfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	sqldb := stdlib.OpenDBFromPool(pool)
+	return &DB{Pool: pool, SQL: sqldb, Bun: bun.NewDB(sqldb, pgdialect.New())}, nil
+}
+
+// Close releases every connection.
+func (d *DB) Close() {
+	_ = d.Bun.Close()
+	d.Pool.Close()
+}
+
+// maxTxAttempts bounds RunInTx's retries of transient failures.
+const maxTxAttempts = 5
+
+// RunInTx runs fn in a transaction and commits it, retrying the whole
+// transaction a bounded number of times when PostgreSQL reports a
+// serialization failure or a deadlock. fn must therefore be safe to run
+// again: it must not call the network or keep state across attempts.
+func RunInTx(ctx context.Context, db bun.IDB, fn func(ctx context.Context, tx bun.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
+		err = db.RunInTx(ctx, nil, fn)
+		if err == nil || !IsTransient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("transaction failed after %d attempts: %w", maxTxAttempts, err)
+}
+
+// PostgreSQL error codes used by the service.
+const (
+	codeUniqueViolation      = "23505"
+	codeCheckViolation       = "23514"
+	codeSerializationFailure = "40001"
+	codeDeadlockDetected     = "40P01"
+)
+
+func pgCode(err error) (string, string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ConstraintName
+	}
+	return "", ""
+}
+
+// IsTransient reports a failure that a retry of the whole transaction may cure.
+func IsTransient(err error) bool {
+	c, _ := pgCode(err)
+	return c == codeSerializationFailure || c == codeDeadlockDetected
+}
+
+// IsUniqueViolation reports a unique-constraint violation; with a non-empty
+// constraint it must be that constraint.
+func IsUniqueViolation(err error, constraint string) bool {
+	c, name := pgCode(err)
+	return c == codeUniqueViolation && (constraint == "" || constraint == name)
+}
+
+// IsCheckViolation reports a CHECK-constraint violation; with a non-empty
+// constraint it must be that constraint.
+func IsCheckViolation(err error, constraint string) bool {
+	c, name := pgCode(err)
+	return c == codeCheckViolation && (constraint == "" || constraint == name)
+}
+
+// IsNoRows reports sql.ErrNoRows.
+func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -1,0 +1,63 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/uptrace/bun/migrate"
+)
+
+// migrationLockID is the advisory lock that serializes every migrator.
+const migrationLockID = 0x5356_4d49_4752 // "SVMIGR"
+
+// Migrate applies River's migrations and then the service's own SQL
+// migrations from fsys (files NNNN_name.up.sql; .tx.up.sql runs in a
+// transaction). It holds a session advisory lock for the whole run, so two
+// processes migrating at once take turns instead of failing, and it is
+// idempotent: applied migrations are skipped.
+func Migrate(ctx context.Context, d *DB, fsys fs.FS, log *slog.Logger) error {
+	conn, err := d.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockID); err != nil {
+		return fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLockID)
+	}()
+
+	rm, err := rivermigrate.New(riverpgxv5.New(d.Pool), nil)
+	if err != nil {
+		return fmt.Errorf("migrate: river: %w", err)
+	}
+	res, err := rm.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: river: %w", err)
+	}
+	for _, v := range res.Versions {
+		log.Info("applied river migration", "version", v.Version)
+	}
+
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(fsys); err != nil {
+		return fmt.Errorf("migrate: discover: %w", err)
+	}
+	m := migrate.NewMigrator(d.Bun, ms)
+	if err := m.Init(ctx); err != nil {
+		return fmt.Errorf("migrate: init: %w", err)
+	}
+	group, err := m.Migrate(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, mg := range group.Migrations {
+		log.Info("applied migration", "name", mg.Name)
+	}
+	return nil
+}

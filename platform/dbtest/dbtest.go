@@ -1,0 +1,163 @@
+// Package dbtest gives each test its own real PostgreSQL database, cloned in
+// milliseconds from a template that is migrated once per migration set.
+// The server comes from DATABASE_URL (make test provides one).
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"svc/migrations"
+	"svc/platform/db"
+)
+
+// AdminURL returns DATABASE_URL or fails the test with how to get one.
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("DATABASE_URL")
+	if u == "" {
+		t.Fatal("DATABASE_URL is not set: run the tests with `make test`, which finds or starts a PostgreSQL server")
+	}
+	return u
+}
+
+// New returns a connection to a fresh, migrated database that is dropped
+// when the test ends.
+func New(t testing.TB) *db.DB {
+	t.Helper()
+	url := NewURL(t)
+	d, err := db.Open(context.Background(), url, 10)
+	if err != nil {
+		t.Fatalf("dbtest: open: %v", err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+// NewURL creates a fresh migrated database and returns its URL; the database
+// is dropped when the test ends (after the test's own cleanups close their
+// connections, since cleanups run last-in first-out).
+func NewURL(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := AdminURL(t)
+	tmpl, err := template(ctx, admin)
+	if err != nil {
+		t.Fatalf("dbtest: template: %v", err)
+	}
+	name := "t_" + randHex(8)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("dbtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for attempt := 0; ; attempt++ {
+		_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl))
+		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dbtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+	})
+	return withDatabase(admin, name)
+}
+
+func withDatabase(admin, name string) string {
+	u, err := url.Parse(admin)
+	if err != nil {
+		return admin
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// template returns the name of the migrated template database for the
+// current migration files, creating it under an advisory lock so parallel
+// test binaries build it once.
+func template(ctx context.Context, admin string) (string, error) {
+	name := "svc_tmpl_" + migrationsHash()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7263541)"); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(7263541)") //nolint:errcheck
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	building := name + "_build"
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", building)); err != nil {
+		return "", err
+	}
+	d, err := db.Open(ctx, withDatabase(admin, building), 4)
+	if err != nil {
+		return "", err
+	}
+	err = db.Migrate(ctx, d, migrations.FS, slog.New(slog.DiscardHandler))
+	d.Close()
+	if err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name)); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func migrationsHash() string {
+	h := sha256.New()
+	var names []string
+	_ = fs.WalkDir(migrations.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			names = append(names, p)
+		}
+		return nil
+	})
+	sort.Strings(names)
+	for _, n := range names {
+		b, _ := fs.ReadFile(migrations.FS, n)
+		h.Write([]byte(n))
+		h.Write(b)
+	}
+	h.Write([]byte("river-v0.41.0"))
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,100 @@
+// Package fault classifies errors by what the caller can do about them, so
+// that business code never speaks HTTP and the HTTP layer maps each kind to a
+// status in exactly one place (platform/httpapi).
+//
+// A module declares its sentinels with a kind:
+//
+//	var ErrInsufficientFunds = fault.New(fault.InsufficientFunds, "insufficient available balance")
+//
+// and wraps them with context as usual (fmt.Errorf("hold: %w", err)); the
+// kind survives wrapping.
+package fault
+
+import (
+	"errors"
+	"time"
+)
+
+// Kind is the class of an error.
+type Kind int
+
+// The kinds. Each maps to one SPEC status in httpapi.
+const (
+	Internal          Kind = iota // 500: a bug or an unexpected failure
+	BadRequest                    // 400: missing Idempotency-Key, unparseable ingress body
+	Unauthenticated               // 401
+	InsufficientFunds             // 402
+	Forbidden                     // 403
+	NotFound                      // 404
+	Conflict                      // 409: illegal transition, request in flight
+	Invalid                       // 422: a business rule refused the request
+	UpstreamRefused               // 502: the processor refused definitively
+	Unavailable                   // 503: a dependency is unreachable or the asset unavailable
+)
+
+// Error is an error with a kind and a client-facing message.
+type Error struct {
+	Kind    Kind
+	Message string
+	// RetryAfter, when set, is sent as a Retry-After header (409, 503).
+	RetryAfter time.Duration
+	// Code, when set, makes the body {detail: {code, message}} (SPEC: the
+	// pool-exhaustion 503 is the only error with a machine-readable code).
+	Code string
+	// Fields, when set, makes the body the 422 field-error list.
+	Fields []FieldError
+	cause  error
+}
+
+func (e *Error) Error() string {
+	if e.cause != nil {
+		return e.Message + ": " + e.cause.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is makes two *Error values with the same kind and message match, so a
+// package-level sentinel can be tested with errors.Is after copying.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind && t.Message == e.Message && t.Code == e.Code
+}
+
+// New returns a sentinel-style error of kind k.
+func New(k Kind, msg string) *Error { return &Error{Kind: k, Message: msg} }
+
+// Wrap gives cause a kind and a client-facing message; cause stays in the
+// chain (and in logs) but is not shown to the client.
+func Wrap(k Kind, msg string, cause error) *Error { return &Error{Kind: k, Message: msg, cause: cause} }
+
+// WithRetryAfter returns a copy of e that asks the client to wait d.
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	c := *e
+	c.RetryAfter = d
+	return &c
+}
+
+// KindOf returns the kind of the first *Error in err's chain, or Internal.
+func KindOf(err error) Kind {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.Kind
+	}
+	return Internal
+}
+
+// FieldError is one entry of a 422 body that does not fit the request model.
+type FieldError struct {
+	Loc   []any          `json:"loc"`
+	Msg   string         `json:"msg"`
+	Type  string         `json:"type"`
+	Input any            `json:"input,omitempty"`
+	Ctx   map[string]any `json:"ctx,omitempty"`
+}
+
+// Validation returns a 422 carrying field errors.
+func Validation(fields ...FieldError) *Error {
+	return &Error{Kind: Invalid, Message: "request does not fit the model", Fields: fields}
+}

@@ -1,0 +1,143 @@
+// Package httpapi is the service's HTTP frame (fiber v2): recover, request
+// ids, an access log, Cache-Control: no-store on every response, and the one
+// error handler that turns fault kinds into the SPEC's statuses and bodies.
+// Modules register their routes on the *fiber.App it returns and return
+// errors from their handlers; none of them writes an error body itself.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/gofiber/fiber/v2/middleware/requestid"
+
+	"svc/platform/fault"
+)
+
+// RequestIDHeader carries the request id in and out.
+const RequestIDHeader = "X-Request-Id"
+
+// Options configures New.
+type Options struct {
+	BodyLimit int
+	Log       *slog.Logger
+}
+
+// New returns a fiber app with the service's middleware and error handler.
+// Register routes on it, then call NotFound last.
+func New(o Options) *fiber.App {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.BodyLimit <= 0 {
+		o.BodyLimit = 1 << 20
+	}
+	app := fiber.New(fiber.Config{
+		AppName:               "svc",
+		BodyLimit:             o.BodyLimit,
+		DisableStartupMessage: true,
+		ErrorHandler:          ErrorHandler(o.Log),
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
+	})
+	app.Use(func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		return c.Next()
+	})
+	app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: func(c *fiber.Ctx, e any) {
+		o.Log.Error("panic in handler", "panic", e, "path", c.Path(), "request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+	}}))
+	app.Use(requestid.New(requestid.Config{Header: RequestIDHeader}))
+	app.Use(accessLog(o.Log))
+	return app
+}
+
+// NotFound registers the catch-all that answers unknown routes with 404
+// {detail}. Call it after every route is registered.
+func NotFound(app *fiber.App) {
+	app.Use(func(*fiber.Ctx) error { return fault.New(fault.NotFound, "not found") })
+}
+
+func accessLog(log *slog.Logger) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		start := time.Now()
+		err := c.Next()
+		if err != nil { // let the error handler write the status before we log it
+			if herr := c.App().ErrorHandler(c, err); herr != nil {
+				_ = c.SendStatus(fiber.StatusInternalServerError)
+			}
+		}
+		// The path, never the query string: keys must not reach a log even
+		// when a client puts them there.
+		log.Info("http",
+			"method", c.Method(), "path", c.Path(), "route", c.Route().Path,
+			"status", c.Response().StatusCode(), "duration_ms", time.Since(start).Milliseconds(),
+			"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+		return nil
+	}
+}
+
+var statusOf = map[fault.Kind]int{
+	fault.Internal:          fiber.StatusInternalServerError,
+	fault.BadRequest:        fiber.StatusBadRequest,
+	fault.Unauthenticated:   fiber.StatusUnauthorized,
+	fault.InsufficientFunds: fiber.StatusPaymentRequired,
+	fault.Forbidden:         fiber.StatusForbidden,
+	fault.NotFound:          fiber.StatusNotFound,
+	fault.Conflict:          fiber.StatusConflict,
+	fault.Invalid:           fiber.StatusUnprocessableEntity,
+	fault.UpstreamRefused:   fiber.StatusBadGateway,
+	fault.Unavailable:       fiber.StatusServiceUnavailable,
+}
+
+// Status returns the HTTP status for err.
+func Status(err error) int {
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return fe.Code
+	}
+	return statusOf[fault.KindOf(err)]
+}
+
+// ErrorHandler maps any handler error to the SPEC's error body. It is the
+// only place that does so.
+func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
+	return func(c *fiber.Ctx, err error) error {
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		var fe *fiber.Error
+		if errors.As(err, &fe) { // fiber's own: body too large, bad method...
+			msg := fe.Message
+			if fe.Code == fiber.StatusNotFound {
+				msg = "not found"
+			}
+			return c.Status(fe.Code).JSON(fiber.Map{"detail": msg})
+		}
+		var e *fault.Error
+		if !errors.As(err, &e) || e.Kind == fault.Internal {
+			log.Error("request failed", "error", err, "method", c.Method(), "path", c.Path(),
+				"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+			return c.Status(fiber.StatusInternalServerError).JSON(fiber.Map{"detail": "internal error"})
+		}
+		status := statusOf[e.Kind]
+		if e.RetryAfter > 0 {
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+		}
+		if status >= 500 {
+			log.Warn("request failed", "status", status, "error", err, "path", c.Path(),
+				"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+		}
+		switch {
+		case len(e.Fields) > 0:
+			return c.Status(status).JSON(fiber.Map{"detail": e.Fields})
+		case e.Code != "":
+			return c.Status(status).JSON(fiber.Map{"detail": fiber.Map{"code": e.Code, "message": e.Message}})
+		default:
+			return c.Status(status).JSON(fiber.Map{"detail": e.Message})
+		}
+	}
+}

@@ -1,0 +1,182 @@
+// Package idempotency implements the SPEC's Idempotency-Key rules for every
+// mutating /v1 route:
+//
+//   - missing key: 400;
+//   - same key, same method, path and body bytes: the stored status and body
+//     are replayed (header Idempotent-Replayed: true) and nothing runs again;
+//   - same key with other bytes or another route: 422;
+//   - same key while the first attempt is still running: 409 + Retry-After;
+//   - an attempt that has held the key for more than 60 s is presumed dead and
+//     the retry takes it over;
+//   - 2xx and 4xx outcomes are final; a 5xx releases the key so a retry with
+//     the same key can complete the operation.
+//
+// A claimed key is a Record, exposed to the handler (FromCtx). A handler
+// whose effect is a database change commits the effect and the key's
+// completion in one transaction (Record.CompleteTx). CompleteTx succeeds only
+// while the attempt still owns the key, so an attempt that was taken over
+// rolls back instead of applying its effect a second time.
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/fault"
+)
+
+// TakeoverAfter is how long an attempt may hold a key before a retry may
+// take it over (SPEC: 60 seconds).
+const TakeoverAfter = 60 * time.Second
+
+// Errors the middleware returns. The messages are the client's.
+var (
+	ErrMissingKey = fault.New(fault.BadRequest, "missing Idempotency-Key header: every mutating request needs one")
+	ErrBadKey     = fault.New(fault.BadRequest, "Idempotency-Key must be 1 to 255 printable ASCII characters")
+	ErrMismatch   = fault.New(fault.Invalid, "Idempotency-Key was already used with a different request body or route")
+	ErrInFlight   = fault.New(fault.Conflict, "a request with this Idempotency-Key is still in flight").WithRetryAfter(time.Second)
+	// ErrLost means the attempt no longer owns its key (a retry took it over
+	// after TakeoverAfter); the caller must roll back its transaction.
+	ErrLost = errors.New("idempotency key was taken over by a newer attempt")
+)
+
+// Store keeps the records.
+type Store struct {
+	DB  bun.IDB
+	Now func() time.Time
+}
+
+// Record is one claimed key, owned by the current attempt.
+type Record struct {
+	Key   string
+	token uuid.UUID
+	store *Store
+}
+
+// Stored is a final response kept for replay.
+type Stored struct {
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+type row struct {
+	bun.BaseModel `bun:"table:idempotency_keys"`
+
+	Key            string     `bun:"key,pk"`
+	Method         string     `bun:"method"`
+	Path           string     `bun:"path"`
+	RequestHash    []byte     `bun:"request_hash"`
+	State          string     `bun:"state"`
+	LockToken      *uuid.UUID `bun:"lock_token,type:uuid"`
+	LockedAt       *time.Time `bun:"locked_at"`
+	ResponseStatus *int       `bun:"response_status"`
+	ResponseBody   []byte     `bun:"response_body"`
+	ResponseType   *string    `bun:"response_type"`
+	CreatedAt      time.Time  `bun:"created_at"`
+	CompletedAt    *time.Time `bun:"completed_at"`
+}
+
+// Hash is the request fingerprint: method, path and the exact body bytes.
+func Hash(method, path string, body []byte) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", method, path)
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Begin claims key for a request. It returns exactly one of: a Record the
+// caller now owns, a Stored response to replay, or an error (ErrMismatch,
+// ErrInFlight, or a database failure).
+func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte) (*Record, *Stored, error) {
+	var (
+		rec    *Record
+		stored *Stored
+	)
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		rec, stored = nil, nil
+		now := s.Now().UTC()
+		tok := uuid.New()
+		r := &row{Key: key, Method: method, Path: path, RequestHash: hash, State: "in_flight", LockToken: &tok, LockedAt: &now, CreatedAt: now}
+		res, err := tx.NewInsert().Model(r).On("CONFLICT (key) DO NOTHING").Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("claim idempotency key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			rec = &Record{Key: key, token: tok, store: s}
+			return nil
+		}
+		var cur row
+		if err := tx.NewSelect().Model(&cur).Where("key = ?", key).For("UPDATE").Scan(ctx); err != nil {
+			return fmt.Errorf("read idempotency key: %w", err)
+		}
+		if cur.Method != method || cur.Path != path || !bytes.Equal(cur.RequestHash, hash) {
+			return ErrMismatch
+		}
+		if cur.State == "completed" {
+			stored = &Stored{Status: *cur.ResponseStatus, Body: cur.ResponseBody}
+			if cur.ResponseType != nil {
+				stored.ContentType = *cur.ResponseType
+			}
+			return nil
+		}
+		if cur.LockedAt != nil && now.Sub(*cur.LockedAt) <= TakeoverAfter {
+			return ErrInFlight
+		}
+		// Released after a 5xx, or held by an attempt dead for over 60 s.
+		if _, err := tx.NewUpdate().Model((*row)(nil)).Set("lock_token = ?, locked_at = ?", tok, now).
+			Where("key = ?", key).Exec(ctx); err != nil {
+			return fmt.Errorf("take over idempotency key: %w", err)
+		}
+		rec = &Record{Key: key, token: tok, store: s}
+		return nil
+	})
+	return rec, stored, err
+}
+
+// CompleteTx stores the final response inside the caller's transaction,
+// which must also hold the request's effect. It fails with ErrLost when
+// the attempt no longer owns the key; the caller must then roll back.
+func (r *Record) CompleteTx(ctx context.Context, tx bun.IDB, status int, contentType string, body []byte) error {
+	res, err := tx.NewUpdate().Model((*row)(nil)).
+		Set("state = 'completed', response_status = ?, response_type = ?, response_body = ?, completed_at = ?, lock_token = NULL, locked_at = NULL",
+			status, contentType, body, r.store.Now().UTC()).
+		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.Key, r.token).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("complete idempotency key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return ErrLost
+	}
+	return nil
+}
+
+// completed reports whether the record's key holds a final response.
+func (r *Record) completed(ctx context.Context) (bool, error) {
+	return r.store.DB.NewSelect().Model((*row)(nil)).Where("key = ? AND state = 'completed'", r.Key).Exists(ctx)
+}
+
+// Release gives up the key without a final response (after a 5xx or a
+// panic), keeping its fingerprint, so a retry can proceed at once.
+func (r *Record) Release(ctx context.Context) error {
+	_, err := r.store.DB.NewUpdate().Model((*row)(nil)).Set("lock_token = NULL, locked_at = NULL").
+		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.Key, r.token).Exec(ctx)
+	return err
+}
+
+// Prune deletes records created before cutoff and returns how many.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := s.DB.NewDelete().Model((*row)(nil)).Where("created_at < ?", cutoff).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,79 @@
+// Package money converts between the ledger's integer smallest units and the
+// decimal strings of the API and the processor. It never rounds: a value that
+// does not convert exactly is an error, so callers can refuse or send it to
+// review instead of guessing.
+package money
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/govalues/decimal"
+)
+
+// ErrNotWhole means a decimal has more fractional digits than the asset has.
+var ErrNotWhole = errors.New("amount does not convert to whole smallest units")
+
+// Format renders units (smallest units) with exactly scale decimals, e.g.
+// Format(12345, 8) = "0.00012345".
+func Format(units int64, scale int) string {
+	d, err := decimal.New(units, scale)
+	if err != nil { // scale outside 0..19 is a programming error
+		panic(fmt.Sprintf("money.Format: %v", err))
+	}
+	return d.String()
+}
+
+// ParseDecimal converts a decimal string (display units, as the processor
+// sends) to smallest units of an asset with the given scale. It refuses
+// amounts with more significant decimals than scale (ErrNotWhole), negative
+// amounts and anything that overflows int64.
+func ParseDecimal(s string, scale int) (int64, error) {
+	s = strings.TrimSpace(s)
+	d, err := decimal.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("parse amount %q: %w", s, err)
+	}
+	if d.IsNeg() {
+		return 0, fmt.Errorf("amount %q is negative", s)
+	}
+	if d.Trim(0).Scale() > scale {
+		return 0, fmt.Errorf("%q at %d decimals: %w", s, scale, ErrNotWhole)
+	}
+	whole, frac, ok := d.Int64(scale)
+	if !ok || frac != 0 {
+		return 0, fmt.Errorf("amount %q is too large", s)
+	}
+	pow := int64(1)
+	for range scale {
+		pow *= 10
+	}
+	if whole > (1<<63-1)/pow {
+		return 0, fmt.Errorf("amount %q is too large", s)
+	}
+	return whole*pow + frac, nil
+}
+
+// ParseUnits parses a request's integer string of smallest units. It accepts
+// only ASCII digits (no sign, no exponent, no spaces) and refuses zero when
+// positive is true.
+func ParseUnits(s string, positive bool) (int64, error) {
+	if s == "" || len(s) > 19 {
+		return 0, errors.New("must be an integer string of smallest units")
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0, errors.New("must be an integer string of smallest units")
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errors.New("must be an integer string of smallest units")
+	}
+	if positive && n == 0 {
+		return 0, errors.New("must be greater than zero")
+	}
+	return n, nil
+}

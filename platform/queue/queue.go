@@ -1,0 +1,93 @@
+// Package queue builds the River clients: an insert-only client on
+// database/sql, so jobs are inserted inside bun transactions (InsertTx with
+// tx.Tx), and the worker client on the pgx pool, which LISTENs for those
+// inserts and elects the leader that runs periodic jobs. Both are pinned to
+// River v0.41.0 (riverdatabasesql is not served at later versions).
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Inserter inserts jobs inside a caller's transaction. Declared here so that
+// modules can name it; a module may declare a narrower interface of its own.
+type Inserter interface {
+	InsertTx(ctx context.Context, tx *sql.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// NewInserter returns an insert-only River client over sqldb.
+func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error) {
+	c, err := river.NewClient(riverdatabasesql.New(sqldb), &river.Config{Logger: quiet(log)})
+	if err != nil {
+		return nil, fmt.Errorf("river inserter: %w", err)
+	}
+	return c, nil
+}
+
+// WorkerParams configures the working client.
+type WorkerParams struct {
+	Workers      *river.Workers
+	PeriodicJobs []*river.PeriodicJob
+	Concurrency  int
+	Log          *slog.Logger
+	// FetchPollInterval bounds how long a job can wait when a NOTIFY is
+	// missed; tests shorten it.
+	FetchPollInterval time.Duration
+}
+
+// NewWorker returns the River client that works jobs (not yet started).
+func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error) {
+	if p.Concurrency < 1 {
+		p.Concurrency = 10
+	}
+	cfg := &river.Config{
+		Logger:       quiet(p.Log),
+		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: p.Concurrency}},
+		Workers:      p.Workers,
+		PeriodicJobs: p.PeriodicJobs,
+		JobTimeout:   2 * time.Minute,
+		MaxAttempts:  25,
+	}
+	if p.FetchPollInterval > 0 {
+		cfg.FetchPollInterval = p.FetchPollInterval
+	}
+	c, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("river worker: %w", err)
+	}
+	return c, nil
+}
+
+// quiet keeps River's own info chatter out of the service log.
+func quiet(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		log = slog.Default()
+	}
+	return slog.New(levelFloor{log.Handler(), slog.LevelWarn})
+}
+
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(a), h.min}
+}
+func (h levelFloor) WithGroup(n string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(n), h.min}
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Finds a PostgreSQL server for make run and make test, or starts a private
+# one, and prints the DATABASE_URL to use on its last line.
+#
+#   scripts/db.sh          ensure a server; print its URL last
+#   scripts/db.sh stop     stop the private server, if this script started one
+#
+# Order: $DATABASE_URL if it answers; otherwise a private server under
+# .data/pg (git-ignored) on port $SVC_PG_PORT (default 55432), created with
+# the installed PostgreSQL binaries as an unprivileged user (initdb refuses
+# root); Debian's postgresql package is installed first when no binaries
+# exist. Messages go to stderr so callers can capture the URL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DATA="$ROOT/.data/pg"
+PORT="${SVC_PG_PORT:-55432}"
+DBNAME=svc
+say() { echo "db: $*" >&2; }
+
+pgbin() {
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  command -v initdb >/dev/null 2>&1 && { dirname "$(command -v initdb)"; return 0; }
+  return 1
+}
+
+answers() { # url
+  if command -v psql >/dev/null 2>&1; then
+    PGCONNECT_TIMEOUT=3 psql "$1" -Atqc 'select 1' >/dev/null 2>&1
+  else
+    local bin; bin=$(pgbin) || return 1
+    PGCONNECT_TIMEOUT=3 "$bin/psql" "$1" -Atqc 'select 1' >/dev/null 2>&1
+  fi
+}
+
+run_as() { # user cmd...
+  if [ "$(id -u)" = 0 ]; then
+    local u="$1"; shift
+    if command -v runuser >/dev/null 2>&1; then runuser -u "$u" -- "$@"; else su "$u" -s /bin/sh -c "$(printf '%q ' "$@")"; fi
+  else
+    shift; "$@"
+  fi
+}
+
+if [ "${1:-}" = stop ]; then
+  if [ -f "$DATA/PG_VERSION" ]; then
+    bin=$(pgbin)
+    owner=$(stat -c %U "$DATA")
+    run_as "$owner" "$bin/pg_ctl" -D "$DATA" -m fast stop >&2 || true
+  else
+    say "no private server under .data/pg"
+  fi
+  exit 0
+fi
+
+if [ -n "${DATABASE_URL:-}" ]; then
+  if answers "$DATABASE_URL"; then
+    say "using DATABASE_URL (it answers)"
+    echo "$DATABASE_URL"
+    exit 0
+  fi
+  say "DATABASE_URL does not answer; starting a private server instead"
+fi
+
+URL="postgres://svc@127.0.0.1:$PORT/$DBNAME?sslmode=disable"
+if answers "$URL"; then
+  say "private server already running on port $PORT (stop it with: scripts/db.sh stop)"
+  echo "$URL"
+  exit 0
+fi
+
+if ! bin=$(pgbin); then
+  say "no PostgreSQL binaries found; installing Debian's postgresql package"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq >&2
+  $SUDO apt-get install -y -qq postgresql >&2
+  bin=$(pgbin)
+fi
+
+owner=$(id -un)
+if [ "$(id -u)" = 0 ]; then
+  owner=svcpg
+  id -u "$owner" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$owner"
+fi
+mkdir -p "$ROOT/.data"
+if [ ! -f "$DATA/PG_VERSION" ]; then
+  say "initialising a private cluster in .data/pg (owner $owner)"
+  mkdir -p "$DATA"
+  chown "$owner" "$DATA" 2>/dev/null || true
+  chmod 700 "$DATA"
+  run_as "$owner" "$bin/initdb" -D "$DATA" -U svc --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  cat >> "$DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = ''
+max_connections = 300
+shared_buffers = 256MB
+fsync = on
+CONF
+fi
+# The data folder must be reachable by its owner even when the checkout is
+# under root's home.
+[ "$(id -u)" = 0 ] && chmod o+x "$ROOT" "$ROOT/.data" 2>/dev/null || true
+say "starting the private server on 127.0.0.1:$PORT"
+run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
+"$bin/psql" "postgres://svc@127.0.0.1:$PORT/postgres?sslmode=disable" -Atqc "select 1 from pg_database where datname='$DBNAME'" | grep -q 1 \
+  || "$bin/createdb" -h 127.0.0.1 -p "$PORT" -U svc "$DBNAME"
+say "started; stop it with: scripts/db.sh stop"
+echo "$URL"
