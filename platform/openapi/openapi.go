@@ -1,14 +1,18 @@
 // Package openapi holds the service's contract, openapi.json (OpenAPI 3.1,
 // interface version 0.2.0), embedded and served byte for byte at
-// /openapi.json, with an interactive view at /docs that needs no internet.
+// /openapi.json, with an interactive view at /docs that needs no internet:
+// the page and the Swagger UI files it loads are embedded too.
+//
+// openapi.json is written by hand and is the contract: code follows it.
+// The tests in openapitest and cmd/svc/app check that every route is in it,
+// that every operation in it is routed (or listed as not yet implemented),
+// and that every response of the API tests matches it.
 package openapi
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/filesystem"
 )
 
 // Spec is the committed document, byte for byte.
@@ -19,20 +23,14 @@ var Spec []byte
 //go:embed docs
 var docsFS embed.FS
 
-// Routes registers /openapi.json and /docs.
+// Routes registers /openapi.json, /docs and the files /docs loads.
 func Routes(r fiber.Router) {
 	r.Get("/openapi.json", func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		return c.Send(Spec)
 	})
-	sub, _ := fs.Sub(docsFS, "docs")
 	r.Get("/docs", func(c *fiber.Ctx) error {
-		b, err := fs.ReadFile(sub, "index.html")
-		if err != nil {
-			return err
-		}
-		c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
-		return c.Send(b)
+		return sendDoc(c, "index.html", fiber.MIMETextHTMLCharsetUTF8)
 	})
-	r.Use("/docs/", filesystem.New(filesystem.Config{Root: httpFS(sub)}))
+	r.Get("/docs/third_party/swagger-ui/:file", serveSwaggerUI)
 }
