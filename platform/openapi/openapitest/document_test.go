@@ -172,3 +172,37 @@ func TestSchemasHaveTheSpecFields(t *testing.T) {
 		require.Contains(t, desc, "`"+k.(string)+"`", "kind %s is not described", k)
 	}
 }
+
+// kin-openapi validates 3.0's `example` but not the `examples` keyword of a
+// 3.1 schema, and the interactive view shows them: check each against its
+// own schema.
+func TestSchemaExamplesMatchTheirSchemas(t *testing.T) {
+	t.Parallel()
+	doc, err := openapitest.Document()
+	require.NoError(t, err)
+	seen := map[*openapi3.Schema]bool{}
+	checked := 0
+	var walk func(name string, ref *openapi3.SchemaRef)
+	walk = func(name string, ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		for _, ex := range s.Examples {
+			require.NoError(t, s.VisitJSON(ex, openapi3.EnableJSONSchema2020()), "%s: example %v", name, ex)
+			checked++
+		}
+		for p, ps := range s.Properties {
+			walk(name+"."+p, ps)
+		}
+		walk(name+"[]", s.Items)
+	}
+	for name, s := range doc.Components.Schemas {
+		walk(name, s)
+	}
+	require.Greater(t, checked, 5)
+	bad := openapi3.NewSchema()
+	bad.Pattern = "^[0-9]+$"
+	require.Error(t, bad.VisitJSON("-x", openapi3.EnableJSONSchema2020()), "the check must be able to fail")
+}
