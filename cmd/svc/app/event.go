@@ -1,12 +1,45 @@
 package app
 
-import "context"
+import (
+	"context"
 
-// eventArea holds the event area's modules (filled in by that area's work).
-type eventArea struct{}
+	"github.com/riverqueue/river"
 
-func (a *App) initEvents(ctx context.Context) error { return nil }
+	"svc/jobs"
+	"svc/modules/alert"
+	"svc/modules/event"
+)
 
-func (a *App) routesEvents(r Routers) {}
+// eventArea holds outbound events and operator alerts. Other areas emit
+// events with a.Events.Emit inside their transactions and raise operator
+// alerts with a.Alerts.Raise.
+type eventArea struct {
+	Events    *event.Service
+	Alerts    *alert.Service
+	Deliverer *event.Deliverer
+}
 
-func (a *App) jobsEvents(j *Jobs) error { return nil }
+func (a *App) initEvents(context.Context) error {
+	a.Alerts = &alert.Service{DB: a.DB.Bun, Log: a.Log, Now: a.Clock.Now}
+	a.Events = &event.Service{DB: a.DB.Bun, Inserter: a.Inserter, Now: a.Clock.Now}
+	w := a.Cfg.Webhooks
+	a.Deliverer = &event.Deliverer{
+		DB: a.DB.Bun, Inserter: a.Inserter, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
+		URL: w.URL, Secret: []byte(w.Secret), Timeout: w.Timeout, Client: event.NewHTTPClient(w.Timeout),
+	}
+	return nil
+}
+
+func (a *App) routesEvents(r Routers) {
+	a.Events.Routes(r.Admin, r.Idem)
+}
+
+func (a *App) jobsEvents(j *Jobs) error {
+	if a.Cfg.Webhooks.URL == "" {
+		a.Log.Warn("PLATFORM_WEBHOOK_URL is not set: outbound events are kept pending until a worker starts with it")
+	}
+	river.AddWorker(j.Workers, &event.DeliverWorker{Deliverer: a.Deliverer})
+	river.AddWorker(j.Workers, &event.SweepWorker{Deliverer: a.Deliverer})
+	j.Periodic = append(j.Periodic, jobs.Periodic(event.SweepEvery, event.SweepArgs{}))
+	return nil
+}

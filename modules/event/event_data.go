@@ -1,0 +1,311 @@
+package event
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"svc/modules/asset"
+)
+
+// Data is the data of one event type. Each type has exactly one Data
+// struct below; docs/events.schema.json describes the same shapes.
+//
+// Amounts are decimal strings in display units (asset.Format), never
+// numbers. Every field is always present; optional values are null.
+type Data interface {
+	// Type is the event type the data belongs to.
+	Type() Type
+	validate(c *checker)
+}
+
+// DepositDetectedData: a payment to the deposit is visible but not yet
+// credited.
+type DepositDetectedData struct {
+	DepositID      string `json:"deposit_id"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Status         string `json:"status"`
+	PaymentID      string `json:"payment_id"`
+	Amount         string `json:"amount"` // the payment's amount
+}
+
+// DepositSettledData: the deposit was credited to the ledger (the SPEC
+// fixes these five fields).
+type DepositSettledData struct {
+	DepositID      string `json:"deposit_id"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Status         string `json:"status"`
+	AmountCredited string `json:"amount_credited"` // the sum of the credited payments
+}
+
+// DepositReviewRequiredData: money arrived that needs an operator (a late
+// payment, a payment after expiry, an amount that does not convert
+// exactly, an invoice marked settled by hand).
+type DepositReviewRequiredData struct {
+	DepositID      string  `json:"deposit_id"`
+	ExternalUserID string  `json:"external_user_id"`
+	Asset          string  `json:"asset"`
+	Status         string  `json:"status"`
+	AmountCredited string  `json:"amount_credited"`
+	PaymentID      *string `json:"payment_id"` // the payment in question, when there is one
+	Amount         *string `json:"amount"`     // its amount, when known
+	ReviewReason   string  `json:"review_reason"`
+}
+
+// DepositExpiredData: the deposit's window closed with nothing received.
+type DepositExpiredData struct {
+	DepositID      string `json:"deposit_id"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Status         string `json:"status"`
+}
+
+// WithdrawalPendingApprovalData: a gate sent the withdrawal to an operator.
+type WithdrawalPendingApprovalData struct {
+	WithdrawalID   string `json:"withdrawal_id"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Status         string `json:"status"`
+	AmountGross    string `json:"amount_gross"`
+	ApprovalReason string `json:"approval_reason"`
+}
+
+// WithdrawalBroadcastData: the payout is on chain and its txid is known.
+type WithdrawalBroadcastData struct {
+	WithdrawalID   string `json:"withdrawal_id"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Status         string `json:"status"`
+	AmountGross    string `json:"amount_gross"`
+	Fee            string `json:"fee"`
+	AmountNet      string `json:"amount_net"`
+	Txid           string `json:"txid"`
+}
+
+// WithdrawalCompletedData: the payout is confirmed. A Lightning payout has
+// no txid.
+type WithdrawalCompletedData struct {
+	WithdrawalID   string  `json:"withdrawal_id"`
+	ExternalUserID string  `json:"external_user_id"`
+	Asset          string  `json:"asset"`
+	Status         string  `json:"status"`
+	AmountGross    string  `json:"amount_gross"`
+	Fee            string  `json:"fee"`
+	AmountNet      string  `json:"amount_net"`
+	Txid           *string `json:"txid"`
+}
+
+// WithdrawalFailedData: the withdrawal will not proceed; the money is still
+// held until an operator releases it. Fee and net are null when it failed
+// before submission fixed them; txid is set when a transaction was seen.
+type WithdrawalFailedData struct {
+	WithdrawalID   string  `json:"withdrawal_id"`
+	ExternalUserID string  `json:"external_user_id"`
+	Asset          string  `json:"asset"`
+	Status         string  `json:"status"`
+	AmountGross    string  `json:"amount_gross"`
+	Fee            *string `json:"fee"`
+	AmountNet      *string `json:"amount_net"`
+	Txid           *string `json:"txid"`
+	FailureReason  string  `json:"failure_reason"`
+}
+
+// Type implements Data.
+func (DepositDetectedData) Type() Type { return DepositDetected }
+
+// Type implements Data.
+func (DepositSettledData) Type() Type { return DepositSettled }
+
+// Type implements Data.
+func (DepositReviewRequiredData) Type() Type { return DepositReviewRequired }
+
+// Type implements Data.
+func (DepositExpiredData) Type() Type { return DepositExpired }
+
+// Type implements Data.
+func (WithdrawalPendingApprovalData) Type() Type { return WithdrawalPendingApproval }
+
+// Type implements Data.
+func (WithdrawalBroadcastData) Type() Type { return WithdrawalBroadcast }
+
+// Type implements Data.
+func (WithdrawalCompletedData) Type() Type { return WithdrawalCompleted }
+
+// Type implements Data.
+func (WithdrawalFailedData) Type() Type { return WithdrawalFailed }
+
+// DataFor returns a zero value of the data struct of typ (nil for an
+// unknown type); tests and tools use it to walk every type.
+func DataFor(typ Type) Data {
+	switch typ {
+	case DepositDetected:
+		return DepositDetectedData{}
+	case DepositSettled:
+		return DepositSettledData{}
+	case DepositReviewRequired:
+		return DepositReviewRequiredData{}
+	case DepositExpired:
+		return DepositExpiredData{}
+	case WithdrawalPendingApproval:
+		return WithdrawalPendingApprovalData{}
+	case WithdrawalBroadcast:
+		return WithdrawalBroadcastData{}
+	case WithdrawalCompleted:
+		return WithdrawalCompletedData{}
+	case WithdrawalFailed:
+		return WithdrawalFailedData{}
+	}
+	return nil
+}
+
+// The statuses a resource can be in (SPEC "States and transitions").
+var (
+	depositStatuses    = []string{"creating", "pending", "confirming", "settled", "expired", "review", "dismissed", "failed"}
+	withdrawalStatuses = []string{"requested", "pending_approval", "approved", "rejected", "submitting", "submitted",
+		"broadcast", "confirmed", "failed", "refunded"}
+	assets = []string{asset.BTC, asset.BTCLN, asset.USDTTRC20}
+)
+
+func (d DepositDetectedData) validate(c *checker) {
+	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.text("payment_id", d.PaymentID)
+	c.decimal("amount", d.Amount)
+}
+
+func (d DepositSettledData) validate(c *checker) {
+	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.decimal("amount_credited", d.AmountCredited)
+}
+
+func (d DepositReviewRequiredData) validate(c *checker) {
+	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.decimal("amount_credited", d.AmountCredited)
+	c.optText("payment_id", d.PaymentID)
+	c.optDecimal("amount", d.Amount)
+	c.text("review_reason", d.ReviewReason)
+}
+
+func (d DepositExpiredData) validate(c *checker) {
+	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+}
+
+func (d WithdrawalPendingApprovalData) validate(c *checker) {
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.text("approval_reason", d.ApprovalReason)
+}
+
+func (d WithdrawalBroadcastData) validate(c *checker) {
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.decimal("fee", d.Fee)
+	c.decimal("amount_net", d.AmountNet)
+	c.text("txid", d.Txid)
+}
+
+func (d WithdrawalCompletedData) validate(c *checker) {
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.decimal("fee", d.Fee)
+	c.decimal("amount_net", d.AmountNet)
+	c.optText("txid", d.Txid)
+}
+
+func (d WithdrawalFailedData) validate(c *checker) {
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.optDecimal("fee", d.Fee)
+	c.optDecimal("amount_net", d.AmountNet)
+	c.optText("txid", d.Txid)
+	c.text("failure_reason", d.FailureReason)
+}
+
+// checkData makes sure data is the struct of typ and carries every
+// required value, so that a bug fails the emitting transaction instead of
+// sending the platform an event it cannot use.
+func checkData(typ Type, data any) (Data, error) {
+	if data == nil {
+		return nil, fmt.Errorf("%w: %s: no data", ErrData, typ)
+	}
+	if v := reflect.ValueOf(data); v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, fmt.Errorf("%w: %s: nil data", ErrData, typ)
+		}
+		data = v.Elem().Interface()
+	}
+	d, ok := data.(Data)
+	if !ok || DataFor(typ) == nil {
+		return nil, fmt.Errorf("%w: %s: unknown type or data %T", ErrData, typ, data)
+	}
+	if d.Type() != typ {
+		return nil, fmt.Errorf("%w: %T is the data of %s, not of %s", ErrData, data, d.Type(), typ)
+	}
+	var c checker
+	d.validate(&c)
+	if len(c.problems) > 0 {
+		return nil, fmt.Errorf("%w: %s: %s", ErrData, typ, strings.Join(c.problems, "; "))
+	}
+	return d, nil
+}
+
+var decimalPattern = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?$`)
+
+type checker struct{ problems []string }
+
+func (c *checker) add(format string, a ...any) { c.problems = append(c.problems, fmt.Sprintf(format, a...)) }
+
+func (c *checker) text(name, v string) {
+	if strings.TrimSpace(v) == "" {
+		c.add("%s is required", name)
+	}
+}
+
+func (c *checker) optText(name string, v *string) {
+	if v != nil {
+		c.text(name, *v)
+	}
+}
+
+func (c *checker) decimal(name, v string) {
+	if !decimalPattern.MatchString(v) {
+		c.add("%s %q is not a non-negative decimal string", name, v)
+	}
+}
+
+func (c *checker) optDecimal(name string, v *string) {
+	if v != nil {
+		c.decimal(name, *v)
+	}
+}
+
+func (c *checker) oneOf(name, v string, allowed []string) {
+	if !slices.Contains(allowed, v) {
+		c.add("%s %q is not one of %s", name, v, strings.Join(allowed, ", "))
+	}
+}
+
+func (c *checker) user(externalUserID, assetCode string) {
+	if n := len([]rune(externalUserID)); n < 1 || n > 255 {
+		c.add("external_user_id must have 1 to 255 characters")
+	}
+	c.oneOf("asset", assetCode, assets)
+}
+
+func (c *checker) deposit(id, user, assetCode, status string) {
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		c.add("deposit_id %q is not a lowercase uuid", id)
+	}
+	c.user(user, assetCode)
+	c.oneOf("status", status, depositStatuses)
+}
+
+func (c *checker) withdrawal(id, user, assetCode, status, gross string) {
+	if n := len(id); n < 1 || n > 255 {
+		c.add("withdrawal_id must have 1 to 255 characters")
+	}
+	c.user(user, assetCode)
+	c.oneOf("status", status, withdrawalStatuses)
+	c.decimal("amount_gross", gross)
+}

@@ -1,0 +1,391 @@
+package event
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/uptrace/bun"
+
+	"svc/modules/alert"
+	"svc/platform/db"
+	"svc/platform/queue"
+	"svc/platform/webhooksig"
+)
+
+// retryDelays are the waits after failed attempts 1 to 5 (SPEC "Events");
+// every later failure waits retryDelayAfter.
+var retryDelays = [...]time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour}
+
+const retryDelayAfter = 12 * time.Hour
+
+// RetryDelay is how long after failed attempt n (1-based) the next attempt
+// is due: 1m, 5m, 30m, 2h, 6h, then 12h.
+func RetryDelay(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n <= len(retryDelays) {
+		return retryDelays[n-1]
+	}
+	return retryDelayAfter
+}
+
+// maxResponseBytes caps how much of a receiver's response is read.
+const maxResponseBytes = 4 << 10
+
+// maxErrorRunes caps the response excerpt kept in last_error.
+const maxErrorRunes = 300
+
+// claimMargin is added to the HTTP timeout to bound a claim: a worker that
+// died mid-attempt holds the event no longer than this.
+const claimMargin = time.Minute
+
+// UserAgent is sent with every delivery.
+const UserAgent = "svc-webhooks/1"
+
+// AlertRaiser raises operator alerts (alert.Service).
+type AlertRaiser interface {
+	Raise(ctx context.Context, idb bun.IDB, p alert.Params) (alert.Alert, bool, error)
+}
+
+// Deliverer sends events to the platform.
+type Deliverer struct {
+	DB       bun.IDB
+	Inserter queue.Inserter
+	Alerts   AlertRaiser
+	Now      func() time.Time
+	Log      *slog.Logger
+	// URL receives the events (PLATFORM_WEBHOOK_URL); empty keeps them
+	// pending without spending attempts.
+	URL string
+	// Secret keys the signature (PLATFORM_WEBHOOK_SECRET).
+	Secret []byte
+	// Timeout bounds one attempt (PLATFORM_WEBHOOK_TIMEOUT); zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Client sends the requests; nil uses NewHTTPClient(Timeout).
+	Client *http.Client
+
+	once sync.Once
+}
+
+// NewHTTPClient returns the client deliveries use: bounded by timeout, and
+// never following a redirect (a 3xx is a failed attempt).
+func NewHTTPClient(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &http.Client{
+		Timeout:   timeout,
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// DefaultTimeout bounds an attempt when Deliverer.Timeout is not set.
+const DefaultTimeout = 10 * time.Second
+
+func (d *Deliverer) timeout() time.Duration {
+	if d.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return d.Timeout
+}
+
+// Outcome is what one call of Attempt did.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeNoURL     Outcome = "no_url"    // no URL configured: nothing sent, nothing spent
+	OutcomeSkipped   Outcome = "skipped"   // not pending, not yet due, or another attempt holds it
+	OutcomeDelivered Outcome = "delivered" // a 2xx
+	OutcomeRetry     Outcome = "retry"     // failed; the next attempt is scheduled
+	OutcomeDead      Outcome = "dead"      // the tenth failure
+)
+
+// Attempt makes one delivery attempt of the event if it is pending and due,
+// and records its outcome. It is safe to call at any time and concurrently:
+// only a caller that claims the event sends it.
+func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) {
+	if d.URL == "" {
+		return OutcomeNoURL, nil
+	}
+	start := d.Now().UTC()
+	token := uuid.New()
+	var e Event
+	err := d.DB.NewUpdate().Model(&e).
+		Set("claim_token = ?, claimed_until = ?", token, start.Add(d.timeout()+claimMargin)).
+		Where("id = ? AND status = ? AND next_attempt_at <= ?", id, StatusPending, start).
+		Where("(claimed_until IS NULL OR claimed_until <= ?)", start).
+		Returning(eventColumns).Scan(ctx)
+	if db.IsNoRows(err) {
+		return OutcomeSkipped, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("claim event %s: %w", id, err)
+	}
+
+	failure := d.post(ctx, e.Payload)
+	if ctx.Err() != nil {
+		// The worker is stopping: not the receiver's fault, so no attempt
+		// is spent. Let the job's retry (or the sweep) try again at once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL").
+			Where("id = ? AND claim_token = ?", id, token).Exec(rctx)
+		return "", fmt.Errorf("deliver event %s: %w", id, ctx.Err())
+	}
+
+	var (
+		outcome Outcome
+		next    time.Time
+	)
+	err = db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
+		outcome, next = OutcomeSkipped, time.Time{}
+		if failure == "" {
+			res, err := tx.NewUpdate().Model((*Event)(nil)).
+				Set("status = ?, attempts = attempts + 1, delivered_at = ?, claim_token = NULL, claimed_until = NULL", StatusDelivered, d.Now().UTC()).
+				Where("id = ? AND claim_token = ?", id, token).Exec(ctx)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				outcome = OutcomeDelivered
+			}
+			return nil
+		}
+		attempts := e.Attempts + 1
+		q := tx.NewUpdate().Model((*Event)(nil)).
+			Set("attempts = ?, last_error = ?, claim_token = NULL, claimed_until = NULL", attempts, failure).
+			Where("id = ? AND claim_token = ?", id, token)
+		if attempts >= MaxAttempts {
+			q = q.Set("status = ?, dead_at = ?", StatusDead, d.Now().UTC())
+		} else {
+			next = start.Add(RetryDelay(attempts))
+			q = q.Set("next_attempt_at = ?", next)
+		}
+		res, err := q.Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return nil // redelivered meanwhile: this attempt no longer counts
+		}
+		if attempts < MaxAttempts {
+			outcome = OutcomeRetry
+			_, err := d.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: attempts + 1, Cycle: e.Redeliveries},
+				&river.InsertOpts{ScheduledAt: next})
+			return err
+		}
+		outcome = OutcomeDead
+		_, _, err = d.Alerts.Raise(ctx, tx, deadAlert(e, failure))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("record delivery of event %s: %w", id, err)
+	}
+	log := d.log().With("event_id", e.PublicID(), "event_type", e.Type, "attempt", e.Attempts+1)
+	switch outcome {
+	case OutcomeDelivered:
+		log.Info("event delivered")
+	case OutcomeRetry:
+		log.Warn("event delivery failed", "error", failure, "next_attempt_at", next)
+	case OutcomeDead:
+		log.Warn("event delivery failed for the last time: event is dead", "error", failure)
+	}
+	return outcome, nil
+}
+
+func deadAlert(e Event, failure string) alert.Params {
+	subject := e.PublicID()
+	if e.Redeliveries > 0 {
+		// Each redelivery cycle that dies is its own alert.
+		subject = fmt.Sprintf("%s redelivery %d", subject, e.Redeliveries)
+	}
+	return alert.Params{
+		Type:    AlertDead,
+		Subject: subject,
+		Detail: fmt.Sprintf("event %s (%s, raw id %s) was not delivered after %d attempts; last error: %s. "+
+			"Fix the receiver, then redeliver it: svc admin events redeliver %s",
+			e.PublicID(), e.Type, e.ID, MaxAttempts, failure, e.ID),
+	}
+}
+
+// post sends payload once and returns "" on a 2xx or why the attempt failed.
+func (d *Deliverer) post(ctx context.Context, payload []byte) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(payload))
+	if err != nil {
+		return "cannot build the request: " + err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set(webhooksig.Header, webhooksig.Sign(d.Secret, d.Now(), payload))
+	d.once.Do(func() {
+		if d.Client == nil {
+			d.Client = NewHTTPClient(d.timeout())
+		}
+	})
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			if ue.Timeout() {
+				return fmt.Sprintf("timeout: no answer within %s", d.timeout())
+			}
+			err = ue.Err // the URL may carry credentials: keep it out of last_error
+		}
+		return "request failed: " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		return ""
+	case c >= 300 && c < 400:
+		return fmt.Sprintf("HTTP %d: redirect to %q not followed", c, excerpt([]byte(resp.Header.Get("Location"))))
+	default:
+		return fmt.Sprintf("HTTP %d: %s", c, excerpt(body))
+	}
+}
+
+// excerpt makes b safe and short enough to keep in last_error.
+func excerpt(b []byte) string {
+	s := strings.Map(func(r rune) rune {
+		if r == 0 || (unicode.IsControl(r) && r != ' ') {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "\uFFFD"))
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > maxErrorRunes {
+		s = string(r[:maxErrorRunes]) + "…"
+	}
+	return s
+}
+
+// sweepBatch is how many due events one sweep transaction enqueues.
+const sweepBatch = 500
+
+// Sweep queues a delivery job for every pending event that is due and not
+// held by an attempt, unless it already has a live job. It is how the
+// backlog of events written while no URL was configured drains, and how an
+// event whose job was lost (an attempt that died, a database error after
+// the claim) is picked up again. It returns how many jobs it queued.
+func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
+	if d.URL == "" {
+		return 0, nil
+	}
+	now := d.Now().UTC()
+	queued := 0
+	var (
+		afterAt time.Time
+		afterID uuid.UUID
+	)
+	for {
+		var due []Event
+		q := d.DB.NewSelect().Model(&due).Column("id", "attempts", "redeliveries", "next_attempt_at").
+			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
+			Where("(claimed_until IS NULL OR claimed_until <= ?)", now).
+			OrderExpr("next_attempt_at, id").Limit(sweepBatch)
+		if !afterAt.IsZero() {
+			q = q.Where("(next_attempt_at, id) > (?, ?)", afterAt, afterID)
+		}
+		if err := q.Scan(ctx); err != nil {
+			return queued, fmt.Errorf("sweep events: %w", err)
+		}
+		if len(due) == 0 {
+			return queued, nil
+		}
+		n := 0
+		err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
+			n = 0
+			for _, e := range due {
+				res, err := d.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: e.ID, Attempt: e.Attempts + 1, Cycle: e.Redeliveries}, nil)
+				if err != nil {
+					return err
+				}
+				if !res.UniqueSkippedAsDuplicate {
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return queued, fmt.Errorf("sweep events: queue jobs: %w", err)
+		}
+		queued += n
+		last := due[len(due)-1]
+		afterAt, afterID = last.NextAttemptAt, last.ID
+		if len(due) < sweepBatch {
+			return queued, nil
+		}
+	}
+}
+
+func (d *Deliverer) log() *slog.Logger {
+	if d.Log == nil {
+		return slog.Default()
+	}
+	return d.Log
+}
+
+// liveJobStates are the River states of a job that will still run.
+var liveJobStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+}
+
+// DeliverWorker runs delivery jobs.
+type DeliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+	Deliverer *Deliverer
+}
+
+// Work makes one attempt for the job's event.
+func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	_, err := w.Deliverer.Attempt(ctx, job.Args.EventID)
+	return err
+}
+
+// Timeout leaves the HTTP timeout room to expire first.
+func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
+	return w.Deliverer.timeout() + claimMargin
+}
+
+// SweepEvery is how often the sweep runs (and once when a worker starts).
+const SweepEvery = time.Minute
+
+// SweepArgs asks for a sweep.
+type SweepArgs struct{}
+
+// Kind is the job kind.
+func (SweepArgs) Kind() string { return "event_sweep" }
+
+// SweepWorker runs sweeps.
+type SweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	Deliverer *Deliverer
+}
+
+// Work sweeps.
+func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	n, err := w.Deliverer.Sweep(ctx)
+	if n > 0 {
+		w.Deliverer.log().Info("queued due events for delivery", "count", n)
+	}
+	return err
+}

@@ -1,0 +1,347 @@
+package event_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/alert"
+	"svc/modules/event"
+)
+
+// specDelays is the SPEC's schedule, written out here rather than taken
+// from the code under test.
+var specDelays = []time.Duration{time.Minute, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 6 * time.Hour,
+	12 * time.Hour, 12 * time.Hour, 12 * time.Hour, 12 * time.Hour}
+
+func TestDeliveredOnAny2xx(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"ok", "204"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rcv := newReceiver(t, secret, b.fake.Now)
+			rcv.setMode(mode)
+			e := b.emit(t, event.DepositSettled, samples()[1])
+			out, err := b.deliverer(rcv.URL(), 2*time.Second).Attempt(context.Background(), e.ID)
+			require.NoError(t, err)
+			require.Equal(t, event.OutcomeDelivered, out)
+
+			got := b.get(t, e.ID)
+			require.Equal(t, event.StatusDelivered, got.Status)
+			require.Equal(t, 1, got.Attempts)
+			require.NotNil(t, got.DeliveredAt)
+			reqs, bad, _ := rcv.snapshot()
+			require.Empty(t, bad)
+			require.Len(t, reqs, 1)
+			require.Equal(t, string(e.Payload), string(reqs[0].Body), "the stored bytes are what is sent")
+			require.Equal(t, "application/json", reqs[0].ContentType)
+			require.Regexp(t, `^t=\d+,v1=[0-9a-f]{64}$`, reqs[0].Signature)
+
+			// Delivered is final: another job for it does nothing.
+			out, err = b.deliverer(rcv.URL(), 2*time.Second).Attempt(context.Background(), e.ID)
+			require.NoError(t, err)
+			require.Equal(t, event.OutcomeSkipped, out)
+			require.Equal(t, 1, rcv.count())
+		})
+	}
+}
+
+// TestEachFailureIsRetriedOnTheScheduleUntilDead drives ten attempts per
+// failure mode with an injected clock and reads the schedule back from the
+// database: next_attempt_at and the scheduled River job, after every
+// failure; then dead, one alert, and nothing more.
+func TestEachFailureIsRetriedOnTheScheduleUntilDead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode    string
+		lastErr string
+	}{
+		{"500", "HTTP 500: receiver broke"},
+		{"400", "HTTP 400: receiver refuses"},
+		{"timeout", "timeout: no answer within 300ms"},
+		{"refused", "connection refused"},
+		{"redirect", `HTTP 302: redirect to "/elsewhere" not followed`},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			rcv := newReceiver(t, secret, b.fake.Now)
+			rcv.setMode(tc.mode)
+			url := rcv.URL()
+			if tc.mode == "refused" {
+				url = refusedURL(t)
+			}
+			d := b.deliverer(url, 300*time.Millisecond)
+			e := b.emit(t, event.WithdrawalFailed, samples()[9])
+
+			for n := 1; n <= event.MaxAttempts; n++ {
+				at := b.fake.Now()
+				out, err := d.Attempt(ctx, e.ID)
+				require.NoError(t, err)
+				got := b.get(t, e.ID)
+				require.Equal(t, n, got.Attempts)
+				require.NotNil(t, got.LastError)
+				require.Contains(t, *got.LastError, tc.lastErr)
+				if n == event.MaxAttempts {
+					require.Equal(t, event.OutcomeDead, out)
+					require.Equal(t, event.StatusDead, got.Status)
+					require.NotNil(t, got.DeadAt)
+					break
+				}
+				require.Equal(t, event.OutcomeRetry, out, "attempt %d", n)
+				require.Equal(t, event.StatusPending, got.Status)
+				next := at.Add(specDelays[n-1])
+				require.True(t, got.NextAttemptAt.Equal(next), "attempt %d: next_attempt_at %s, want %s", n, got.NextAttemptAt, next)
+				jobs := deliveryJobs(t, b.db.Bun, e.ID)
+				last := jobs[len(jobs)-1]
+				require.Equal(t, n+1, last.Attempt)
+				require.Equal(t, "scheduled", last.State)
+				require.True(t, last.ScheduledAt.Equal(next), "job for attempt %d scheduled at %s, want %s", n+1, last.ScheduledAt, next)
+
+				// A job that runs early does nothing and spends nothing.
+				b.fake.Advance(specDelays[n-1] - time.Second)
+				out, err = d.Attempt(ctx, e.ID)
+				require.NoError(t, err)
+				require.Equal(t, event.OutcomeSkipped, out)
+				require.Equal(t, n, b.get(t, e.ID).Attempts)
+				b.fake.Advance(time.Second)
+			}
+
+			// Dead is final until an operator redelivers; exactly one alert.
+			out, err := d.Attempt(ctx, e.ID)
+			require.NoError(t, err)
+			require.Equal(t, event.OutcomeSkipped, out)
+			alerts, err := b.alerts.List(ctx, alert.ListParams{})
+			require.NoError(t, err)
+			require.Len(t, alerts, 1)
+			require.Equal(t, event.AlertDead, alerts[0].Type)
+			require.Equal(t, e.PublicID(), alerts[0].Subject)
+			require.Contains(t, alerts[0].Detail, tc.lastErr)
+			require.Contains(t, alerts[0].Detail, e.ID.String())
+			require.Len(t, deliveryJobs(t, b.db.Bun, e.ID), event.MaxAttempts, "one job per attempt, none after the last")
+
+			reqs, bad, redirects := rcv.snapshot()
+			require.Empty(t, bad, "every delivery verifies with the receiver's own HMAC")
+			require.Zero(t, redirects, "a redirect is never followed")
+			if tc.mode == "refused" {
+				require.Empty(t, reqs)
+				return
+			}
+			require.Len(t, reqs, event.MaxAttempts)
+			for _, r := range reqs {
+				require.Equal(t, string(e.Payload), string(r.Body), "the body is stable across retries")
+			}
+		})
+	}
+}
+
+func TestRedeliverStartsAFreshCycle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rcv := newReceiver(t, secret, b.fake.Now)
+	rcv.setMode("500")
+	d := b.deliverer(rcv.URL(), time.Second)
+	e := b.emit(t, event.DepositReviewRequired, samples()[2])
+	kill := func() {
+		for range event.MaxAttempts {
+			_, err := d.Attempt(ctx, e.ID)
+			require.NoError(t, err)
+			b.fake.Advance(12 * time.Hour)
+		}
+		require.Equal(t, event.StatusDead, b.get(t, e.ID).Status)
+	}
+	kill()
+
+	// Only a dead event can be redelivered.
+	other := b.emit(t, event.DepositExpired, samples()[4])
+	_, err := b.events.Redeliver(ctx, other.ID)
+	require.ErrorIs(t, err, event.ErrNotDead)
+	_, err = b.events.Redeliver(ctx, [16]byte{1})
+	require.ErrorIs(t, err, event.ErrNotFound)
+
+	re, err := b.events.Redeliver(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.StatusPending, re.Status)
+	require.Zero(t, re.Attempts)
+	require.Equal(t, 1, re.Redeliveries)
+	require.True(t, re.NextAttemptAt.Equal(b.fake.Now()))
+	require.NotNil(t, re.LastError, "the last error stays until the next attempt")
+	jobs := deliveryJobs(t, b.db.Bun, e.ID)
+	require.Equal(t, "available", jobs[len(jobs)-1].State)
+	require.Equal(t, 1, jobs[len(jobs)-1].Cycle)
+
+	// The second cycle dies too: a second alert, for this cycle.
+	kill()
+	alerts, err := b.alerts.List(ctx, alert.ListParams{})
+	require.NoError(t, err)
+	require.Len(t, alerts, 2)
+	require.Equal(t, e.PublicID()+" redelivery 1", alerts[0].Subject)
+
+	_, err = b.events.Redeliver(ctx, e.ID)
+	require.NoError(t, err)
+	rcv.setMode("ok")
+	out, err := d.Attempt(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.OutcomeDelivered, out)
+	got := b.get(t, e.ID)
+	require.Equal(t, event.StatusDelivered, got.Status)
+	require.Equal(t, 1, got.Attempts)
+	_, err = b.events.Redeliver(ctx, e.ID)
+	require.ErrorIs(t, err, event.ErrNotDead, "a delivered event was acknowledged")
+
+	reqs, bad, _ := rcv.snapshot()
+	require.Empty(t, bad)
+	require.Len(t, reqs, 2*event.MaxAttempts+1)
+	for _, r := range reqs {
+		require.Equal(t, string(e.Payload), string(r.Body))
+	}
+}
+
+func TestWithoutAURLEventsWaitAndThenDrain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var ids []event.Event
+	for _, d := range samples()[:4] {
+		ids = append(ids, b.emit(t, d.Type(), d))
+	}
+	none := b.deliverer("", time.Second)
+	for _, e := range ids {
+		out, err := none.Attempt(ctx, e.ID)
+		require.NoError(t, err)
+		require.Equal(t, event.OutcomeNoURL, out)
+	}
+	n, err := none.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	b.fake.Advance(30 * 24 * time.Hour)
+	for _, e := range ids {
+		got := b.get(t, e.ID)
+		require.Equal(t, event.StatusPending, got.Status)
+		require.Zero(t, got.Attempts, "no attempt is spent without a URL")
+		require.Nil(t, got.LastError)
+	}
+	// The jobs inserted by Emit have run (and done nothing).
+	_, err = b.db.Bun.ExecContext(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'event_deliver'")
+	require.NoError(t, err)
+
+	// A worker with a URL sweeps the backlog into the queue, once.
+	rcv := newReceiver(t, secret, b.fake.Now)
+	d := b.deliverer(rcv.URL(), time.Second)
+	n, err = d.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(ids), n)
+	n, err = d.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "an event with a live job is not queued twice")
+	for _, e := range ids {
+		jobs := deliveryJobs(t, b.db.Bun, e.ID)
+		require.Len(t, jobs, 2)
+		require.Equal(t, "available", jobs[1].State)
+		out, err := d.Attempt(ctx, e.ID)
+		require.NoError(t, err)
+		require.Equal(t, event.OutcomeDelivered, out)
+	}
+	reqs, bad, _ := rcv.snapshot()
+	require.Empty(t, bad)
+	require.Len(t, reqs, len(ids))
+}
+
+func TestConcurrentAttemptsSendOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, secret, b.fake.Now)
+	d := b.deliverer(rcv.URL(), time.Second)
+	e := b.emit(t, event.DepositDetected, samples()[0])
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		outcomes = map[event.Outcome]int{}
+	)
+	for range 8 {
+		wg.Go(func() {
+			out, err := d.Attempt(context.Background(), e.ID)
+			require.NoError(t, err)
+			mu.Lock()
+			outcomes[out]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[event.Outcome]int{event.OutcomeDelivered: 1, event.OutcomeSkipped: 7}, outcomes)
+	require.Equal(t, 1, rcv.count())
+}
+
+func TestAClaimHeldByADeadWorkerExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rcv := newReceiver(t, secret, b.fake.Now)
+	d := b.deliverer(rcv.URL(), time.Second)
+	e := b.emit(t, event.DepositDetected, samples()[0])
+	_, err := b.db.Bun.ExecContext(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'event_deliver'")
+	require.NoError(t, err)
+	// A worker claimed the event and died before recording anything.
+	_, err = b.db.Bun.ExecContext(ctx, "UPDATE outbound_events SET claim_token = gen_random_uuid(), claimed_until = ? WHERE id = ?",
+		b.fake.Now().Add(time.Second+time.Minute), e.ID)
+	require.NoError(t, err)
+
+	out, err := d.Attempt(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.OutcomeSkipped, out, "the claim is still held")
+	n, err := d.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	b.fake.Advance(time.Second + time.Minute)
+	n, err = d.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the sweep picks the event up once the claim has expired")
+	out, err = d.Attempt(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.OutcomeDelivered, out)
+}
+
+func TestAStoppingWorkerSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, secret, b.fake.Now)
+	rcv.setMode("timeout")
+	d := b.deliverer(rcv.URL(), 5*time.Second)
+	e := b.emit(t, event.DepositDetected, samples()[0])
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for rcv.count() == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err := d.Attempt(ctx, e.ID)
+	require.ErrorIs(t, err, context.Canceled)
+	got := b.get(t, e.ID)
+	require.Zero(t, got.Attempts)
+	require.Equal(t, event.StatusPending, got.Status)
+	require.Equal(t, 0, countRows(t, b.db.Bun, "SELECT count(*) FROM outbound_events WHERE claim_token IS NOT NULL"), "the claim is released")
+}
+
+func TestAResponseBodyIsReadOnlyUpToACap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, secret, b.fake.Now)
+	rcv.setMode("big")
+	e := b.emit(t, event.DepositDetected, samples()[0])
+	out, err := b.deliverer(rcv.URL(), 2*time.Second).Attempt(context.Background(), e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.OutcomeRetry, out)
+	last := *b.get(t, e.ID).LastError
+	require.True(t, strings.HasPrefix(last, "HTTP 502: first line second\uFFFD xxx"), last)
+	require.LessOrEqual(t, len([]rune(last)), 320)
+	require.NotContains(t, last, "\x00")
+}

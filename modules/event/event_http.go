@@ -1,0 +1,126 @@
+package event
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/httpapi"
+	"svc/platform/idempotency"
+	"svc/platform/timefmt"
+)
+
+// Record is the SPEC's outbound event record (admin view).
+type Record struct {
+	ID            string          `json:"id"`
+	RawID         string          `json:"raw_id"`
+	Type          Type            `json:"type"`
+	Status        Status          `json:"status"`
+	Attempts      int             `json:"attempts"`
+	NextAttemptAt string          `json:"next_attempt_at"`
+	LastError     *string         `json:"last_error"`
+	CreatedAt     string          `json:"created_at"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// ToRecord renders an event for operators.
+func ToRecord(e Event) Record {
+	return Record{
+		ID: e.PublicID(), RawID: e.ID.String(), Type: e.Type, Status: e.Status, Attempts: e.Attempts,
+		NextAttemptAt: timefmt.Format(e.NextAttemptAt), LastError: e.LastError, CreatedAt: timefmt.Format(e.CreatedAt),
+		Payload: e.Payload,
+	}
+}
+
+// RedeliverResponse is the body of a redelivery.
+type RedeliverResponse struct {
+	ID     string `json:"id"`
+	Status Status `json:"status"`
+}
+
+// Routes registers the admin endpoints on the /v1/admin router; idem is the
+// Idempotency-Key middleware that mutating routes need.
+//
+//	GET  /events?status=&limit=          {events: [Record]}, newest first
+//	POST /events/{event_id}/redeliver    {id, status}
+//
+// event_id is the raw uuid (raw_id). Anything that names no event, a
+// malformed uuid included, is 404; an event that is not dead is 409.
+func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
+	admin.Get("/events", s.handleList)
+	admin.Post("/events/:event_id/redeliver", idem, s.handleRedeliver)
+}
+
+func (s *Service) handleList(c *fiber.Ctx) error {
+	status, serr := httpapi.QueryEnum(c, "status", string(StatusPending), string(StatusDelivered), string(StatusDead))
+	limit, lerr := httpapi.QueryInt(c, "limit", 50, 1, 200)
+	if err := mergeValidation(serr, lerr); err != nil {
+		return err
+	}
+	events, err := s.List(c.UserContext(), ListParams{Status: Status(status), Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := make([]Record, 0, len(events))
+	for _, e := range events {
+		out = append(out, ToRecord(e))
+	}
+	return c.JSON(fiber.Map{"events": out})
+}
+
+// mergeValidation reports every bad query parameter at once.
+func mergeValidation(errs ...error) error {
+	var fields []fault.FieldError
+	for _, err := range errs {
+		var fe *fault.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &fe) && len(fe.Fields) > 0:
+			fields = append(fields, fe.Fields...)
+		default:
+			return err
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return fault.Validation(fields...)
+}
+
+func (s *Service) handleRedeliver(c *fiber.Ctx) error {
+	raw := httpapi.Param(c, "event_id")
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		return ErrNotFound // no event has that id
+	}
+	rec := idempotency.FromCtx(c)
+	var body []byte
+	err = db.RunInTx(c.UserContext(), s.DB, func(ctx context.Context, tx bun.Tx) error {
+		e, err := s.RedeliverTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if body, err = json.Marshal(RedeliverResponse{ID: e.PublicID(), Status: e.Status}); err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		return rec.CompleteTx(ctx, tx, fiber.StatusOK, fiber.MIMEApplicationJSON, body)
+	})
+	if errors.Is(err, idempotency.ErrLost) {
+		return fault.Wrap(fault.Conflict, "a newer request with this Idempotency-Key took over", err)
+	}
+	if err != nil {
+		return fmt.Errorf("redeliver: %w", err)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(fiber.StatusOK).Send(body)
+}

@@ -1,0 +1,160 @@
+package event
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/queue"
+	"svc/platform/timefmt"
+)
+
+// Service writes events into the outbox and lets operators read and
+// redeliver them.
+type Service struct {
+	DB       bun.IDB
+	Inserter queue.Inserter
+	Now      func() time.Time
+}
+
+// envelope is the body of a delivery. Its field order is the order on the
+// wire.
+type envelope struct {
+	ID        string `json:"id"`
+	Type      Type   `json:"type"`
+	CreatedAt string `json:"created_at"`
+	Data      Data   `json:"data"`
+}
+
+// Emit writes an event of type typ with data (the Data struct of that type,
+// or a pointer to it) inside tx, the transaction of the state change it
+// reports, and inserts its delivery job on the same transaction. If tx rolls
+// back, neither the event nor its job exists.
+func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Event, error) {
+	d, err := checkData(typ, data)
+	if err != nil {
+		return Event{}, err
+	}
+	// Time-ordered ids keep the primary key's inserts local.
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Event{}, fmt.Errorf("emit %s: new id: %w", typ, err)
+	}
+	// Microseconds: what PostgreSQL keeps, so the row and the payload agree.
+	now := s.Now().UTC().Truncate(time.Microsecond)
+	payload, err := json.Marshal(envelope{ID: PublicID(id), Type: typ, CreatedAt: timefmt.Format(now), Data: d})
+	if err != nil {
+		return Event{}, fmt.Errorf("emit %s: encode: %w", typ, err)
+	}
+	e := Event{ID: id, Type: typ, Status: StatusPending, NextAttemptAt: now, Payload: payload, CreatedAt: now}
+	if _, err := tx.NewInsert().Model(&e).Exec(ctx); err != nil {
+		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
+	}
+	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1}, nil); err != nil {
+		return Event{}, fmt.Errorf("emit %s: insert delivery job: %w", typ, err)
+	}
+	return e, nil
+}
+
+// Get returns one event.
+func (s *Service) Get(ctx context.Context, id uuid.UUID) (Event, error) {
+	var e Event
+	err := s.DB.NewSelect().Model(&e).Where("id = ?", id).Scan(ctx)
+	if db.IsNoRows(err) {
+		return Event{}, ErrNotFound
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("read event %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// ListParams filter List.
+type ListParams struct {
+	Status Status // empty: every status
+	Limit  int    // 1 to 200; 0 means 50
+}
+
+// List returns events, newest first.
+func (s *Service) List(ctx context.Context, p ListParams) ([]Event, error) {
+	if p.Limit <= 0 {
+		p.Limit = 50
+	}
+	out := []Event{}
+	q := s.DB.NewSelect().Model(&out).OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit))
+	if p.Status != "" {
+		q = q.Where("status = ?", p.Status)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}
+
+// Redeliver puts the event back in the queue; see RedeliverTx.
+func (s *Service) Redeliver(ctx context.Context, id uuid.UUID) (Event, error) {
+	var e Event
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		e, err = s.RedeliverTx(ctx, tx, id)
+		return err
+	})
+	return e, err
+}
+
+// RedeliverTx puts a dead event back in the queue inside tx: it becomes
+// pending, due now, with a fresh cycle of MaxAttempts attempts and a fresh
+// delivery job; last_error is kept until the next attempt replaces it. Only
+// a dead event can be redelivered (SPEC "Outbound event"): a pending one is
+// already queued and a delivered one was acknowledged, so both are
+// ErrNotDead. Events are never deleted.
+func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID) (Event, error) {
+	now := s.Now().UTC()
+	var e Event
+	err := tx.NewUpdate().Model(&e).
+		Set("status = ?, attempts = 0, next_attempt_at = ?, dead_at = NULL, redeliveries = redeliveries + 1", StatusPending, now).
+		Where("id = ? AND status = ?", id, StatusDead).Returning(eventColumns).Scan(ctx)
+	if db.IsNoRows(err) {
+		var cur Event
+		switch err := tx.NewSelect().Model(&cur).Column("status").Where("id = ?", id).Scan(ctx); {
+		case db.IsNoRows(err):
+			return Event{}, ErrNotFound
+		case err != nil:
+			return Event{}, fmt.Errorf("redeliver event %s: %w", id, err)
+		}
+		return Event{}, fault.Wrap(fault.Conflict,
+			fmt.Sprintf("event %s is %s: only a dead event can be redelivered", PublicID(id), cur.Status), ErrNotDead)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("redeliver event %s: %w", id, err)
+	}
+	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1, Cycle: e.Redeliveries}, nil); err != nil {
+		return Event{}, fmt.Errorf("redeliver event %s: insert delivery job: %w", id, err)
+	}
+	return e, nil
+}
+
+// DeliverArgs wakes the Deliverer for one event. Attempt and Cycle are not
+// state (the worker reads the row): they make the job unique per attempt,
+// so the sweep never queues a second job for an attempt that already has a
+// live one.
+type DeliverArgs struct {
+	EventID uuid.UUID `json:"event_id"`
+	Attempt int       `json:"attempt"`
+	Cycle   int       `json:"cycle"`
+}
+
+// Kind is the job kind.
+func (DeliverArgs) Kind() string { return "event_deliver" }
+
+// InsertOpts makes delivery jobs unique by their arguments among live jobs.
+func (DeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
+}
