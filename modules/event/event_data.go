@@ -254,7 +254,9 @@ var decimalPattern = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?$`)
 
 type checker struct{ problems []string }
 
-func (c *checker) add(format string, a ...any) { c.problems = append(c.problems, fmt.Sprintf(format, a...)) }
+func (c *checker) add(format string, a ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, a...))
+}
 
 func (c *checker) text(name, v string) {
 	if strings.TrimSpace(v) == "" {
