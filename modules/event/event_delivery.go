@@ -124,7 +124,9 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 	if d.URL == "" {
 		return OutcomeNoURL, nil
 	}
-	start := d.Now().UTC()
+	// Microseconds: what PostgreSQL keeps, so next_attempt_at is exactly
+	// the attempt's start plus the delay.
+	start := d.Now().UTC().Truncate(time.Microsecond)
 	token := uuid.New()
 	var e Event
 	err := d.DB.NewUpdate().Model(&e).

@@ -116,7 +116,7 @@ func (s *Service) Redeliver(ctx context.Context, id uuid.UUID) (Event, error) {
 // already queued and a delivered one was acknowledged, so both are
 // ErrNotDead. Events are never deleted.
 func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID) (Event, error) {
-	now := s.Now().UTC()
+	now := s.Now().UTC().Truncate(time.Microsecond)
 	var e Event
 	err := tx.NewUpdate().Model(&e).
 		Set("status = ?, attempts = 0, next_attempt_at = ?, dead_at = NULL, redeliveries = redeliveries + 1", StatusPending, now).

@@ -5,7 +5,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"svc/jobs"
 	"svc/modules/alert"
 	"svc/modules/event"
 )
@@ -40,6 +39,12 @@ func (a *App) jobsEvents(j *Jobs) error {
 	}
 	river.AddWorker(j.Workers, &event.DeliverWorker{Deliverer: a.Deliverer})
 	river.AddWorker(j.Workers, &event.SweepWorker{Deliverer: a.Deliverer})
-	j.Periodic = append(j.Periodic, jobs.Periodic(event.SweepEvery, event.SweepArgs{}))
+	// Not jobs.Periodic: its once-per-period uniqueness would skip the sweep
+	// of a worker restarted within a minute of the last one, and that
+	// start-up sweep is what drains a backlog once a URL is set. A
+	// duplicated sweep is harmless (delivery jobs are unique).
+	j.Periodic = append(j.Periodic, river.NewPeriodicJob(river.PeriodicInterval(event.SweepEvery),
+		func() (river.JobArgs, *river.InsertOpts) { return event.SweepArgs{}, nil },
+		&river.PeriodicJobOpts{ID: event.SweepArgs{}.Kind(), RunOnStart: true}))
 	return nil
 }
