@@ -1,0 +1,225 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+)
+
+// Balance is a user's balance in one asset, in smallest units.
+type Balance struct {
+	Asset     asset.Asset
+	Available int64
+	Held      int64
+}
+
+// Total is available plus held.
+func (b Balance) Total() int64 { return b.Available + b.Held }
+
+// Balances returns the user's balances in every enabled asset, by asset
+// code; a user the ledger has never seen has zeros. They are the
+// materialized balances, which the same statement as every posting keeps
+// equal to the postings.
+func Balances(ctx context.Context, idb bun.IDB, externalUserID string) ([]Balance, error) {
+	assets, err := (&asset.Store{DB: idb}).Enabled(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: balances: %w", err)
+	}
+	q, err := sqlOf(idb)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `
+SELECT asset, kind, balance FROM ledger_accounts
+ WHERE owner = $1 AND kind IN ('user_available', 'user_hold')`, externalUserID)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: balances: %w", err)
+	}
+	defer rows.Close()
+	type key struct {
+		asset string
+		kind  AccountKind
+	}
+	got := map[key]int64{}
+	for rows.Next() {
+		var (
+			k   key
+			bal int64
+		)
+		if err := rows.Scan(&k.asset, &k.kind, &bal); err != nil {
+			return nil, fmt.Errorf("ledger: balances: %w", err)
+		}
+		got[k] = bal
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: balances: %w", err)
+	}
+	out := make([]Balance, len(assets))
+	for i, a := range assets {
+		out[i] = Balance{Asset: a, Available: got[key{a.Code, UserAvailable}], Held: got[key{a.Code, UserHold}]}
+	}
+	return out, nil
+}
+
+// Transaction page sizes.
+const (
+	DefaultTransactionsLimit = 50
+	MaxTransactionsLimit     = 200
+)
+
+// TransactionsQuery selects one page of a user's history.
+type TransactionsQuery struct {
+	ExternalUserID string
+	Asset          string // optional; unknown: asset.ErrUnknown
+	Cursor         int64  // 0 for the newest; otherwise postings with smaller ids
+	Limit          int    // 1 to MaxTransactionsLimit; 0 means DefaultTransactionsLimit
+}
+
+// Transaction is one posting on a user's account.
+type Transaction struct {
+	PostingID int64
+	EntryID   int64
+	Kind      EntryKind
+	Asset     string
+	Account   AccountKind // user_available or user_hold
+	Amount    int64       // signed: positive is a credit to the user
+	SourceRef string
+	Memo      string
+	CreatedAt time.Time
+}
+
+// Transactions returns a page of the user's postings (user_available and
+// user_hold), newest first, and the cursor of the next page (nil on the
+// last). Pages are keyset on posting id, so postings added later never
+// shift a page that was already read.
+func Transactions(ctx context.Context, idb bun.IDB, tq TransactionsQuery) ([]Transaction, *int64, error) {
+	if tq.Limit == 0 {
+		tq.Limit = DefaultTransactionsLimit
+	}
+	if tq.Limit < 1 || tq.Limit > MaxTransactionsLimit {
+		return nil, nil, fmt.Errorf("ledger: transactions: limit %d outside 1..%d", tq.Limit, MaxTransactionsLimit)
+	}
+	cursor := tq.Cursor
+	if cursor <= 0 {
+		cursor = math.MaxInt64
+	}
+	if tq.Asset != "" {
+		if _, err := (&asset.Store{DB: idb}).Get(ctx, tq.Asset); err != nil {
+			return nil, nil, err
+		}
+	}
+	q, err := sqlOf(idb)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Per account (at most two per asset) the newest postings below the
+	// cursor straight from the (account_id, id) index, then the merge: the
+	// cost is the page size, not the user's history.
+	rows, err := q.QueryContext(ctx, `
+SELECT p.id, p.entry_id, e.kind, e.asset, acc.kind, p.amount, e.source_ref, coalesce(e.memo, ''), e.created_at
+  FROM ledger_accounts acc
+ CROSS JOIN LATERAL (
+        SELECT id, entry_id, amount FROM ledger_postings
+         WHERE account_id = acc.id AND id < $3
+         ORDER BY id DESC LIMIT $4) p
+  JOIN ledger_entries e ON e.id = p.entry_id
+ WHERE acc.owner = $1 AND acc.kind IN ('user_available', 'user_hold') AND ($2::text = '' OR acc.asset = $2::text)
+ ORDER BY p.id DESC
+ LIMIT $4`, tq.ExternalUserID, tq.Asset, cursor, tq.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
+	}
+	defer rows.Close()
+	var out []Transaction
+	for rows.Next() {
+		var t Transaction
+		if err := rows.Scan(&t.PostingID, &t.EntryID, &t.Kind, &t.Asset, &t.Account, &t.Amount, &t.SourceRef, &t.Memo, &t.CreatedAt); err != nil {
+			return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
+	}
+	if len(out) > tq.Limit {
+		out = out[:tq.Limit]
+		next := out[len(out)-1].PostingID
+		return out, &next, nil
+	}
+	return out, nil, nil
+}
+
+// Totals are one asset's ledger balances in smallest units, each in its
+// account's own sense (see the package doc's signs): the system accounts
+// derived from their postings, the users' summed from their materialized
+// balances. Reconciliation compares them with the chain.
+type Totals struct {
+	Asset         string
+	Custody       int64
+	InFlight      int64
+	FeeIncome     int64
+	NetworkFees   int64
+	Suspense      int64
+	UserAvailable int64 // over all users
+	UserHold      int64 // over all users
+}
+
+// UserObligations is what the service owes its users in the asset.
+func (t Totals) UserObligations() int64 { return t.UserAvailable + t.UserHold }
+
+// AssetTotals returns Totals for every asset that has ledger accounts, by
+// asset code. Each system balance is one index-only sum over its postings.
+func AssetTotals(ctx context.Context, idb bun.IDB) ([]Totals, error) {
+	q, err := sqlOf(idb)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `
+SELECT asset, kind, sum(balance) FROM ledger_accounts WHERE balance IS NOT NULL GROUP BY asset, kind
+ UNION ALL
+SELECT a.asset, a.kind, (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id)
+  FROM ledger_accounts a WHERE a.owner = ''
+ ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: totals: %w", err)
+	}
+	defer rows.Close()
+	var out []Totals
+	for rows.Next() {
+		var (
+			code string
+			kind AccountKind
+			sum  int64 // materialized for user kinds, postings for system kinds
+		)
+		if err := rows.Scan(&code, &kind, &sum); err != nil {
+			return nil, fmt.Errorf("ledger: totals: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].Asset != code {
+			out = append(out, Totals{Asset: code})
+		}
+		t := &out[len(out)-1]
+		v := kind.Natural(sum)
+		switch kind {
+		case UserAvailable:
+			t.UserAvailable = v
+		case UserHold:
+			t.UserHold = v
+		case Custody:
+			t.Custody = v
+		case InFlight:
+			t.InFlight = v
+		case FeeIncome:
+			t.FeeIncome = v
+		case NetworkFees:
+			t.NetworkFees = v
+		case Suspense:
+			t.Suspense = v
+		}
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,239 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/platform/money"
+)
+
+// maxFindings caps each list of a Report; a longer list ends with a line
+// saying how many more there are.
+const maxFindings = 1000
+
+// Report is the ledger half of the reconciliation report.
+type Report struct {
+	// LedgerConsistent is true when all three lists are empty.
+	LedgerConsistent bool `json:"ledger_consistent"`
+	// MaterializedVsDerivedDrifts: user accounts whose stored balance is
+	// not the sum of their postings.
+	MaterializedVsDerivedDrifts []string `json:"materialized_vs_derived_drifts"`
+	// UnbalancedEntries: entries whose postings do not sum to zero, that
+	// have fewer than two postings, that post to a missing account or one
+	// of another asset, and postings of no entry.
+	UnbalancedEntries []string `json:"unbalanced_entries"`
+	// NegativeBalances: user accounts below zero, stored or derived.
+	NegativeBalances []string `json:"negative_balances"`
+
+	Accounts int64         `json:"accounts"`
+	Entries  int64         `json:"entries"`
+	Postings int64         `json:"postings"`
+	Took     time.Duration `json:"-"`
+}
+
+// Check recomputes every user balance from its postings and every entry's
+// sum, from one consistent snapshot (a read-only repeatable-read
+// transaction when idb is a *bun.DB; the caller's snapshot when it is a
+// transaction). It reports problems; it never repairs anything.
+func Check(ctx context.Context, idb bun.IDB) (Report, error) {
+	start := time.Now()
+	var r Report
+	run := func(ctx context.Context, tx bun.IDB) error {
+		var err error
+		r, err = check(ctx, tx)
+		return err
+	}
+	var err error
+	if d, ok := idb.(*bun.DB); ok {
+		err = d.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
+			func(ctx context.Context, tx bun.Tx) error {
+				// The two aggregations hash a row per account and per
+				// entry; give them room instead of spilling to disk.
+				if _, err := tx.ExecContext(ctx, "SET LOCAL work_mem = '128MB'"); err != nil {
+					return err
+				}
+				return run(ctx, tx)
+			})
+	} else {
+		err = run(ctx, idb)
+	}
+	if err != nil {
+		return Report{}, fmt.Errorf("ledger: check: %w", err)
+	}
+	r.Took = time.Since(start)
+	return r, nil
+}
+
+func check(ctx context.Context, idb bun.IDB) (Report, error) {
+	var r Report
+	var drifts, unbalanced, negative findings
+	all, err := (&asset.Store{DB: idb}).All(ctx)
+	if err != nil {
+		return r, err
+	}
+	decimals := map[string]int{}
+	for _, a := range all {
+		decimals[a.Code] = a.Decimals
+	}
+	format := func(code string, units int64) string {
+		if d, ok := decimals[code]; ok {
+			return money.Format(units, d)
+		}
+		return strconv.FormatInt(units, 10) + " units"
+	}
+	q, err := sqlOf(idb)
+	if err != nil {
+		return r, err
+	}
+	if err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM ledger_accounts), (SELECT count(*) FROM ledger_entries),
+       (SELECT count(*) FROM ledger_postings)`).Scan(&r.Accounts, &r.Entries, &r.Postings); err != nil {
+		return r, err
+	}
+
+	// Accounts: the materialized balance against the sum of the postings,
+	// and any user account below zero by either measure.
+	rows, err := q.QueryContext(ctx, `
+SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0)
+  FROM ledger_accounts a
+  LEFT JOIN (SELECT account_id, sum(amount) AS total FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
+ WHERE (a.balance IS NOT NULL AND (a.balance <> coalesce(s.total, 0) OR a.balance < 0))
+    OR (a.kind IN ('user_available', 'user_hold') AND coalesce(s.total, 0) < 0)
+ ORDER BY a.id`)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var (
+			id           int64
+			code, owner  string
+			kind         AccountKind
+			materialized sql.NullInt64
+			derived      int64
+		)
+		if err := rows.Scan(&id, &code, &kind, &owner, &materialized, &derived); err != nil {
+			rows.Close()
+			return r, err
+		}
+		name := fmt.Sprintf("%s %s of %q (account %d)", code, kind, owner, id)
+		if !materialized.Valid {
+			materialized.Int64 = derived // cannot happen for user kinds (CHECK)
+		}
+		if materialized.Int64 != derived {
+			drifts.add(fmt.Sprintf("%s: materialized %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
+		}
+		if materialized.Int64 < 0 || derived < 0 {
+			negative.add(fmt.Sprintf("%s: balance %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return r, err
+	}
+
+	// Entries: at least two postings, summing to zero, all on existing
+	// accounts of the entry's asset; and no posting of a missing entry.
+	rows, err = q.QueryContext(ctx, `
+WITH per_entry AS (
+    SELECT p.entry_id, count(*) AS n, sum(p.amount) AS total,
+           count(*) FILTER (WHERE a.id IS NULL) AS orphans,
+           min(a.asset) AS min_asset, max(a.asset) AS max_asset
+      FROM ledger_postings p
+      LEFT JOIN ledger_accounts a ON a.id = p.account_id
+     GROUP BY p.entry_id)
+SELECT coalesce(e.id, x.entry_id), e.id IS NOT NULL, coalesce(e.kind, ''), coalesce(e.asset, ''), coalesce(e.source_ref, ''),
+       coalesce(x.n, 0), coalesce(x.total, 0), coalesce(x.orphans, 0), coalesce(x.min_asset, ''), coalesce(x.max_asset, '')
+  FROM ledger_entries e
+  FULL JOIN per_entry x ON x.entry_id = e.id
+ WHERE e.id IS NULL OR x.entry_id IS NULL OR x.n < 2 OR x.total <> 0 OR x.orphans > 0
+    OR x.min_asset <> e.asset OR x.max_asset <> e.asset
+ ORDER BY 1`)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var (
+			id, n, orphans                      int64
+			total                               string // numeric: a sum may exceed int64
+			exists                              bool
+			kind, code, ref, minAsset, maxAsset string
+		)
+		if err := rows.Scan(&id, &exists, &kind, &code, &ref, &n, &total, &orphans, &minAsset, &maxAsset); err != nil {
+			rows.Close()
+			return r, err
+		}
+		var msg string
+		switch {
+		case !exists:
+			msg = fmt.Sprintf("entry %d does not exist but has %d postings summing to %s units", id, n, total)
+		case n == 0:
+			msg = fmt.Sprintf("entry %d (%s %s, %s) has no postings", id, kind, ref, code)
+		case orphans > 0:
+			msg = fmt.Sprintf("entry %d (%s %s, %s) has %d postings to accounts that do not exist", id, kind, ref, code, orphans)
+		case minAsset != code || maxAsset != code:
+			msg = fmt.Sprintf("entry %d (%s %s, %s) has postings to accounts of asset %s", id, kind, ref, code, otherAsset(code, minAsset, maxAsset))
+		default:
+			msg = fmt.Sprintf("entry %d (%s %s, %s): %d postings sum to %s", id, kind, ref, code, n, formatNumeric(format, code, total))
+		}
+		unbalanced.add(msg)
+	}
+	if err := closeRows(rows); err != nil {
+		return r, err
+	}
+	r.MaterializedVsDerivedDrifts, r.UnbalancedEntries, r.NegativeBalances = drifts.strings(), unbalanced.strings(), negative.strings()
+	r.LedgerConsistent = len(r.MaterializedVsDerivedDrifts) == 0 && len(r.UnbalancedEntries) == 0 && len(r.NegativeBalances) == 0
+	return r, nil
+}
+
+func otherAsset(code, lo, hi string) string {
+	if lo != code {
+		return lo
+	}
+	return hi
+}
+
+func formatNumeric(format func(string, int64) string, code, total string) string {
+	if v, err := strconv.ParseInt(total, 10, 64); err == nil {
+		return format(code, v)
+	}
+	return total + " units"
+}
+
+// findings collects up to maxFindings messages and counts the rest.
+type findings struct {
+	list []string
+	more int
+}
+
+func (f *findings) add(s string) {
+	if len(f.list) < maxFindings {
+		f.list = append(f.list, s)
+		return
+	}
+	f.more++
+}
+
+func (f *findings) strings() []string {
+	out := append([]string{}, f.list...)
+	if f.more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", f.more))
+	}
+	return out
+}
+
+type rowsCloser interface {
+	Err() error
+	Close() error
+}
+
+func closeRows(rows rowsCloser) error {
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
+	return rows.Close()
+}

@@ -1,0 +1,143 @@
+package ledger
+
+import (
+	"math"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/platform/httpapi"
+	"svc/platform/timefmt"
+)
+
+// API serves a user's balances and transaction history.
+type API struct {
+	DB bun.IDB
+}
+
+// Routes registers, on the platform router (/v1, readwrite):
+//
+//	GET /users/{external_user_id}/balances
+//	GET /users/{external_user_id}/transactions?asset=&limit=&cursor=
+//
+// limit defaults to 50 (DefaultTransactionsLimit) and may be 1 to 200
+// (MaxTransactionsLimit); cursor is the next_cursor of the previous page, a
+// posting_id. Bad values are 422 field errors; an unknown asset is 404.
+func (a *API) Routes(r fiber.Router) {
+	r.Get("/users/:external_user_id/balances", a.balances)
+	r.Get("/users/:external_user_id/transactions", a.transactions)
+}
+
+// BalanceView is the API's Balance: decimal strings in display units.
+type BalanceView struct {
+	Asset     string `json:"asset"`
+	Available string `json:"available"`
+	Held      string `json:"held"`
+	Total     string `json:"total"`
+}
+
+// BalancesView is the API's BalancesResponse.
+type BalancesView struct {
+	ExternalUserID string        `json:"external_user_id"`
+	Balances       []BalanceView `json:"balances"`
+}
+
+// TransactionView is the API's Ledger transaction.
+type TransactionView struct {
+	PostingID int64   `json:"posting_id"`
+	EntryID   int64   `json:"entry_id"`
+	Kind      string  `json:"kind"`
+	Asset     string  `json:"asset"`
+	Account   string  `json:"account"`
+	Amount    string  `json:"amount"`    // never negative; Direction is the sign
+	Direction string  `json:"direction"` // credit or debit, from the user's point of view
+	SourceRef *string `json:"source_ref"`
+	Memo      *string `json:"memo"`
+	CreatedAt string  `json:"created_at"`
+}
+
+// TransactionsView is the API's transaction list.
+type TransactionsView struct {
+	Transactions []TransactionView `json:"transactions"`
+	NextCursor   *int64            `json:"next_cursor"`
+}
+
+func userParam(c *fiber.Ctx) (string, error) {
+	id := httpapi.Param(c, "external_user_id")
+	var f httpapi.Fields
+	f.Length(id, 1, MaxOwner, "path", "external_user_id")
+	return id, f.Err()
+}
+
+func (a *API) balances(c *fiber.Ctx) error {
+	user, err := userParam(c)
+	if err != nil {
+		return err
+	}
+	list, err := Balances(c.UserContext(), a.DB, user)
+	if err != nil {
+		return err
+	}
+	out := BalancesView{ExternalUserID: user, Balances: make([]BalanceView, len(list))}
+	for i, b := range list {
+		out.Balances[i] = BalanceView{Asset: b.Asset.Code, Available: b.Asset.Format(b.Available),
+			Held: b.Asset.Format(b.Held), Total: b.Asset.Format(b.Total())}
+	}
+	return c.JSON(out)
+}
+
+func (a *API) transactions(c *fiber.Ctx) error {
+	user, err := userParam(c)
+	if err != nil {
+		return err
+	}
+	limit, err := httpapi.QueryInt(c, "limit", DefaultTransactionsLimit, 1, MaxTransactionsLimit)
+	if err != nil {
+		return err
+	}
+	cursor, err := httpapi.QueryInt(c, "cursor", 0, 1, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	code := c.Query("asset")
+	if c.Context().QueryArgs().Has("asset") {
+		var f httpapi.Fields
+		f.Length(code, 1, MaxAsset, "query", "asset")
+		if err := f.Err(); err != nil {
+			return err
+		}
+		code = string([]byte(code)) // fiber reuses its buffers
+	}
+	ctx := c.UserContext()
+	page, next, err := Transactions(ctx, a.DB, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
+	if err != nil {
+		return err
+	}
+	all, err := (&asset.Store{DB: a.DB}).All(ctx)
+	if err != nil {
+		return err
+	}
+	assets := make(map[string]asset.Asset, len(all))
+	for _, x := range all {
+		assets[x.Code] = x
+	}
+	out := TransactionsView{Transactions: make([]TransactionView, len(page)), NextCursor: next}
+	for i, t := range page {
+		amount, dir := t.Amount, "credit"
+		if amount < 0 {
+			amount, dir = -amount, "debit"
+		}
+		out.Transactions[i] = TransactionView{PostingID: t.PostingID, EntryID: t.EntryID, Kind: string(t.Kind), Asset: t.Asset,
+			Account: string(t.Account), Amount: assets[t.Asset].Format(amount), Direction: dir,
+			SourceRef: optional(t.SourceRef), Memo: optional(t.Memo), CreatedAt: timefmt.Format(t.CreatedAt)}
+	}
+	return c.JSON(out)
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

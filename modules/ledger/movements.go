@@ -1,0 +1,297 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+)
+
+// CreditDeposit credits a confirmed deposit payment to the user's available
+// balance (deposit_credit: user_available +amount, custody -amount).
+// sourceRef identifies the payment, so crediting it again returns the first
+// entry.
+func CreditDeposit(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
+	if amount <= 0 {
+		return Posted{}, fmt.Errorf("%w: deposit amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	return Post(ctx, idb, Entry{Kind: DepositCredit, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+		{Account: User(UserAvailable, externalUserID), Amount: amount},
+		{Account: System(Custody), Amount: -amount},
+	}})
+}
+
+// PlaceHold moves a withdrawal's gross amount from the user's available
+// balance to their hold (withdrawal_hold). When available is short it
+// writes nothing and returns an *InsufficientFundsError (HTTP 402).
+// sourceRef is the withdrawal id; the release or settlement of this hold
+// uses the same one.
+func PlaceHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
+	if amount <= 0 {
+		return Posted{}, fmt.Errorf("%w: hold amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	return Post(ctx, idb, Entry{Kind: WithdrawalHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+		{Account: User(UserAvailable, externalUserID), Amount: -amount},
+		{Account: User(UserHold, externalUserID), Amount: amount},
+	}})
+}
+
+// ReleaseHold returns the hold placed under sourceRef to the user's
+// available balance (withdrawal_release). asset, externalUserID and amount
+// must be the hold's; a hold that was settled cannot be released
+// (ErrHoldSettled), and a missing or different hold is ErrNoHold.
+func ReleaseHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
+	if amount <= 0 {
+		return Posted{}, fmt.Errorf("%w: release amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	e := Entry{Kind: WithdrawalRelease, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+		{Account: User(UserHold, externalUserID), Amount: -amount},
+		{Account: User(UserAvailable, externalUserID), Amount: amount},
+	}}
+	if err := e.Validate(); err != nil {
+		return Posted{}, err
+	}
+	var out Posted
+	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
+		st, err := lockHold(ctx, tx, sourceRef)
+		if err != nil {
+			return err
+		}
+		if !st.released {
+			if st.settled {
+				return fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
+			}
+			if err := st.matches(asset, externalUserID, amount); err != nil {
+				return fmt.Errorf("ledger: release %s: %w", sourceRef, err)
+			}
+		}
+		out, err = Post(ctx, tx, e)
+		return err
+	})
+	return out, err
+}
+
+// RecordPayoutBroadcast records that the payout of the withdrawal sourceRef
+// is on chain: amount (net plus the network fee sent) moves from custody to
+// in-flight (payout_broadcast). It touches system accounts only: the user's
+// money stays held until SettlePayout. The hold must exist and must not be
+// settled yet.
+func RecordPayoutBroadcast(ctx context.Context, idb bun.IDB, asset string, amount int64, sourceRef, memo string) (Posted, error) {
+	e := Entry{Kind: PayoutBroadcast, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+		{Account: System(Custody), Amount: amount},
+		{Account: System(InFlight), Amount: -amount},
+	}}
+	if amount <= 0 {
+		return Posted{}, fmt.Errorf("%w: broadcast amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	if err := e.Validate(); err != nil {
+		return Posted{}, err
+	}
+	var out Posted
+	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
+		st, err := lockHold(ctx, tx, sourceRef)
+		if err != nil {
+			return err
+		}
+		if !st.broadcast {
+			if st.settled {
+				return fmt.Errorf("ledger: broadcast %s: %w", sourceRef, ErrHoldSettled)
+			}
+			if !st.held || st.asset != asset {
+				return fmt.Errorf("ledger: broadcast %s: %w (asset %s)", sourceRef, ErrNoHold, asset)
+			}
+		}
+		out, err = Post(ctx, tx, e)
+		return err
+	})
+	return out, err
+}
+
+// FeeMode says who bears a payout's fee.
+type FeeMode string
+
+// The fee modes of the SPEC.
+const (
+	FeeDeduct FeeMode = "deduct" // the user pays: net = gross - service fee
+	FeeAbsorb FeeMode = "absorb" // the service pays: net = gross
+)
+
+// Settlement describes a confirmed payout.
+type Settlement struct {
+	Asset          string
+	ExternalUserID string
+	SourceRef      string // the withdrawal id, as for its hold
+	Mode           FeeMode
+	Gross          int64 // the hold; leaves user_hold
+	Net            int64 // what the destination received
+	ServiceFee     int64 // charged to the user (deduct: gross - net; absorb: 0)
+	NetworkFee     int64 // the actual network fee paid, 0 or more
+	Memo           string
+}
+
+// Lines returns the settlement's lines given the amount its broadcast moved
+// to in-flight (0 when the payout was never recorded as broadcast). The
+// package doc has the postings.
+func (s Settlement) Lines(broadcast int64) ([]Line, error) {
+	bad := func(format string, args ...any) ([]Line, error) {
+		return nil, fmt.Errorf("%w: settle %s: %s", ErrInvalidEntry, s.SourceRef, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case s.Gross <= 0 || s.Net <= 0:
+		return bad("gross and net must be positive (gross %d, net %d)", s.Gross, s.Net)
+	case s.ServiceFee < 0 || s.NetworkFee < 0 || broadcast < 0:
+		return bad("fees and the broadcast amount must not be negative")
+	}
+	switch s.Mode {
+	case FeeDeduct:
+		if s.Net > s.Gross || s.Gross-s.Net != s.ServiceFee {
+			return bad("deduct: gross %d must be net %d plus service fee %d", s.Gross, s.Net, s.ServiceFee)
+		}
+	case FeeAbsorb:
+		if s.Net != s.Gross || s.ServiceFee != 0 {
+			return bad("absorb: net %d must equal gross %d and the service fee %d must be 0", s.Net, s.Gross, s.ServiceFee)
+		}
+	default:
+		return bad("unknown fee mode %q", s.Mode)
+	}
+	const maxInt64 = 1<<63 - 1
+	if s.Net > maxInt64-s.NetworkFee {
+		return bad("net plus network fee overflows")
+	}
+	out := s.Net + s.NetworkFee // both >= 0, so no overflow past the check
+	custody := out - broadcast  // out >= 0 and broadcast >= 0: cannot overflow
+	lines := []Line{{Account: User(UserHold, s.ExternalUserID), Amount: -s.Gross}}
+	if s.ServiceFee > 0 {
+		lines = append(lines, Line{Account: System(FeeIncome), Amount: s.ServiceFee})
+	}
+	if s.NetworkFee > 0 {
+		lines = append(lines, Line{Account: System(NetworkFees), Amount: -s.NetworkFee})
+	}
+	if broadcast > 0 {
+		lines = append(lines, Line{Account: System(InFlight), Amount: broadcast})
+	}
+	if custody != 0 {
+		lines = append(lines, Line{Account: System(Custody), Amount: custody})
+	}
+	return lines, nil
+}
+
+// SettlePayout spends the hold of a confirmed payout (payout_settle): the
+// gross leaves user_hold, the service fee becomes fee income, the network
+// fee is an expense, and what the payout's broadcast put in flight is
+// cleared, the rest leaving custody now. The hold must match (ErrNoHold)
+// and must not have been released (ErrHoldReleased).
+func SettlePayout(ctx context.Context, idb bun.IDB, s Settlement) (Posted, error) {
+	if _, err := s.Lines(0); err != nil {
+		return Posted{}, err
+	}
+	var out Posted
+	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
+		st, err := lockHold(ctx, tx, s.SourceRef)
+		if err != nil {
+			return err
+		}
+		if !st.settled {
+			if st.released {
+				return fmt.Errorf("ledger: settle %s: %w", s.SourceRef, ErrHoldReleased)
+			}
+			if err := st.matches(s.Asset, s.ExternalUserID, s.Gross); err != nil {
+				return fmt.Errorf("ledger: settle %s: %w", s.SourceRef, err)
+			}
+		}
+		lines, err := s.Lines(st.inFlight)
+		if err != nil {
+			return err
+		}
+		out, err = Post(ctx, tx, Entry{Kind: PayoutSettle, Asset: s.Asset, SourceRef: s.SourceRef, Memo: s.Memo, Lines: lines})
+		return err
+	})
+	return out, err
+}
+
+// Correct posts a correction: any balanced lines, with a memo saying why.
+// It never edits an earlier entry. A debit that does not fit a user
+// account is an *InsufficientFundsError, as everywhere.
+func Correct(ctx context.Context, idb bun.IDB, asset string, lines []Line, sourceRef, memo string) (Posted, error) {
+	return Post(ctx, idb, Entry{Kind: Correction, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: lines})
+}
+
+// holdState is what the ledger knows about one withdrawal's hold.
+type holdState struct {
+	held, released, settled, broadcast bool
+	asset, owner                       string
+	amount                             int64 // the hold
+	inFlight                           int64 // what the broadcast moved to in-flight
+}
+
+func (st holdState) matches(asset, owner string, amount int64) error {
+	if !st.held {
+		return ErrNoHold
+	}
+	if st.asset != asset || st.owner != owner || st.amount != amount {
+		return fmt.Errorf("%w: the hold is %d %s of %q, not %d %s of %q", ErrNoHold, st.amount, st.asset, st.owner, amount, asset, owner)
+	}
+	return nil
+}
+
+// lockHold serializes every ledger step of one withdrawal (an advisory lock
+// until the transaction ends) and then reads its entries, so a release and
+// a settlement of the same hold can never both pass their checks.
+func lockHold(ctx context.Context, idb bun.IDB, sourceRef string) (holdState, error) {
+	q, err := sqlOf(idb)
+	if err != nil {
+		return holdState{}, err
+	}
+	if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, "svc.ledger.withdrawal:"+sourceRef); err != nil {
+		return holdState{}, fmt.Errorf("ledger: lock withdrawal %s: %w", sourceRef, err)
+	}
+	rows, err := q.QueryContext(ctx, `
+SELECT e.kind, e.asset, a.kind, a.owner, p.amount
+  FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id
+  JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.source_ref = $1 AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_broadcast', 'payout_settle')`, sourceRef)
+	if err != nil {
+		return holdState{}, fmt.Errorf("ledger: read withdrawal %s: %w", sourceRef, err)
+	}
+	defer rows.Close()
+	var st holdState
+	for rows.Next() {
+		var (
+			kind  EntryKind
+			acct  AccountKind
+			asset string
+			owner string
+			amt   int64
+		)
+		if err := rows.Scan(&kind, &asset, &acct, &owner, &amt); err != nil {
+			return holdState{}, fmt.Errorf("ledger: read withdrawal %s: %w", sourceRef, err)
+		}
+		switch kind {
+		case WithdrawalHold:
+			st.held = true
+			st.asset = asset
+			if acct == UserHold {
+				st.owner, st.amount = owner, amt
+			}
+		case WithdrawalRelease:
+			st.released = true
+		case PayoutSettle:
+			st.settled = true
+		case PayoutBroadcast:
+			st.broadcast = true
+			if acct == InFlight {
+				st.inFlight = -amt
+			}
+		}
+	}
+	return st, rows.Err()
+}
+
+// inTx runs fn in idb when it is a transaction already, or in a new one.
+func inTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx bun.IDB) error) error {
+	if d, ok := idb.(*bun.DB); ok {
+		return d.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { return fn(ctx, tx) })
+	}
+	return fn(ctx, idb)
+}

@@ -1,0 +1,322 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+)
+
+// Post records e in db (the caller's transaction) and returns the stored
+// entry. It is idempotent on (kind, source_ref): if that fact was posted
+// before, the first entry is returned with Replayed set and nothing changes;
+// if the earlier entry has other lines, the error is ErrReplayMismatch.
+//
+// Debits of user accounts are guarded updates: when one does not fit,
+// nothing is written and the error is an *InsufficientFundsError.
+//
+// The whole posting is one SQL statement: the replay check, the guarded
+// debits, the credits (creating user accounts on first use), the entry and
+// its postings. User account rows are locked in a fixed order (owner, kind)
+// so that two entries touching the same accounts cannot deadlock; system
+// accounts are never locked or updated.
+func Post(ctx context.Context, idb bun.IDB, e Entry) (Posted, error) {
+	if err := e.Validate(); err != nil {
+		return Posted{}, err
+	}
+	q, err := sqlOf(idb)
+	if err != nil {
+		return Posted{}, err
+	}
+	stmt, args, debits := buildPost(e)
+	rows, err := q.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return Posted{}, postError(e, err)
+	}
+	var (
+		entryID, existingID sql.NullInt64
+		createdAt           sql.NullTime
+		failed              int
+		postings            []Posting
+	)
+	for rows.Next() {
+		var pid, acct, amt sql.NullInt64
+		if err := rows.Scan(&entryID, &createdAt, &existingID, &failed, &pid, &acct, &amt); err != nil {
+			rows.Close()
+			return Posted{}, fmt.Errorf("ledger: post %s %s: %w", e.Kind, e.SourceRef, err)
+		}
+		if pid.Valid {
+			postings = append(postings, Posting{ID: pid.Int64, EntryID: entryID.Int64, Amount: amt.Int64})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return Posted{}, postError(e, err)
+	}
+	if err := rows.Close(); err != nil {
+		return Posted{}, postError(e, err)
+	}
+
+	switch {
+	case entryID.Valid:
+		// Postings come back in id order, which is the lines' order (the
+		// statement inserts them sorted by line).
+		if len(postings) != len(e.Lines) {
+			return Posted{}, fmt.Errorf("ledger: post %s %s: %d postings stored for %d lines", e.Kind, e.SourceRef, len(postings), len(e.Lines))
+		}
+		for i := range postings {
+			if postings[i].Amount != e.Lines[i].Amount {
+				return Posted{}, fmt.Errorf("ledger: post %s %s: posting order does not match the lines", e.Kind, e.SourceRef)
+			}
+			postings[i].Account = e.Lines[i].Account
+		}
+		return Posted{ID: entryID.Int64, Kind: e.Kind, Asset: e.Asset, SourceRef: e.SourceRef, Memo: e.Memo,
+			CreatedAt: createdAt.Time, Postings: postings}, nil
+	case existingID.Valid:
+		return replay(ctx, q, e, existingID.Int64)
+	case failed >= 0 && failed < len(e.Lines):
+		l := e.Lines[failed]
+		return Posted{}, &InsufficientFundsError{Asset: e.Asset, Account: l.Account, Amount: -l.Amount}
+	default:
+		return Posted{}, fmt.Errorf("ledger: post %s %s: nothing posted (%d debits)", e.Kind, e.SourceRef, debits)
+	}
+}
+
+// postError translates what the database refused.
+func postError(e Entry, err error) error {
+	switch {
+	case db.IsUniqueViolation(err, "ledger_entries_source"):
+		return fmt.Errorf("ledger: post %s %s: %w (%v)", e.Kind, e.SourceRef, ErrConcurrentPost, err)
+	case db.IsCheckViolation(err, "ledger_accounts_balance_nonneg"):
+		// From ledger_refuse_partial_debit, whose DETAIL is the line.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if i, convErr := strconv.Atoi(pe.Detail); convErr == nil && i >= 0 && i < len(e.Lines) {
+				l := e.Lines[i]
+				return &InsufficientFundsError{Asset: e.Asset, Account: l.Account, Amount: -l.Amount}
+			}
+		}
+		return fmt.Errorf("ledger: post %s %s: %w (%v)", e.Kind, e.SourceRef, ErrInsufficientFunds, err)
+	}
+	return fmt.Errorf("ledger: post %s %s: %w", e.Kind, e.SourceRef, err)
+}
+
+// replay returns the entry stored earlier under e's (kind, source_ref), or
+// ErrReplayMismatch when its lines differ from e's.
+func replay(ctx context.Context, q querier, e Entry, id int64) (Posted, error) {
+	p, err := loadEntry(ctx, q, id)
+	if err != nil {
+		return Posted{}, err
+	}
+	if p.Asset != e.Asset || !sameLines(p.Postings, e.Lines) {
+		return Posted{}, fmt.Errorf("ledger: %w: %s %s is entry %d in %s with %s, not %s", ErrReplayMismatch,
+			e.Kind, e.SourceRef, p.ID, p.Asset, describePostings(p.Postings), describeLines(e.Lines))
+	}
+	p.Replayed = true
+	return p, nil
+}
+
+func sameLines(ps []Posting, ls []Line) bool {
+	if len(ps) != len(ls) {
+		return false
+	}
+	want := make(map[Line]int, len(ls))
+	for _, l := range ls {
+		want[l]++
+	}
+	for _, p := range ps {
+		k := Line{Account: p.Account, Amount: p.Amount}
+		if want[k] == 0 {
+			return false
+		}
+		want[k]--
+	}
+	return true
+}
+
+func describeLines(ls []Line) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = fmt.Sprintf("%s %+d", l.Account, l.Amount)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func describePostings(ps []Posting) string {
+	ls := make([]Line, len(ps))
+	for i, p := range ps {
+		ls[i] = Line{Account: p.Account, Amount: p.Amount}
+	}
+	return describeLines(ls)
+}
+
+// loadEntry reads one stored entry with its postings.
+func loadEntry(ctx context.Context, q querier, id int64) (Posted, error) {
+	rows, err := q.QueryContext(ctx, `
+SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, a.kind, a.owner, p.amount
+  FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id
+  JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.id = $1
+ ORDER BY p.id`, id)
+	if err != nil {
+		return Posted{}, fmt.Errorf("ledger: load entry %d: %w", id, err)
+	}
+	defer rows.Close()
+	p := Posted{ID: id}
+	for rows.Next() {
+		var ps Posting
+		if err := rows.Scan(&p.Kind, &p.Asset, &p.SourceRef, &p.Memo, &p.CreatedAt, &ps.ID, &ps.Account.Kind, &ps.Account.Owner, &ps.Amount); err != nil {
+			return Posted{}, fmt.Errorf("ledger: load entry %d: %w", id, err)
+		}
+		ps.EntryID = id
+		p.Postings = append(p.Postings, ps)
+	}
+	if err := rows.Err(); err != nil {
+		return Posted{}, fmt.Errorf("ledger: load entry %d: %w", id, err)
+	}
+	if len(p.Postings) == 0 {
+		return Posted{}, fmt.Errorf("ledger: load entry %d: %w", id, sql.ErrNoRows)
+	}
+	return p, nil
+}
+
+// buildPost writes the single statement that posts e (see Post) and returns
+// it with its arguments and the number of guarded debits.
+//
+// The statement's CTEs, in the order their data dependencies force:
+//
+//	existing  the entry already stored under (kind, source_ref), if any
+//	lk        (two or more user accounts) lock them in (owner, kind) order
+//	aN        per user debit: the guarded UPDATE, skipped on replay
+//	ok        no replay and every debit fitted; some but not all fitting
+//	          raises, so a partial debit can never survive
+//	aN        per user credit: upsert the account and add, only if ok
+//	e         the entry, only if ok
+//	p         the postings, in line order, only if e
+//
+// It returns one row per posting (or one row with null postings) carrying
+// the new entry's id, the replayed entry's id, and the index of the first
+// debit that did not fit.
+func buildPost(e Entry) (string, []any, int) {
+	args := []any{string(e.Kind), e.Asset, e.SourceRef, nullString(e.Memo)}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	var (
+		ctes    []string
+		debits  []int
+		acctSQL = make([]string, len(e.Lines))
+		owners  = make([]string, len(e.Lines)) // parameter of each user line's owner
+		users   []int
+	)
+	ctes = append(ctes, `existing AS (SELECT id FROM ledger_entries WHERE kind = $1::text AND source_ref = $3::text)`)
+	for i, l := range e.Lines {
+		if l.Account.Kind.IsUser() {
+			owners[i] = arg(l.Account.Owner)
+			users = append(users, i)
+		}
+	}
+	lockRef := ""
+	if len(users) >= 2 {
+		keys := make([]string, len(users))
+		for j, i := range users {
+			keys[j] = fmt.Sprintf("(%s::text, '%s')", owners[i], e.Lines[i].Account.Kind)
+		}
+		// The rows are locked in the order the database sorts them, the
+		// same for every posting, so two entries on the same accounts wait
+		// for each other instead of deadlocking.
+		ctes = append(ctes, fmt.Sprintf(`lk AS (SELECT id FROM ledger_accounts WHERE asset = $2::text AND (owner, kind) IN (%s) ORDER BY owner, kind FOR UPDATE)`,
+			strings.Join(keys, ", ")))
+		lockRef = ` AND (SELECT count(*) FROM lk) >= 0`
+	}
+	for _, i := range users {
+		l := e.Lines[i]
+		if l.Amount > 0 {
+			continue
+		}
+		amt := arg(-l.Amount)
+		name := fmt.Sprintf("a%d", i)
+		ctes = append(ctes, fmt.Sprintf(`%s AS (UPDATE ledger_accounts SET balance = balance - %s::bigint
+    WHERE owner = %s::text AND asset = $2::text AND kind = '%s' AND balance >= %s::bigint
+      AND NOT EXISTS (SELECT 1 FROM existing)%s RETURNING id)`, name, amt, owners[i], l.Account.Kind, amt, lockRef))
+		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
+		debits = append(debits, i)
+	}
+	n := "0"
+	if len(debits) > 0 {
+		parts := make([]string, len(debits))
+		for j, i := range debits {
+			parts[j] = fmt.Sprintf("(SELECT count(*) FROM a%d)", i)
+		}
+		n = strings.Join(parts, " + ")
+	}
+	failed := "-1"
+	if len(debits) > 0 {
+		var b strings.Builder
+		b.WriteString("CASE")
+		for _, i := range debits {
+			fmt.Fprintf(&b, " WHEN NOT EXISTS (SELECT 1 FROM a%d) THEN %d", i, i)
+		}
+		b.WriteString(" ELSE -1 END")
+		failed = b.String()
+	}
+	if lockRef != "" {
+		ctes = append(ctes, fmt.Sprintf(`ok AS (SELECT CASE WHEN s.n = 0 OR s.n = %d THEN s.n = %d AND NOT s.replay
+        ELSE ledger_refuse_partial_debit($1::text, $3::text, %s) END AS ok
+    FROM (SELECT %s AS n, EXISTS (SELECT 1 FROM existing) AS replay, (SELECT count(*) FROM lk) AS locked) s
+   WHERE s.locked >= 0)`, len(debits), len(debits), failed, n))
+	} else {
+		ctes = append(ctes, fmt.Sprintf(`ok AS (SELECT CASE WHEN s.n = 0 OR s.n = %d THEN s.n = %d AND NOT s.replay
+        ELSE ledger_refuse_partial_debit($1::text, $3::text, %s) END AS ok
+    FROM (SELECT %s AS n, EXISTS (SELECT 1 FROM existing) AS replay) s)`, len(debits), len(debits), failed, n))
+	}
+	for _, i := range users {
+		l := e.Lines[i]
+		if l.Amount < 0 {
+			continue
+		}
+		name := fmt.Sprintf("a%d", i)
+		ctes = append(ctes, fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
+    SELECT $2::text, '%s', %s::text, %s::bigint FROM ok WHERE ok.ok
+    ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance
+    RETURNING id)`, name, l.Account.Kind, owners[i], arg(l.Amount)))
+		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
+	}
+	ctes = append(ctes, `e AS (INSERT INTO ledger_entries (kind, asset, source_ref, memo)
+    SELECT $1::text, $2::text, $3::text, $4::text FROM ok WHERE ok.ok RETURNING id, created_at)`)
+	values := make([]string, len(e.Lines))
+	for i, l := range e.Lines {
+		acct := acctSQL[i]
+		if !l.Account.Kind.IsUser() {
+			acct = fmt.Sprintf("(SELECT id FROM ledger_accounts WHERE owner = '' AND asset = $2::text AND kind = '%s')", l.Account.Kind)
+		}
+		values[i] = fmt.Sprintf("(%d, %s, %s::bigint)", i, acct, arg(l.Amount))
+	}
+	ctes = append(ctes, fmt.Sprintf(`p AS (INSERT INTO ledger_postings (entry_id, account_id, amount)
+    SELECT e.id, v.account_id, v.amount FROM e, (VALUES %s) AS v (ord, account_id, amount)
+    ORDER BY v.ord RETURNING id, account_id, amount)`, strings.Join(values, ", ")))
+
+	stmt := "WITH " + strings.Join(ctes, ",\n") + fmt.Sprintf(`
+SELECT s.entry_id, s.created_at, s.existing_id, s.failed, p.id, p.account_id, p.amount
+  FROM (SELECT (SELECT id FROM e) AS entry_id, (SELECT created_at FROM e) AS created_at,
+               (SELECT id FROM existing) AS existing_id, %s AS failed) s
+  LEFT JOIN p ON true
+ ORDER BY p.id`, failed)
+	return stmt, args, len(debits)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

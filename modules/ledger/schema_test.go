@@ -1,0 +1,196 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"svc/modules/ledger"
+	"svc/platform/db"
+)
+
+// TestDatabaseRefuses checks the rules the database enforces by itself,
+// with SQL that goes around the ledger package.
+func TestDatabaseRefuses(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	ctx := context.Background()
+	p := credit(t, d, "BTC", "ivan", 1_000, "pay-1")
+	var custody, ivan, usdtCustody int64
+	require.NoError(t, d.NewRaw(`SELECT
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'custody'),
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'user_available' AND owner = 'ivan'),
+  (SELECT id FROM ledger_accounts WHERE asset = 'USDT_TRC20' AND kind = 'custody')`).Scan(ctx, &custody, &ivan, &usdtCustody))
+
+	exec := func(query string, args ...any) error {
+		return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := tx.ExecContext(ctx, query, args...)
+			return err
+		})
+	}
+	newEntry := `INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', ?, ?) RETURNING id`
+	for _, tc := range []struct {
+		name, want string
+		run        func() error
+	}{
+		{"UpdateEntry", "append-only", func() error { return exec(`UPDATE ledger_entries SET memo = 'x' WHERE id = ?`, p.ID) }},
+		{"DeleteEntry", "append-only", func() error { return exec(`DELETE FROM ledger_entries WHERE id = ?`, p.ID) }},
+		{"TruncateEntries", "append-only", func() error { return exec(`TRUNCATE ledger_entries`) }},
+		{"UpdatePosting", "append-only", func() error {
+			return exec(`UPDATE ledger_postings SET amount = amount + 1 WHERE entry_id = ?`, p.ID)
+		}},
+		{"DeletePosting", "append-only", func() error { return exec(`DELETE FROM ledger_postings WHERE entry_id = ?`, p.ID) }},
+		{"TruncatePostings", "append-only", func() error { return exec(`TRUNCATE ledger_postings`) }},
+		{"DeleteAccount", "append-only", func() error { return exec(`DELETE FROM ledger_accounts WHERE id = ?`, ivan) }},
+		{"RenameAccount", "append-only", func() error { return exec(`UPDATE ledger_accounts SET owner = 'mallory' WHERE id = ?`, ivan) }},
+		{"NegativeUserBalance", "ledger_accounts_balance_nonneg", func() error {
+			return exec(`UPDATE ledger_accounts SET balance = -1 WHERE id = ?`, ivan)
+		}},
+		{"BalanceOnSystemAccount", "ledger_accounts_materialized", func() error {
+			return exec(`UPDATE ledger_accounts SET balance = 5 WHERE id = ?`, custody)
+		}},
+		{"UnbalancedEntry", "ledger_entries_balanced", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-1").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5), (?, ?, -4)`, id, ivan, id, custody)
+				return err // the deferred trigger refuses at commit
+			})
+		}},
+		{"EntryWithoutPostings", "ledger_entries_balanced", func() error { return exec(newEntry, "BTC", "bad-2") }},
+		{"PostingIntoAnEarlierEntry", "ledger_postings_check", func() error {
+			return exec(`INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, p.ID, ivan, p.ID, custody)
+		}},
+		{"PostingToAnotherAssetsAccount", "ledger_postings_check", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-4").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, id, custody, id, usdtCustody)
+				return err
+			})
+		}},
+		{"PostingToNoAccount", "ledger_postings_check", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-5").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, 999999, 1), (?, ?, -1)`, id, id, custody)
+				return err
+			})
+		}},
+		{"ZeroPosting", "ledger_postings_amount_check", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-6").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 0)`, id, custody)
+				return err
+			})
+		}},
+		{"DuplicateFact", "ledger_entries_source", func() error {
+			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('deposit_credit', 'BTC', 'pay-1')`)
+		}},
+		{"UnknownEntryKind", "ledger_entries_kind_check", func() error {
+			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('gift', 'BTC', 'x')`)
+		}},
+	} {
+		err := tc.run()
+		require.Error(t, err, tc.name)
+		require.True(t, strings.Contains(err.Error(), tc.want) || constraintOf(err) == tc.want, "%s: %v", tc.name, err)
+	}
+
+	// One posting only.
+	err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+		var id int64
+		if err := tx.NewRaw(newEntry, "BTC", "bad-7").Scan(ctx, &id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5)`, id, custody)
+		return err
+	})
+	require.True(t, db.IsCheckViolation(err, "ledger_entries_balanced"), "%v", err)
+
+	// Nothing of the above got in.
+	require.Equal(t, int64(1), count(t, d, `SELECT count(*) FROM ledger_entries`))
+	require.Equal(t, int64(2), count(t, d, `SELECT count(*) FROM ledger_postings`))
+	avail, _ := balance(t, d, "BTC", "ivan")
+	require.Equal(t, int64(1_000), avail)
+	requireInvariants(t, d)
+}
+
+func constraintOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.ConstraintName
+	}
+	return ""
+}
+
+// TestCheckFindsCorruption corrupts the ledger behind the triggers' back
+// (as a superuser could) and expects the check to name what is wrong.
+func TestCheckFindsCorruption(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	ctx := context.Background()
+	credit(t, d, "BTC", "judy", 1_000, "pay-1")
+	credit(t, d, "BTC", "ken", 500, "pay-2")
+	_, err := hold(t, d, "BTC", "ken", 200, "wd-1")
+	require.NoError(t, err)
+	r, err := ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.True(t, r.LedgerConsistent)
+	require.Empty(t, r.MaterializedVsDerivedDrifts)
+	require.Empty(t, r.UnbalancedEntries)
+	require.Empty(t, r.NegativeBalances)
+	require.Equal(t, int64(6), r.Postings)
+	require.Equal(t, int64(3), r.Entries)
+
+	// A balance corrupted by hand: the UPDATE is allowed (balances move),
+	// but it no longer matches the postings.
+	_, err = d.ExecContext(ctx, `UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'judy' AND kind = 'user_available'`)
+	require.NoError(t, err)
+	r, err = ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.False(t, r.LedgerConsistent)
+	require.Len(t, r.MaterializedVsDerivedDrifts, 1)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[0], `BTC user_available of "judy"`)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[0], "materialized 0.00001001, postings sum 0.00001000")
+	require.Empty(t, r.UnbalancedEntries)
+
+	// Postings written with the triggers off: an unbalanced entry that also
+	// drives ken's held balance negative by its postings.
+	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.NewRaw(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'forged') RETURNING id`).Scan(ctx, &id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount)
+  SELECT ?, id, -300 FROM ledger_accounts WHERE owner = 'ken' AND kind = 'user_hold'`, id)
+		return err
+	})
+	require.NoError(t, err)
+	r, err = ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.False(t, r.LedgerConsistent)
+	require.Len(t, r.UnbalancedEntries, 1)
+	require.Contains(t, r.UnbalancedEntries[0], "correction forged, BTC): 1 postings sum to -0.00000300")
+	require.Len(t, r.MaterializedVsDerivedDrifts, 2)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[1], `BTC user_hold of "ken"`)
+	require.Len(t, r.NegativeBalances, 1)
+	require.Contains(t, r.NegativeBalances[0], `BTC user_hold of "ken"`)
+	require.Contains(t, r.NegativeBalances[0], "postings sum -0.00000100")
+}
