@@ -1,9 +1,196 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
-// adminEventsCmd is filled in by the event area; nil adds nothing.
-func adminEventsCmd() *cobra.Command { return nil }
+	"github.com/spf13/cobra"
 
-// adminAlertsCmd is filled in by the event area; nil adds nothing.
-func adminAlertsCmd() *cobra.Command { return nil }
+	"svc/modules/alert"
+	"svc/modules/event"
+	"svc/platform/timefmt"
+)
+
+// adminEventsCmd is `svc admin events`: list outbound events, redeliver a
+// dead one.
+func adminEventsCmd() *cobra.Command {
+	events := &cobra.Command{Use: "events", Short: "List outbound webhook events and redeliver dead ones"}
+	var (
+		status string
+		limit  int
+	)
+	list := &cobra.Command{
+		Use:   "list [--status pending|delivered|dead] [--limit 50]",
+		Short: "List outbound events, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch event.Status(status) {
+			case "", event.StatusPending, event.StatusDelivered, event.StatusDead:
+			default:
+				return fmt.Errorf("--status %q: want pending, delivered or dead", status)
+			}
+			if limit < 1 || limit > 200 {
+				return fmt.Errorf("--limit %d: want 1 to 200", limit)
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			evs, err := a.Events.List(cmd.Context(), event.ListParams{Status: event.Status(status), Limit: limit})
+			if err != nil {
+				return err
+			}
+			recs := make([]event.Record, len(evs))
+			for i, e := range evs {
+				recs[i] = event.ToRecord(e)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), recs)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tRAW ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR")
+			for _, r := range recs {
+				lastErr := "-"
+				if r.LastError != nil {
+					lastErr = *r.LastError
+					if rs := []rune(lastErr); len(rs) > 80 {
+						lastErr = string(rs[:80]) + "…"
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.RawID, r.Type, r.Status, r.Attempts, r.NextAttemptAt, r.CreatedAt, lastErr)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&status, "status", "", "only events in this status: pending, delivered or dead")
+	list.Flags().IntVar(&limit, "limit", 50, "at most this many events (1 to 200)")
+
+	redeliver := &cobra.Command{
+		Use:   "redeliver ID",
+		Short: "Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := event.ParseID(args[0])
+			if err != nil {
+				return err
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			e, err := a.Events.Redeliver(cmd.Context(), id)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), event.RedeliverResponse{ID: e.PublicID(), Status: e.Status})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) is %s again, with a fresh %d attempts: the worker sends it next\n",
+				e.PublicID(), e.Type, e.Status, event.MaxAttempts)
+			return nil
+		},
+	}
+	events.AddCommand(list, redeliver)
+	return events
+}
+
+// adminAlertsCmd is `svc admin alerts`: list and acknowledge operator
+// alerts.
+func adminAlertsCmd() *cobra.Command {
+	alerts := &cobra.Command{Use: "alerts", Short: "List and acknowledge operator alerts"}
+	type view struct {
+		ID             int64   `json:"id"`
+		Type           string  `json:"type"`
+		Subject        string  `json:"subject"`
+		Detail         string  `json:"detail"`
+		CreatedAt      string  `json:"created_at"`
+		AcknowledgedAt *string `json:"acknowledged_at"`
+		AcknowledgedBy *string `json:"acknowledged_by"`
+	}
+	toView := func(x alert.Alert) view {
+		return view{ID: x.ID, Type: x.Type, Subject: x.Subject, Detail: x.Detail, CreatedAt: timefmt.Format(x.CreatedAt),
+			AcknowledgedAt: timefmt.Ptr(x.AcknowledgedAt), AcknowledgedBy: x.AcknowledgedBy}
+	}
+	var (
+		open  bool
+		limit int
+	)
+	list := &cobra.Command{
+		Use:   "list [--open] [--limit 50]",
+		Short: "List operator alerts, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return fmt.Errorf("--limit %d: want at least 1", limit)
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			all, err := a.Alerts.List(cmd.Context(), alert.ListParams{Open: open, Limit: limit})
+			if err != nil {
+				return err
+			}
+			views := make([]view, len(all))
+			for i, x := range all {
+				views[i] = toView(x)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), views)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tTYPE\tSUBJECT\tCREATED\tACKNOWLEDGED\tDETAIL")
+			for _, v := range views {
+				ack := "-"
+				if v.AcknowledgedAt != nil {
+					ack = *v.AcknowledgedAt
+					if v.AcknowledgedBy != nil {
+						ack += " by " + *v.AcknowledgedBy
+					}
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Type, v.Subject, v.CreatedAt, ack, v.Detail)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&open, "open", false, "only alerts nobody has acknowledged")
+	list.Flags().IntVar(&limit, "limit", 50, "at most this many alerts")
+
+	var by string
+	ack := &cobra.Command{
+		Use:   "ack ID [--by NAME]",
+		Short: "Acknowledge an alert (it stays listed, marked as acknowledged)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id < 1 {
+				return fmt.Errorf("alert id %q: want a positive integer", args[0])
+			}
+			if by = strings.TrimSpace(by); by == "" {
+				return fmt.Errorf("--by: say who acknowledges the alert")
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			x, err := a.Alerts.Acknowledge(cmd.Context(), id, by)
+			if err != nil {
+				return fmt.Errorf("alert %d: %w", id, err)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), toView(x))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "alert %d (%s %s) acknowledged at %s by %s\n", x.ID, x.Type, x.Subject, orDash(x.AcknowledgedAt), *x.AcknowledgedBy)
+			return nil
+		},
+	}
+	ack.Flags().StringVar(&by, "by", os.Getenv("USER"), "who acknowledges it (default: $USER)")
+	alerts.AddCommand(list, ack)
+	return alerts
+}

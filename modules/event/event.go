@@ -88,7 +88,7 @@ const AlertDead = "event.dead"
 var (
 	ErrNotFound = fault.New(fault.NotFound, "event not found")
 	// ErrNotDead refuses to redeliver an event that is not dead.
-	ErrNotDead = fault.New(fault.Conflict, "only a dead event can be redelivered")
+	ErrNotDead = fault.New(fault.Conflict, "event not dead")
 	// ErrData reports data that does not match its event type or misses a
 	// required value: a bug in the emitting code.
 	ErrData = fault.New(fault.Internal, "invalid event data")
