@@ -98,7 +98,7 @@ func newMigrateCmd() *cobra.Command {
 			if err := db.Migrate(cmd.Context(), d, migrations.FS, log); err != nil {
 				return err
 			}
-			cmd.Println("migrations applied")
+			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
 			return nil
 		},
 	}

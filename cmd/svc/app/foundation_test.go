@@ -1,12 +1,17 @@
 package app_test
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/modules/apikey"
+	"svc/platform/clock"
 )
 
 func TestHealthAndAssets(t *testing.T) {
@@ -14,7 +19,7 @@ func TestHealthAndAssets(t *testing.T) {
 	e := apptest.New(t)
 	r := e.Do(apptest.Req{Method: "GET", Path: "/healthz", Key: "-"})
 	require.Equal(t, http.StatusOK, r.Status)
-	require.Equal(t, "ok", r.Map(t)["status"])
+	require.Equal(t, map[string]any{"status": "ok", "database": "ok", "version": "dev"}, r.Map(t))
 
 	r = e.Get("/v1/assets")
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -25,4 +30,103 @@ func TestHealthAndAssets(t *testing.T) {
 	require.Len(t, body.Assets, 1, "only BTC is enabled before discovery")
 	require.Equal(t, "BTC", body.Assets[0]["asset"])
 	require.Equal(t, "0.00010000", body.Assets[0]["withdrawal_min"])
+	require.Equal(t, "sat", body.Assets[0]["unit_name"])
+}
+
+func TestHealthzIsUnhealthyWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	e.App.DB.Pool.Close()
+	r := e.Do(apptest.Req{Method: "GET", Path: "/healthz", Key: "-"})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	require.Equal(t, "unhealthy", r.Map(t)["status"])
+}
+
+func TestReadyzFollowsTheWorkerHeartbeat(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	r := e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Equal(t, "degraded", r.Map(t)["status"])
+	require.Contains(t, string(r.Body), `"name":"worker","status":"degraded"`)
+
+	e.StartWorker()
+	apptest.Eventually(t, 10*time.Second, func() bool {
+		return e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"}).Status == http.StatusOK
+	}, "the worker's first heartbeat")
+	r = e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"})
+	require.Equal(t, "ready", r.Map(t)["status"])
+}
+
+func TestAuthMatrix(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Now())
+	e := apptest.New(t, apptest.WithClock(fake))
+	ctx := context.Background()
+	_, revoked, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "to revoke"})
+	require.NoError(t, err)
+	keys, err := e.App.Keys.List(ctx)
+	require.NoError(t, err)
+	for _, k := range keys {
+		if k.Label == "to revoke" {
+			_, err := e.App.Keys.Revoke(ctx, k.ID)
+			require.NoError(t, err)
+		}
+	}
+	_, expiring, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "short", ExpiresIn: time.Hour})
+	require.NoError(t, err)
+	unknown := "svc_test_" + strings.Repeat("A", 43)
+
+	for _, tc := range []struct {
+		name   string
+		path   string
+		header string // full Authorization header; "" sends none
+		want   int
+	}{
+		{"NoKey", "/v1/assets", "", 401},
+		{"NotBearer", "/v1/assets", "Basic " + e.RW, 401},
+		{"EmptyBearer", "/v1/assets", "Bearer ", 401},
+		{"Malformed", "/v1/assets", "Bearer not-a-key", 401},
+		{"WrongPrefix", "/v1/assets", "Bearer abc_test_" + strings.Repeat("A", 43), 401},
+		{"Unknown", "/v1/assets", "Bearer " + unknown, 401},
+		{"Revoked", "/v1/assets", "Bearer " + revoked, 401},
+		{"ReadWriteOnAdmin", "/v1/admin/events", "Bearer " + e.RW, 403},
+		{"ReadWriteOnPlatform", "/v1/assets", "Bearer " + e.RW, 200},
+		{"AdminOnPlatform", "/v1/assets", "Bearer " + e.Admin, 200},
+		{"LowercaseScheme", "/v1/assets", "bearer " + e.RW, 200},
+		{"NotYetExpired", "/v1/assets", "Bearer " + expiring, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := map[string]string{}
+			if tc.header != "" {
+				h["Authorization"] = tc.header
+			}
+			r := e.Do(apptest.Req{Method: "GET", Path: tc.path, Key: "-", Header: h})
+			require.Equal(t, tc.want, r.Status, string(r.Body))
+			if tc.want >= 400 {
+				detail, ok := r.Map(t)["detail"].(string)
+				require.True(t, ok, "body is {detail: string}: %s", r.Body)
+				require.NotEmpty(t, detail)
+				require.NotContains(t, string(r.Body), e.RW, "a key never comes back")
+			}
+		})
+	}
+
+	t.Run("KeyInQueryStringIsNeverRead", func(t *testing.T) {
+		r := e.Do(apptest.Req{Method: "GET", Path: "/v1/assets?api_key=" + e.RW + "&access_token=" + e.RW, Key: "-"})
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+	})
+	t.Run("ExpiredKey", func(t *testing.T) {
+		fake.Advance(time.Hour + time.Second)
+		r := e.Do(apptest.Req{Method: "GET", Path: "/v1/assets", Key: expiring})
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+	})
+}
+
+func TestUnknownRouteIs404WithDetail(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	r := e.Do(apptest.Req{Method: "GET", Path: "/nowhere", Key: "-"})
+	require.Equal(t, http.StatusNotFound, r.Status)
+	require.Equal(t, map[string]any{"detail": "not found"}, r.Map(t))
 }

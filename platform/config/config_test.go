@@ -1,0 +1,97 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func baseEnv(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u@localhost:5432/db")
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+}
+
+func TestLoadDefaultsAndEnvironment(t *testing.T) {
+	baseEnv(t)
+	t.Setenv("PORT", "9090")
+	t.Setenv("USDT_POOL_ADDRESSES", "TA, TB ,,TC")
+	t.Setenv("LN_PAYOUT_TIMEOUT_SECONDS", "600")
+	cfg, err := load("")
+	require.NoError(t, err)
+	require.Equal(t, 9090, cfg.HTTP.Port)
+	require.Equal(t, []string{"TA", "TB", "TC"}, cfg.Deposits.USDTPool)
+	require.Equal(t, 600, cfg.Payouts.LNPayoutTimeoutSeconds)
+	require.Equal(t, int64(200), cfg.Tron.TRXAlertThreshold)
+	require.Equal(t, 2*time.Minute, cfg.Worker.DepositPollEvery)
+	require.Equal(t, "svc", cfg.APIKeys.Prefix)
+}
+
+func TestEnvironmentOverridesFile(t *testing.T) {
+	baseEnv(t)
+	f := filepath.Join(t.TempDir(), "svc.yaml")
+	require.NoError(t, os.WriteFile(f, []byte("http:\n  port: 7000\nlog_level: debug\nchain:\n  lightning_enabled: true\n"), 0o600))
+	t.Setenv("PORT", "7001")
+	cfg, err := load(f)
+	require.NoError(t, err)
+	require.Equal(t, 7001, cfg.HTTP.Port, "environment wins")
+	require.Equal(t, "debug", cfg.LogLevel, "file beats default")
+	require.True(t, cfg.Chain.LightningEnabled)
+}
+
+func TestBadSettingsAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		env, value, named string
+	}{
+		{"DATABASE_URL", "", "DATABASE_URL"},
+		{"DATABASE_URL", "mysql://x", "DATABASE_URL"},
+		{"BITCOIN_NETWORK", "", "BITCOIN_NETWORK"},
+		{"BITCOIN_NETWORK", "moonnet", "BITCOIN_NETWORK"},
+		{"PORT", "eighty", "PORT"},
+		{"PORT", "70000", "PORT"},
+		{"WORKER_STALE_AFTER", "1s", "WORKER_STALE_AFTER"},
+		{"SHUTDOWN_TIMEOUT", "soon", "SHUTDOWN_TIMEOUT"},
+		{"LIGHTNING_ENABLED", "maybe", "LIGHTNING_ENABLED"},
+		{"PLATFORM_WEBHOOK_URL", "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET"},
+		{"PLATFORM_WEBHOOK_URL", "ftp://x", "PLATFORM_WEBHOOK_URL"},
+		{"BTCPAY_URL", "https://btcpay.example", "BTCPAY_API_KEY"},
+		{"TRX_ALERT_THRESHOLD", "-1", "TRX_ALERT_THRESHOLD"},
+		{"USDT_AMOUNT_TOLERANCE_PPM", "2000000", "USDT_AMOUNT_TOLERANCE_PPM"},
+		{"API_KEY_PREFIX", "Bad_Prefix", "API_KEY_PREFIX"},
+		{"SVC_ENV", "production", "API_KEY_MODE"},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			baseEnv(t)
+			t.Setenv(tc.env, tc.value)
+			_, err := load("")
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.named)
+		})
+	}
+}
+
+func TestMissingFileIsNamed(t *testing.T) {
+	baseEnv(t)
+	_, err := load(filepath.Join(t.TempDir(), "nope.yaml"))
+	require.ErrorContains(t, err, FileEnv)
+}
+
+func TestSettingsAreDocumented(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Settings() {
+		require.NotEmpty(t, s.Env, s.Key)
+		require.NotEmpty(t, s.Doc, s.Env)
+		require.False(t, seen[s.Env], "duplicate %s", s.Env)
+		seen[s.Env] = true
+	}
+	for _, named := range []string{"PLATFORM_WEBHOOK_URL", "LN_PAYOUT_TIMEOUT_SECONDS", "TRX_ALERT_THRESHOLD", "DATABASE_URL", "PORT"} {
+		require.True(t, seen[named], "the SPEC's %s must keep its name", named)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	for env := range seen {
+		require.Contains(t, string(readme), "`"+env+"`", "README's configuration table lists %s", env)
+	}
+}
