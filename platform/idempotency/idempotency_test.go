@@ -29,9 +29,9 @@ import (
 // testBundle is a fiber app with one effectful route, POST /v1/effects,
 // that inserts a row and completes the key in the same transaction.
 type testBundle struct {
-	db      *db.DB
-	url     string
-	clock   *clock.Fake
+	db    *db.DB
+	url   string
+	clock *clock.Fake
 	// entered, when non-nil, receives a gate from each attempt as it
 	// enters the handler; the attempt waits until its gate is closed.
 	entered chan chan struct{}
