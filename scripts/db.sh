@@ -87,6 +87,17 @@ if [ "$(id -u)" = 0 ]; then
   id -u "$owner" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$owner"
 fi
 mkdir -p "$ROOT/.data"
+# The data folder must be reachable by its owner even when the checkout is
+# under root's home: grant traverse (o+x, not read) on each folder above it
+# that lacks it, and say so.
+if [ "$(id -u)" = 0 ]; then
+  d="$DATA"
+  while d=$(dirname "$d"); [ "$d" != / ]; do
+    if ! run_as "$owner" test -x "$d"; then
+      chmod o+x "$d" && say "granted traverse permission (o+x) on $d so $owner can reach .data/pg"
+    fi
+  done
+fi
 if [ ! -f "$DATA/PG_VERSION" ]; then
   say "initialising a private cluster in .data/pg (owner $owner)"
   mkdir -p "$DATA"
@@ -102,9 +113,6 @@ shared_buffers = 256MB
 fsync = on
 CONF
 fi
-# The data folder must be reachable by its owner even when the checkout is
-# under root's home.
-[ "$(id -u)" = 0 ] && chmod o+x "$ROOT" "$ROOT/.data" 2>/dev/null || true
 say "starting the private server on 127.0.0.1:$PORT"
 run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
 "$bin/psql" "postgres://svc@127.0.0.1:$PORT/postgres?sslmode=disable" -Atqc "select 1 from pg_database where datname='$DBNAME'" | grep -q 1 \
