@@ -19,7 +19,7 @@
 // attempt first claims the row (status pending, due, not claimed by a live
 // attempt), then POSTs the stored bytes outside any transaction, then
 // records the outcome under its claim in one transaction: delivered on any
-// 2xx; otherwise attempts+1, last_error, next_attempt_at from the schedule
+// 2xx (last_error, which describes the last attempt, is cleared); otherwise attempts+1, last_error, next_attempt_at from the schedule
 // (1m, 5m, 30m, 2h, 6h, then every 12h) and the next job scheduled at that
 // time; after the tenth failure the event is dead and one operator alert is
 // raised. A job that runs early, twice, or for an event no longer pending

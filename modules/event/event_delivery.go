@@ -160,7 +160,7 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 		outcome, next = OutcomeSkipped, time.Time{}
 		if failure == "" {
 			res, err := tx.NewUpdate().Model((*Event)(nil)).
-				Set("status = ?, attempts = attempts + 1, delivered_at = ?, claim_token = NULL, claimed_until = NULL", StatusDelivered, d.Now().UTC()).
+				Set("status = ?, attempts = attempts + 1, delivered_at = ?, last_error = NULL, claim_token = NULL, claimed_until = NULL", StatusDelivered, d.Now().UTC()).
 				Where("id = ? AND claim_token = ?", id, token).Exec(ctx)
 			if err != nil {
 				return err

@@ -193,6 +193,7 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	got := b.get(t, e.ID)
 	require.Equal(t, event.StatusDelivered, got.Status)
 	require.Equal(t, 1, got.Attempts)
+	require.Nil(t, got.LastError, "the last attempt went well")
 	_, err = b.events.Redeliver(ctx, e.ID)
 	require.ErrorIs(t, err, event.ErrNotDead, "a delivered event was acknowledged")
 
