@@ -185,7 +185,7 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 			return err
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return nil // redelivered meanwhile: this attempt no longer counts
+			return nil // the claim expired and another attempt took the event over
 		}
 		if attempts < MaxAttempts {
 			outcome = OutcomeRetry
