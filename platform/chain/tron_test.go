@@ -15,7 +15,7 @@ func TestTronAddressKnownGood(t *testing.T) {
 	tests := []struct {
 		name, addr, hex string
 	}{
-		// btcpay.md §8.1: the USDT contracts, with their hex forms.
+		// The USDT contracts on mainnet and Nile, with their hex forms.
 		{name: "mainnet USDT contract", addr: "TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t", hex: "41a614f803b6fd780986a42c78ec9c7f77e6ded13c"},
 		{name: "Nile testnet USDT contract", addr: "TXLAQ63Xg1NAzckPwKHvzw7CSEmLMEqcdj", hex: "41ea51342dabbb928ae1e576bd39eff8aaf070a8c6"},
 		// The all-zero account, TRON's burn address.

@@ -142,7 +142,7 @@ func TestControlAPIRefusesBadInput(t *testing.T) {
 
 // TestNodeShapes checks the java-tron answers a client other than ours
 // would rely on: empty objects for unknown things, hex or base58 addresses
-// by the visible flag, and the receipt fields of btcpay.md §8.2.
+// by the visible flag, and the receipt fields of gettransactioninfobyid.
 func TestNodeShapes(t *testing.T) {
 	t.Parallel()
 	sim := tronsim.Start(t)
