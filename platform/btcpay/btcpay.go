@@ -1,0 +1,155 @@
+// Package btcpay is the service's client of the payment processor, BTCPay
+// Server's Greenfield API 2.x: invoices (deposits), store payouts
+// (withdrawals), the store's payment methods (asset discovery), the on-chain
+// wallet and the Lightning node (fee rates, scans, custody balances), and
+// the signature and shape of the webhooks BTCPay sends.
+//
+// Every path is store-scoped (/api/v1/stores/{storeId}/...), which every
+// Greenfield version accepts; every call carries `Authorization: token
+// <key>` and has a time limit. Amounts are decimal strings parsed exactly
+// (Amount), times are unix seconds (UnixTime), unknown fields are ignored.
+//
+// Failures are classified for the callers, because what they may do next
+// depends on it:
+//
+//   - ErrUnreachable: the processor could not be reached, or answered in a
+//     way that does not say whether the call took effect (network error,
+//     timeout, 5xx, 408, 429, or a success body that does not parse). The
+//     caller may retry with the same correlation id (metadata.orderId of an
+//     invoice, the withdrawal id in a payout's metadata) after first asking
+//     whether the earlier attempt landed.
+//   - *RefusedError: a definitive refusal (any other 4xx) carrying BTCPay's
+//     code and message. Nothing was created.
+package btcpay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// maxResponseBytes bounds what the client reads from one response.
+const maxResponseBytes = 8 << 20
+
+// Options configures a Client.
+type Options struct {
+	URL     string        // base URL of the BTCPay Server, e.g. https://btcpay.example.com
+	APIKey  string        // Greenfield API key
+	StoreID string        // the store that holds our invoices and payouts
+	Timeout time.Duration // time limit of one call (default 15s)
+	// HTTPClient, when set, sends the requests (tests wrap its transport to
+	// record traffic). Its own Timeout is left as given.
+	HTTPClient *http.Client
+}
+
+// Client calls one BTCPay store. It is safe for concurrent use.
+type Client struct {
+	base    *url.URL
+	key     string
+	store   string
+	timeout time.Duration
+	hc      *http.Client
+}
+
+// New returns a client for o.
+func New(o Options) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(o.URL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("btcpay: base URL must be an http:// or https:// URL")
+	}
+	if o.APIKey == "" || o.StoreID == "" {
+		return nil, errors.New("btcpay: API key and store id are required")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 15 * time.Second
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		// The per-call context carries the time limit; this one is a backstop
+		// for a body that trickles in after the headers.
+		hc = &http.Client{Timeout: o.Timeout + 5*time.Second}
+	}
+	return &Client{base: u, key: o.APIKey, store: o.StoreID, timeout: o.Timeout, hc: hc}, nil
+}
+
+// StoreID returns the store the client works on.
+func (c *Client) StoreID() string { return c.store }
+
+// storePath returns /api/v1/stores/{storeId} followed by the escaped parts.
+func (c *Client) storePath(parts ...string) string {
+	p := "/api/v1/stores/" + url.PathEscape(c.store)
+	for _, s := range parts {
+		p += "/" + url.PathEscape(s)
+	}
+	return p
+}
+
+// call sends one request and decodes a 2xx JSON body into out (when out is
+// not nil). op names the call in errors.
+func (c *Client) call(ctx context.Context, op, method, path string, query url.Values, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("btcpay %s: encode request: %w", op, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawPath = ""
+	if len(query) > 0 {
+		u.RawQuery = query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return fmt.Errorf("btcpay %s: build request: %w", op, err)
+	}
+	req.Header.Set("Authorization", "token "+c.key)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// The request may or may not have reached the server.
+		return &UnreachableError{Op: op, Err: scrub(err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return &UnreachableError{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("read response: %w", scrub(err))}
+	}
+	if err := classify(op, resp.StatusCode, raw); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		// A success whose body we cannot read: the call may have taken
+		// effect, so this is ambiguous, not a refusal.
+		return &UnreachableError{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("decode response: %w", err)}
+	}
+	return nil
+}
+
+// scrub removes the request URL from a transport error: it is long, and
+// the caller already knows which call failed.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,471 @@
+package btcpaysim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+
+	"svc/platform/btcpay"
+)
+
+// Payout states as BTCPay writes them.
+const (
+	poAwaitingApproval = "AwaitingApproval"
+	poAwaitingPayment  = "AwaitingPayment"
+	poInProgress       = "InProgress"
+	poCompleted        = "Completed"
+	poCancelled        = "Cancelled"
+)
+
+// ErrUnknownPayout is returned for a payout the simulator does not have.
+var ErrUnknownPayout = errors.New("btcpaysim: no such payout")
+
+// dustBTC is the smallest on-chain payout (546 sat, the P2PKH dust limit).
+var dustBTC = decimal.MustNew(546, 8)
+
+type payout struct {
+	id           string
+	revision     int
+	date         time.Time
+	destination  string
+	method       string
+	amount       decimal.Decimal
+	payoutAmount *decimal.Decimal
+	state        string
+	proof        json.RawMessage
+	metadata     json.RawMessage
+	dedup        string // the address or the BOLT11's payment hash
+	txid         string
+	stalled      bool
+}
+
+type payoutJSON struct {
+	ID               string          `json:"id"`
+	Revision         int             `json:"revision"`
+	PullPaymentID    *string         `json:"pullPaymentId"`
+	Date             int64           `json:"date"` // unix seconds, as the server writes it (the template says string)
+	Destination      string          `json:"destination"`
+	OriginalCurrency string          `json:"originalCurrency"`
+	OriginalAmount   string          `json:"originalAmount"`
+	PayoutCurrency   string          `json:"payoutCurrency"`
+	PayoutAmount     *string         `json:"payoutAmount"`
+	PayoutMethodID   string          `json:"payoutMethodId"`
+	State            string          `json:"state"`
+	PaymentProof     json.RawMessage `json:"paymentProof"`
+	Metadata         json.RawMessage `json:"metadata"`
+}
+
+func (po *payout) view() payoutJSON {
+	v := payoutJSON{ID: po.id, Revision: po.revision, Date: po.date.Unix(), Destination: po.destination,
+		OriginalCurrency: "BTC", OriginalAmount: po.amount.String(), PayoutCurrency: "BTC", PayoutMethodID: po.method,
+		State: po.state, PaymentProof: po.proof, Metadata: po.metadata}
+	if po.payoutAmount != nil {
+		s := po.payoutAmount.String()
+		v.PayoutAmount = &s
+	}
+	return v
+}
+
+// PayoutInfo is a snapshot of a payout for tests.
+type PayoutInfo struct {
+	ID, WithdrawalID, State, Method, Destination, Amount, TxID string
+}
+
+func (po *payout) info() PayoutInfo {
+	var m map[string]any
+	_ = json.Unmarshal(po.metadata, &m)
+	wid, _ := m[btcpay.MetadataWithdrawalID].(string)
+	return PayoutInfo{ID: po.id, WithdrawalID: wid, State: po.state, Method: po.method, Destination: po.destination,
+		Amount: po.amount.String(), TxID: po.txid}
+}
+
+type createPayoutBody struct {
+	Destination    string          `json:"destination"`
+	Amount         json.RawMessage `json:"amount"`
+	PayoutMethodID string          `json:"payoutMethodId"`
+	PullPaymentID  string          `json:"pullPaymentId"`
+	Approved       bool            `json:"approved"`
+	Metadata       json.RawMessage `json:"metadata"`
+}
+
+func (s *Sim) createPayout(w http.ResponseWriter, r *http.Request) {
+	var body createPayoutBody
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		invalid(w, "", "Invalid JSON: "+err.Error())
+		return
+	}
+	if body.PullPaymentID != "" {
+		problem(w, http.StatusNotFound, "pullpayment-not-found", "The pull payment was not found")
+		return
+	}
+	method := btcpay.NormalizeMethodID(body.PayoutMethodID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if (method != btcpay.MethodBTCChain && method != btcpay.MethodBTCLN) || !s.hasMethod(method) {
+		invalid(w, "payoutMethodId", "Invalid payoutMethodId")
+		return
+	}
+	var amount *decimal.Decimal
+	if raw := bytes.TrimSpace(body.Amount); len(raw) > 0 && string(raw) != "null" {
+		d, err := decimal.Parse(strings.Trim(string(raw), `"`))
+		maxScale := 8
+		if method == btcpay.MethodBTCLN {
+			maxScale = 11
+		}
+		if err != nil || !d.IsPos() || d.Trim(0).Scale() > maxScale {
+			invalid(w, "amount", "Invalid amount")
+			return
+		}
+		amount = &d
+	}
+	dest := strings.TrimSpace(body.Destination)
+	var dedup string
+	switch method {
+	case btcpay.MethodBTCChain:
+		addr, query, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(dest, "bitcoin:"), "BITCOIN:"), "?")
+		if err := validAddress(addr, s.net); err != nil {
+			invalid(w, "destination", "Invalid destination: "+err.Error())
+			return
+		}
+		if amount == nil {
+			for _, kv := range strings.Split(query, "&") {
+				if v, ok := strings.CutPrefix(kv, "amount="); ok {
+					if d, err := decimal.Parse(v); err == nil && d.IsPos() {
+						amount = &d
+					}
+				}
+			}
+		}
+		dest, dedup = addr, addr
+	case btcpay.MethodBTCLN:
+		bolt := strings.TrimPrefix(strings.TrimPrefix(dest, "lightning:"), "LIGHTNING:")
+		inv, err := decodeBolt11(bolt, s.net)
+		if err != nil {
+			invalid(w, "destination", "Invalid destination: "+err.Error())
+			return
+		}
+		if !s.now().Before(inv.Timestamp.Add(inv.Expiry())) {
+			invalid(w, "destination", "The BOLT11 invoice submitted has expired.")
+			return
+		}
+		if inv.MilliSat != nil {
+			boltAmt := decimal.MustNew(int64(*inv.MilliSat), 11)
+			switch {
+			case amount == nil:
+				amount = &boltAmt
+			case boltAmt.Cmp(*amount) > 0:
+				invalid(w, "amount", "The BOLT11 invoice's amount is more than the payout's amount")
+				return
+			case boltAmt.Cmp(*amount) < 0:
+				amount = &boltAmt // the destination's amount wins
+			}
+		}
+		dest, dedup = bolt, fmt.Sprintf("%x", inv.PaymentHash[:])
+	}
+	if amount == nil {
+		invalid(w, "amount", "Amount is not specified in destination or payout request")
+		return
+	}
+	for _, other := range s.payouts {
+		if other.dedup == dedup && other.state != poCompleted && other.state != poCancelled {
+			problem(w, http.StatusBadRequest, "duplicate-destination", "This destination is already in use by another payout")
+			return
+		}
+	}
+	meta := json.RawMessage(`{}`)
+	if raw := bytes.TrimSpace(body.Metadata); len(raw) > 0 && raw[0] == '{' {
+		meta = append(json.RawMessage(nil), raw...)
+	}
+	po := &payout{id: newID(20), date: s.now(), destination: dest, method: method, amount: *amount,
+		state: poAwaitingApproval, metadata: meta, dedup: dedup}
+	s.payouts[po.id] = po
+	s.payOrder = append(s.payOrder, po.id)
+	s.emitPayout(po, btcpay.EventPayoutCreated)
+	if body.Approved {
+		if method == btcpay.MethodBTCChain && amount.Cmp(dustBTC) < 0 {
+			// BTCPay cancels a payout whose approval finds it too small.
+			po.state = poCancelled
+			s.emitPayout(po, btcpay.EventPayoutUpdated)
+			problem(w, http.StatusBadRequest, "amount-too-low", "The amount is too low to be paid out")
+			return
+		}
+		s.approveLocked(po)
+	}
+	writeJSON(w, http.StatusOK, po.view())
+}
+
+func (s *Sim) approveLocked(po *payout) {
+	po.state, po.revision = poAwaitingPayment, po.revision+1
+	amt := po.amount
+	po.payoutAmount = &amt
+	s.emitPayout(po, btcpay.EventPayoutApproved)
+	if s.o.AutoCompletePayouts && !po.stalled {
+		_, _ = s.completeLocked(po, "")
+	}
+}
+
+func (s *Sim) lookupPayout(w http.ResponseWriter, r *http.Request) *payout {
+	po := s.payouts[r.PathValue("payoutId")]
+	if po == nil {
+		problem(w, http.StatusNotFound, "payout-not-found", "The payout was not found")
+	}
+	return po
+}
+
+func (s *Sim) getPayout(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if po := s.lookupPayout(w, r); po != nil {
+		writeJSON(w, http.StatusOK, po.view())
+	}
+}
+
+func (s *Sim) listPayouts(w http.ResponseWriter, r *http.Request) {
+	withCancelled := r.URL.Query().Get("includeCancelled") == "true"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []payoutJSON{}
+	for i := len(s.payOrder) - 1; i >= 0; i-- {
+		po := s.payouts[s.payOrder[i]]
+		if po.state == poCancelled && !withCancelled {
+			continue
+		}
+		out = append(out, po.view())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Sim) cancelPayout(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po := s.lookupPayout(w, r)
+	if po == nil {
+		return
+	}
+	if err := s.cancelLocked(po); err != nil {
+		problem(w, http.StatusBadRequest, "invalid-state", "The payout can't be cancelled in its current state")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Sim) cancelLocked(po *payout) error {
+	switch po.state {
+	case poCancelled:
+		return nil
+	case poInProgress, poCompleted:
+		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	po.state = poCancelled
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return nil
+}
+
+func (s *Sim) payoutLocked(id string) (*payout, error) {
+	po := s.payouts[id]
+	if po == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownPayout, id)
+	}
+	return po, nil
+}
+
+func onChainProof(txid string, completed bool) json.RawMessage {
+	// PascalCase, as BTCPay serializes PayoutTransactionOnChainBlob.
+	candidates := any([]string{txid})
+	if completed {
+		candidates = nil
+	}
+	b, _ := json.Marshal(struct {
+		TransactionID string `json:"TransactionId"`
+		Candidates    any    `json:"Candidates"`
+		ProofType     string `json:"ProofType"`
+		Accounted     bool   `json:"Accounted"`
+	}{txid, candidates, "PayoutTransactionOnChainBlob", true})
+	return b
+}
+
+func lightningProof(hash, preimage string) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		PaymentHash string  `json:"PaymentHash"`
+		ProofType   string  `json:"ProofType"`
+		Link        *string `json:"Link"`
+		ID          string  `json:"Id"`
+		Preimage    string  `json:"Preimage"`
+	}{hash, "PayoutLightningBlob", nil, hash, preimage})
+	return b
+}
+
+// ApprovePayout approves a payout created without approval.
+func (s *Sim) ApprovePayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	if po.state != poAwaitingApproval {
+		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	s.approveLocked(po)
+	return nil
+}
+
+// BroadcastPayout puts an approved on-chain payout's transaction on the
+// network (InProgress with its txid as proof); txid "" makes one up.
+func (s *Sim) BroadcastPayout(id, txid string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return "", err
+	}
+	if po.method != btcpay.MethodBTCChain || po.state != poAwaitingPayment {
+		return "", fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
+	}
+	s.broadcastLocked(po, txid)
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return po.txid, nil
+}
+
+func (s *Sim) broadcastLocked(po *payout, txid string) {
+	if txid == "" {
+		txid = randHex(32)
+	}
+	po.txid, po.state = txid, poInProgress
+	po.proof = onChainProof(txid, false)
+	// The wallet pays the amount and a miner fee on top.
+	fee, _ := s.feeRate.Mul(decimal.MustNew(141, 8))
+	sent, _ := po.amount.Add(fee.Ceil(8))
+	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payoutID: po.id})
+}
+
+// CompletePayout completes an approved or in-progress payout: on chain its
+// transaction (txid, or a made-up one) confirms; on Lightning it is paid.
+// It returns the txid or payment hash.
+func (s *Sim) CompletePayout(id, txid string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return "", err
+	}
+	return s.completeLocked(po, txid)
+}
+
+func (s *Sim) completeLocked(po *payout, txid string) (string, error) {
+	if po.state != poAwaitingPayment && po.state != poInProgress {
+		return "", fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	switch po.method {
+	case btcpay.MethodBTCChain:
+		if po.state == poAwaitingPayment { // seen on the network first, then confirmed
+			s.broadcastLocked(po, txid)
+			s.emitPayout(po, btcpay.EventPayoutUpdated)
+		}
+		s.wallet.confirm(po.txid, 1)
+		po.proof = onChainProof(po.txid, true)
+	case btcpay.MethodBTCLN:
+		po.txid = po.dedup
+		po.proof = lightningProof(po.dedup, randHex(32))
+		msat, _ := units(po.amount, 11)
+		s.wallet.lnLocalMsat -= msat
+	}
+	po.state, po.stalled = poCompleted, false
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return po.txid, nil
+}
+
+// FailPayout ends a payout as failed: BTCPay cancels it (a Lightning
+// payment that cannot be routed after its retries, an expired BOLT11).
+func (s *Sim) FailPayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	if po.state == poCompleted || po.state == poCancelled {
+		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	if po.txid != "" && po.method == btcpay.MethodBTCChain {
+		s.wallet.drop(po.txid)
+	}
+	po.state, po.proof, po.stalled = poCancelled, nil, false
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return nil
+}
+
+// BouncePayout returns an in-progress payout to AwaitingPayment, as after
+// a failed Lightning attempt that BTCPay will retry.
+func (s *Sim) BouncePayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	if po.state != poInProgress {
+		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	if po.method == btcpay.MethodBTCChain {
+		s.wallet.drop(po.txid)
+		po.txid = ""
+	}
+	po.state, po.proof, po.stalled = poAwaitingPayment, nil, false
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return nil
+}
+
+// StallPayout leaves a payout InProgress with no outcome: a Lightning
+// payment whose result is unknown, or an on-chain transaction that never
+// confirms. Auto-completion skips it.
+func (s *Sim) StallPayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	if po.state != poAwaitingPayment && po.state != poAwaitingApproval {
+		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	po.stalled = true
+	if po.state == poAwaitingApproval {
+		return nil // approval will leave it AwaitingPayment
+	}
+	if po.method == btcpay.MethodBTCChain {
+		s.broadcastLocked(po, "")
+	} else {
+		po.state = poInProgress
+	}
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return nil
+}
+
+// Payout returns a snapshot of a payout.
+func (s *Sim) Payout(id string) (PayoutInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po := s.payouts[id]
+	if po == nil {
+		return PayoutInfo{}, false
+	}
+	return po.info(), true
+}
+
+// Payouts returns snapshots of every payout, oldest first.
+func (s *Sim) Payouts() []PayoutInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PayoutInfo, 0, len(s.payOrder))
+	for _, id := range s.payOrder {
+		out = append(out, s.payouts[id].info())
+	}
+	return out
+}

@@ -1,0 +1,272 @@
+package btcpaysim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+
+	"svc/platform/btcpay"
+)
+
+type walletTx struct {
+	hash          string
+	amount        decimal.Decimal // net change of the wallet: positive received, negative sent
+	confirmations int64
+	height        int64 // 0 while unconfirmed
+	ts            time.Time
+	invoiceID     string
+	payoutID      string
+	address       string
+}
+
+// wallet is the store's on-chain wallet and Lightning node.
+type wallet struct {
+	txs             []*walletTx
+	baseConfirmed   decimal.Decimal // balance not explained by txs (SetWalletBalance)
+	baseUnconfirmed decimal.Decimal
+	height          int64
+	lnLocalMsat     int64
+	lnRemoteMsat    int64
+}
+
+func newWallet() wallet {
+	return wallet{height: 200, lnLocalMsat: 0, lnRemoteMsat: 50_000_000_000}
+}
+
+func (w *wallet) find(hash string) *walletTx {
+	for _, t := range w.txs {
+		if t.hash == hash {
+			return t
+		}
+	}
+	return nil
+}
+
+func (w *wallet) receive(hash string, amt decimal.Decimal, confs int64, at time.Time, invoiceID string) {
+	t := &walletTx{hash: hash, amount: amt, ts: at, invoiceID: invoiceID}
+	w.txs = append(w.txs, t)
+	if confs > 0 {
+		w.confirm(hash, confs)
+	}
+}
+
+// confirm mines blocks until the tx has confs confirmations.
+func (w *wallet) confirm(hash string, confs int64) {
+	t := w.find(hash)
+	if t == nil || t.confirmations >= confs {
+		return
+	}
+	if t.height == 0 {
+		w.height++
+		t.height = w.height
+	}
+	if need := t.height + confs - 1; need > w.height {
+		w.height = need
+	}
+	t.confirmations = w.height - t.height + 1
+}
+
+func (w *wallet) drop(hash string) {
+	w.txs = slices.DeleteFunc(w.txs, func(t *walletTx) bool { return t.hash == hash })
+}
+
+func (w *wallet) balances() (confirmed, unconfirmed decimal.Decimal) {
+	confirmed, unconfirmed = w.baseConfirmed, w.baseUnconfirmed
+	for _, t := range w.txs {
+		if t.confirmations > 0 {
+			confirmed, _ = confirmed.Add(t.amount)
+		} else {
+			unconfirmed, _ = unconfirmed.Add(t.amount)
+		}
+	}
+	return confirmed, unconfirmed
+}
+
+// SetWalletBalance sets the on-chain wallet's confirmed and unconfirmed
+// balances (BTC decimal strings), keeping its transactions.
+func (s *Sim) SetWalletBalance(confirmed, unconfirmed string) error {
+	c, err := decimal.Parse(confirmed)
+	if err != nil {
+		return fmt.Errorf("btcpaysim: confirmed balance: %w", err)
+	}
+	u, err := decimal.Parse(unconfirmed)
+	if err != nil {
+		return fmt.Errorf("btcpaysim: unconfirmed balance: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wallet.baseConfirmed, s.wallet.baseUnconfirmed = decimal.Zero, decimal.Zero
+	tc, tu := s.wallet.balances()
+	s.wallet.baseConfirmed, _ = c.Sub(tc)
+	s.wallet.baseUnconfirmed, _ = u.Sub(tu)
+	return nil
+}
+
+// WalletBalance returns the on-chain wallet's confirmed and unconfirmed
+// balances in BTC.
+func (s *Sim) WalletBalance() (confirmed, unconfirmed string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, u := s.wallet.balances()
+	return fmtDec(c, 8), fmtDec(u, 8)
+}
+
+// SetLightningBalance sets what the Lightning node can spend, in msat.
+func (s *Sim) SetLightningBalance(localMsat int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wallet.lnLocalMsat = localMsat
+}
+
+// SetFeeRate sets the wallet's fee-rate estimate in sat/vB ("4.107").
+func (s *Sim) SetFeeRate(rate string) error {
+	d, err := decimal.Parse(rate)
+	if err != nil || d.IsNeg() {
+		return fmt.Errorf("btcpaysim: fee rate %q is not a non-negative decimal", rate)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.feeRate = d
+	return nil
+}
+
+// ReceiveUnmatched puts a BTC receive that matches no invoice in the wallet
+// (amount in BTC) and returns its txid and address.
+func (s *Sim) ReceiveUnmatched(amount string, confirmations int64) (txid, address string, err error) {
+	d, err := decimal.Parse(amount)
+	if err != nil || !d.IsPos() || d.Trim(0).Scale() > 8 {
+		return "", "", fmt.Errorf("btcpaysim: amount %q is not a positive BTC amount", amount)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	txid, address = randHex(32), newAddress(s.net)
+	s.wallet.receive(txid, d, confirmations, s.now(), "")
+	s.wallet.find(txid).address = address
+	return txid, address, nil
+}
+
+// ConfirmTransaction gives a wallet transaction confs confirmations.
+func (s *Sim) ConfirmTransaction(txid string, confs int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wallet.find(txid) == nil {
+		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
+	}
+	s.wallet.confirm(txid, confs)
+	return nil
+}
+
+// onChainWallet checks the path's payment method is the store's BTC wallet.
+func (s *Sim) onChainWallet(w http.ResponseWriter, r *http.Request) bool {
+	id := btcpay.NormalizeMethodID(r.PathValue("paymentMethodId"))
+	if id != btcpay.MethodBTCChain || !s.hasMethod(id) {
+		problem(w, http.StatusNotFound, "unknown-paymentMethodId", "The payment method specified does not exist")
+		return false
+	}
+	return true
+}
+
+func (s *Sim) walletOverview(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.onChainWallet(w, r) {
+		return
+	}
+	c, u := s.wallet.balances()
+	total, _ := c.Add(u)
+	// BTCPay also sends the wallet's label, which its template leaves out.
+	writeJSON(w, http.StatusOK, map[string]string{"balance": fmtDec(total, 8), "unconfirmedBalance": fmtDec(u, 8),
+		"confirmedBalance": fmtDec(c, 8), "label": "btcpaysim hot wallet"})
+}
+
+func (s *Sim) walletFeeRate(w http.ResponseWriter, r *http.Request) {
+	if bt := r.URL.Query().Get("blockTarget"); bt != "" {
+		if n, err := strconv.Atoi(bt); err != nil || n < 1 {
+			invalid(w, "blockTarget", "blockTarget should be greater than 0")
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.onChainWallet(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]json.RawMessage{"feeRate": json.RawMessage(s.feeRate.String())})
+}
+
+func (s *Sim) walletTransactions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	skip, _ := strconv.Atoi(q.Get("skip"))
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		limit = 1 << 30
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.onChainWallet(w, r) {
+		return
+	}
+	type txJSON struct {
+		TransactionHash string                    `json:"transactionHash"`
+		Comment         string                    `json:"comment"`
+		Amount          string                    `json:"amount"`
+		BlockHash       *string                   `json:"blockHash"`
+		BlockHeight     *int64                    `json:"blockHeight"` // a number on the server
+		Confirmations   int64                     `json:"confirmations"`
+		Timestamp       int64                     `json:"timestamp"`
+		Status          string                    `json:"status"`
+		Labels          map[string]map[string]any `json:"labels"` // a dictionary on the server
+	}
+	out := []txJSON{}
+	for i := len(s.wallet.txs) - 1; i >= 0; i-- { // newest first
+		t := s.wallet.txs[i]
+		status := btcpay.TxUnconfirmed
+		if t.confirmations > 0 {
+			status = btcpay.TxConfirmed
+		}
+		if len(q["statusFilter"]) > 0 && !slices.ContainsFunc(q["statusFilter"], func(f string) bool { return strings.EqualFold(f, status) }) {
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		if len(out) == limit {
+			break
+		}
+		v := txJSON{TransactionHash: t.hash, Amount: fmtDec(t.amount, 8), Confirmations: t.confirmations,
+			Timestamp: t.ts.Unix(), Status: status, Labels: map[string]map[string]any{}}
+		if t.height > 0 {
+			h, bh := t.height, fmt.Sprintf("%064x", t.height)
+			v.BlockHeight, v.BlockHash = &h, &bh
+		}
+		if t.invoiceID != "" {
+			v.Labels["invoice"] = map[string]any{"type": "invoice", "text": "invoice", "ref": t.invoiceID}
+		}
+		if t.payoutID != "" {
+			v.Labels["payout"] = map[string]any{"type": "payout", "text": "payout", "ref": t.payoutID}
+		}
+		out = append(out, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Sim) lightningBalance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !strings.EqualFold(r.PathValue("cryptoCode"), "BTC") || !s.hasMethod(btcpay.MethodBTCLN) {
+		problem(w, http.StatusNotFound, "lightning-node-unavailable", "The lightning node is not set up")
+		return
+	}
+	str := strconv.FormatInt
+	writeJSON(w, http.StatusOK, map[string]any{
+		"onchain":  map[string]string{"confirmed": "0", "unconfirmed": "0", "reserved": "0"},
+		"offchain": map[string]string{"opening": "0", "local": str(s.wallet.lnLocalMsat, 10), "remote": str(s.wallet.lnRemoteMsat, 10), "closing": "0"},
+	})
+}

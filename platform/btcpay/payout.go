@@ -1,0 +1,205 @@
+package btcpay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// PayoutState is BTCPay's payout state.
+type PayoutState string
+
+// Payout states.
+const (
+	PayoutAwaitingApproval PayoutState = "AwaitingApproval"
+	PayoutAwaitingPayment  PayoutState = "AwaitingPayment"
+	PayoutInProgress       PayoutState = "InProgress"
+	PayoutCompleted        PayoutState = "Completed"
+	PayoutCancelled        PayoutState = "Cancelled"
+)
+
+// MetadataWithdrawalID is the payout metadata key that carries our
+// withdrawal id, the payout's correlation id.
+const MetadataWithdrawalID = "withdrawalId"
+
+// CreatePayoutParams describes one store payout.
+type CreatePayoutParams struct {
+	// WithdrawalID is our correlation id, stored in the payout's metadata
+	// so the payout can be found again after an ambiguous failure.
+	WithdrawalID string
+	// Destination is an address, or a BOLT11 invoice for BTC-LN.
+	Destination string
+	// Amount in BTC; nil lets a BOLT11 with an amount decide.
+	Amount *Amount
+	// PayoutMethodID is "BTC-CHAIN" or "BTC-LN".
+	PayoutMethodID string
+	// Approved pre-approves the payout (needs the cancreatepullpayments
+	// permission); otherwise it waits for approval in BTCPay.
+	Approved bool
+	// Metadata is extra metadata; WithdrawalID wins over a key of the same
+	// name.
+	Metadata map[string]any
+}
+
+type createPayoutRequest struct {
+	Destination    string         `json:"destination"`
+	Amount         *Amount        `json:"amount,omitempty"`
+	PayoutMethodID string         `json:"payoutMethodId"`
+	Approved       bool           `json:"approved"`
+	Metadata       map[string]any `json:"metadata"`
+}
+
+// Payout is BTCPay's PayoutData (2.x).
+type Payout struct {
+	ID               string        `json:"id"`
+	Revision         int           `json:"revision"`
+	PullPaymentID    *string       `json:"pullPaymentId"`
+	Date             UnixTime      `json:"date"`
+	Destination      string        `json:"destination"`
+	OriginalCurrency string        `json:"originalCurrency"`
+	OriginalAmount   Amount        `json:"originalAmount"`
+	PayoutCurrency   string        `json:"payoutCurrency"`
+	PayoutAmount     *Amount       `json:"payoutAmount"` // set at approval: what is actually sent
+	PayoutMethodID   string        `json:"payoutMethodId"`
+	State            PayoutState   `json:"state"`
+	PaymentProof     *PaymentProof `json:"paymentProof"`
+	Metadata         Metadata      `json:"metadata"`
+}
+
+// WithdrawalID returns the withdrawal id from the payout's metadata.
+func (p Payout) WithdrawalID() string { return p.Metadata.String(MetadataWithdrawalID) }
+
+// PaymentProof is a payout's proof of payment. BTCPay writes its keys in
+// PascalCase for on-chain and Lightning proofs and in camelCase in manual
+// proofs, so they are read case-insensitively.
+type PaymentProof struct {
+	ProofType     string   // PayoutTransactionOnChainBlob, PayoutLightningBlob, or a manual type
+	TransactionID string   // on chain: the txid
+	Candidates    []string // on chain: txids seen for the payout (nulled once Completed)
+	Accounted     *bool
+	PaymentHash   string // Lightning
+	Preimage      string // Lightning
+	ID            string // manual proofs; Lightning repeats the payment hash
+	Link          string
+	Raw           json.RawMessage // the proof as sent
+}
+
+// UnmarshalJSON reads a proof with keys in any case.
+func (p *PaymentProof) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	low := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		low[strings.ToLower(k)] = v
+	}
+	str := func(k string) string {
+		var s string
+		_ = json.Unmarshal(low[k], &s) // absent, null or not a string: ""
+		return s
+	}
+	*p = PaymentProof{
+		ProofType: str("prooftype"), TransactionID: str("transactionid"), PaymentHash: str("paymenthash"),
+		Preimage: str("preimage"), ID: str("id"), Link: str("link"), Raw: append(json.RawMessage(nil), b...),
+	}
+	if raw, ok := low["candidates"]; ok {
+		_ = json.Unmarshal(raw, &p.Candidates)
+	}
+	if raw, ok := low["accounted"]; ok {
+		var v bool
+		if json.Unmarshal(raw, &v) == nil {
+			p.Accounted = &v
+		}
+	}
+	return nil
+}
+
+// MarshalJSON writes the proof as it was received.
+func (p PaymentProof) MarshalJSON() ([]byte, error) {
+	if len(p.Raw) > 0 {
+		return p.Raw, nil
+	}
+	return json.Marshal(map[string]any{"proofType": p.ProofType, "id": p.ID, "link": p.Link})
+}
+
+// TxID is the transaction id the proof names: the on-chain txid, or the
+// id of a manual proof.
+func (p *PaymentProof) TxID() string {
+	if p == nil {
+		return ""
+	}
+	if p.TransactionID != "" {
+		return p.TransactionID
+	}
+	if p.PaymentHash == "" {
+		return p.ID
+	}
+	return ""
+}
+
+// CreatePayout creates a store payout (no pull payment). Re-read the payout
+// after creating it: BTCPay may cancel an auto-approval that fails and still
+// answer 200. On ErrUnreachable the payout may exist: look for it with
+// PayoutByWithdrawalID before creating another.
+func (c *Client) CreatePayout(ctx context.Context, p CreatePayoutParams) (Payout, error) {
+	if p.WithdrawalID == "" {
+		return Payout{}, errors.New("btcpay create payout: withdrawal id is required")
+	}
+	meta := make(map[string]any, len(p.Metadata)+1)
+	for k, v := range p.Metadata {
+		meta[k] = v
+	}
+	meta[MetadataWithdrawalID] = p.WithdrawalID
+	req := createPayoutRequest{Destination: p.Destination, Amount: p.Amount, PayoutMethodID: p.PayoutMethodID,
+		Approved: p.Approved, Metadata: meta}
+	var out Payout
+	err := c.call(ctx, "create payout", "POST", c.storePath("payouts"), nil, req, &out)
+	return out, err
+}
+
+// GetPayout returns one payout; errors.Is(err, ErrNotFound) when it does not
+// exist.
+func (c *Client) GetPayout(ctx context.Context, id string) (Payout, error) {
+	var out Payout
+	err := c.call(ctx, "get payout", "GET", c.storePath("payouts", id), nil, nil, &out)
+	return out, err
+}
+
+// ListPayouts lists the store's payouts, cancelled ones too when asked.
+func (c *Client) ListPayouts(ctx context.Context, includeCancelled bool) ([]Payout, error) {
+	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
+	var out []Payout
+	err := c.call(ctx, "list payouts", "GET", c.storePath("payouts"), q, nil, &out)
+	return out, err
+}
+
+// PayoutsByWithdrawalID returns the store's payouts (cancelled ones
+// included) whose metadata names withdrawalID. BTCPay has no filter for
+// payout metadata, so this lists and filters.
+func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]Payout, error) {
+	all, err := c.ListPayouts(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	var out []Payout
+	for _, p := range all {
+		if p.WithdrawalID() == withdrawalID {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// CancelPayout cancels a payout. BTCPay refuses once it is InProgress or
+// Completed.
+func (c *Client) CancelPayout(ctx context.Context, id string) error {
+	return c.call(ctx, "cancel payout", "DELETE", c.storePath("payouts", id), nil, nil, nil)
+}

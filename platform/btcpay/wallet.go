@@ -1,0 +1,127 @@
+package btcpay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+)
+
+// WalletOverview is the store's on-chain wallet balance, in BTC.
+type WalletOverview struct {
+	Balance            Amount `json:"balance"`
+	UnconfirmedBalance Amount `json:"unconfirmedBalance"`
+	ConfirmedBalance   Amount `json:"confirmedBalance"`
+	Label              string `json:"label"`
+}
+
+// WalletOverview returns the BTC on-chain wallet's balance.
+func (c *Client) WalletOverview(ctx context.Context) (WalletOverview, error) {
+	var out WalletOverview
+	err := c.call(ctx, "wallet overview", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet"), nil, nil, &out)
+	return out, err
+}
+
+// FeeRate returns the wallet's fee-rate estimate in sat/vB for confirmation
+// within blockTarget blocks (0 uses the store's default target). BTCPay
+// sends it as a JSON number; it is read exactly, never as a float.
+func (c *Client) FeeRate(ctx context.Context, blockTarget int) (Amount, error) {
+	var q url.Values
+	if blockTarget > 0 {
+		q = url.Values{"blockTarget": {strconv.Itoa(blockTarget)}}
+	}
+	var out struct {
+		FeeRate json.RawMessage `json:"feeRate"`
+	}
+	if err := c.call(ctx, "fee rate", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "feerate"), q, nil, &out); err != nil {
+		return Amount{}, err
+	}
+	var rate Amount
+	if err := json.Unmarshal(bytes.TrimSpace(out.FeeRate), &rate); err != nil || len(out.FeeRate) == 0 || rate.IsNeg() {
+		return Amount{}, &UnreachableError{Op: "fee rate", Err: fmt.Errorf("fee rate %s is not a non-negative decimal", out.FeeRate)}
+	}
+	return rate, nil
+}
+
+// WalletTransaction is one transaction of the on-chain wallet.
+type WalletTransaction struct {
+	TransactionHash string  `json:"transactionHash"`
+	Comment         string  `json:"comment"`
+	Amount          Amount  `json:"amount"` // net change of the wallet: positive received, negative sent (fee included)
+	BlockHash       *string `json:"blockHash"`
+	// BlockHeight and Confirmations are numbers on the server (strings in
+	// BTCPay's template); both are read.
+	BlockHeight   FlexInt         `json:"blockHeight"`
+	Confirmations FlexInt         `json:"confirmations"`
+	Timestamp     UnixTime        `json:"timestamp"` // first seen
+	Status        string          `json:"status"`    // Confirmed or Unconfirmed
+	Labels        json.RawMessage `json:"labels"`
+}
+
+// Wallet transaction statuses.
+const (
+	TxConfirmed   = "Confirmed"
+	TxUnconfirmed = "Unconfirmed"
+)
+
+// WalletTransactionsParams filters and pages the wallet's transactions.
+type WalletTransactionsParams struct {
+	Statuses    []string // TxConfirmed, TxUnconfirmed; none means both
+	LabelFilter string
+	Skip, Limit int
+}
+
+// WalletTransactions lists the on-chain wallet's transactions, newest
+// first.
+func (c *Client) WalletTransactions(ctx context.Context, p WalletTransactionsParams) ([]WalletTransaction, error) {
+	q := url.Values{}
+	for _, s := range p.Statuses {
+		q.Add("statusFilter", s)
+	}
+	if p.LabelFilter != "" {
+		q.Set("labelFilter", p.LabelFilter)
+	}
+	if p.Skip > 0 {
+		q.Set("skip", strconv.Itoa(p.Skip))
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	var out []WalletTransaction
+	err := c.call(ctx, "wallet transactions", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions"), q, nil, &out)
+	return out, err
+}
+
+// LightningBalance is the store Lightning node's balance: on-chain parts in
+// satoshis, channel parts in millisatoshis.
+type LightningBalance struct {
+	Onchain *struct {
+		Confirmed   FlexInt `json:"confirmed"`
+		Unconfirmed FlexInt `json:"unconfirmed"`
+		Reserved    FlexInt `json:"reserved"`
+	} `json:"onchain"`
+	Offchain *struct {
+		Opening FlexInt `json:"opening"`
+		Local   FlexInt `json:"local"`
+		Remote  FlexInt `json:"remote"`
+		Closing FlexInt `json:"closing"`
+	} `json:"offchain"`
+}
+
+// LocalMsat is what the node can spend in its channels, in millisatoshis
+// (0 when the node does not say).
+func (b LightningBalance) LocalMsat() int64 {
+	if b.Offchain == nil {
+		return 0
+	}
+	return b.Offchain.Local.V
+}
+
+// LightningBalance returns the store's BTC Lightning node balance.
+func (c *Client) LightningBalance(ctx context.Context) (LightningBalance, error) {
+	var out LightningBalance
+	err := c.call(ctx, "lightning balance", "GET", c.storePath("lightning", "BTC", "balance"), nil, nil, &out)
+	return out, err
+}
