@@ -16,10 +16,10 @@ func TestNewGivesMigratedIsolatedDatabases(t *testing.T) {
 	var n int
 	require.NoError(t, a.Pool.QueryRow(ctx, "SELECT count(*) FROM assets").Scan(&n))
 	require.Equal(t, 3, n)
-	_, err := a.Pool.Exec(ctx, "DELETE FROM assets WHERE asset = 'BTC'")
+	_, err := a.Pool.Exec(ctx, "INSERT INTO worker_heartbeats VALUES ('w', now())")
 	require.NoError(t, err)
-	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM assets").Scan(&n))
-	require.Equal(t, 3, n, "databases must be isolated")
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM worker_heartbeats").Scan(&n))
+	require.Equal(t, 0, n, "databases must be isolated")
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM river_migration").Scan(&n))
 	require.Positive(t, n)
 }
