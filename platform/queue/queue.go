@@ -57,7 +57,11 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		Workers:      p.Workers,
 		PeriodicJobs: p.PeriodicJobs,
 		JobTimeout:   2 * time.Minute,
-		MaxAttempts:  25,
+		// A job still "running" this long after its timeout belonged to a
+		// worker that died; give it back to the queue (River's default is an
+		// hour, too long for a payment's webhook or sync).
+		RescueStuckJobsAfter: 5 * time.Minute,
+		MaxAttempts:          25,
 	}
 	if p.FetchPollInterval > 0 {
 		cfg.FetchPollInterval = p.FetchPollInterval
