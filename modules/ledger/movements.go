@@ -173,6 +173,12 @@ func (s Settlement) Lines(broadcast int64) ([]Line, error) {
 	if custody != 0 {
 		lines = append(lines, Line{Account: System(Custody), Amount: custody})
 	}
+	// The lines balance by construction; Validate also refuses sums that
+	// would overflow on the way (absurd amounts).
+	e := Entry{Kind: PayoutSettle, Asset: "x", SourceRef: "x", Lines: lines}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("settle %s: %w", s.SourceRef, err)
+	}
 	return lines, nil
 }
 

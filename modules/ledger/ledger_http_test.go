@@ -1,0 +1,235 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/asset"
+	"svc/modules/ledger"
+)
+
+type balancesBody struct {
+	ExternalUserID string `json:"external_user_id"`
+	Balances       []struct {
+		Asset, Available, Held, Total string
+	} `json:"balances"`
+}
+
+type txBody struct {
+	Transactions []struct {
+		PostingID int64   `json:"posting_id"`
+		EntryID   int64   `json:"entry_id"`
+		Kind      string  `json:"kind"`
+		Asset     string  `json:"asset"`
+		Account   string  `json:"account"`
+		Amount    string  `json:"amount"`
+		Direction string  `json:"direction"`
+		SourceRef *string `json:"source_ref"`
+		Memo      *string `json:"memo"`
+		CreatedAt string  `json:"created_at"`
+	} `json:"transactions"`
+	NextCursor *int64 `json:"next_cursor"`
+}
+
+func TestBalancesHTTP(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	ctx := context.Background()
+	d := e.App.DB.Bun
+
+	t.Run("UnknownUserGetsZeros", func(t *testing.T) {
+		r := e.Get("/v1/users/never-seen/balances")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var b balancesBody
+		r.JSON(t, &b)
+		require.Equal(t, "never-seen", b.ExternalUserID)
+		require.Len(t, b.Balances, 1, "only BTC is enabled")
+		require.Equal(t, "BTC", b.Balances[0].Asset)
+		require.Equal(t, "0.00000000", b.Balances[0].Available)
+		require.Equal(t, "0.00000000", b.Balances[0].Held)
+		require.Equal(t, "0.00000000", b.Balances[0].Total)
+	})
+
+	user := "user/42 ü" // needs percent-encoding in the path
+	_, err := ledger.CreditDeposit(ctx, d, "BTC", user, 150_000_000, "pay-1", "")
+	require.NoError(t, err)
+	_, err = ledger.PlaceHold(ctx, d, "BTC", user, 12_345, "wd-1", "")
+	require.NoError(t, err)
+	_, err = ledger.CreditDeposit(ctx, d, "USDT_TRC20", user, 2_500_000, "pay-2", "")
+	require.NoError(t, err)
+
+	get := func() balancesBody {
+		r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var b balancesBody
+		r.JSON(t, &b)
+		return b
+	}
+	b := get()
+	require.Equal(t, user, b.ExternalUserID)
+	require.Len(t, b.Balances, 1, "USDT_TRC20 is disabled: not listed although the user has some")
+	require.Equal(t, "1.49987655", b.Balances[0].Available)
+	require.Equal(t, "0.00012345", b.Balances[0].Held)
+	require.Equal(t, "1.50000000", b.Balances[0].Total)
+
+	_, err = (&asset.Store{DB: d, Now: e.App.Clock.Now}).SetEnabled(ctx, asset.USDTTRC20, true)
+	require.NoError(t, err)
+	b = get()
+	require.Len(t, b.Balances, 2)
+	require.Equal(t, "USDT_TRC20", b.Balances[1].Asset)
+	require.Equal(t, "2.500000", b.Balances[1].Available, "six decimals for USDT")
+	require.Equal(t, "0.000000", b.Balances[1].Held)
+
+	t.Run("TooLongUserID", func(t *testing.T) {
+		r := e.Get("/v1/users/" + strings.Repeat("x", 256) + "/balances")
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+		require.Contains(t, string(r.Body), `"loc":["path","external_user_id"]`)
+		r = e.Get("/v1/users/" + strings.Repeat("é", 255) + "/balances")
+		require.Equal(t, http.StatusOK, r.Status, "255 characters are fine even when they are more bytes")
+	})
+	t.Run("NeedsAKey", func(t *testing.T) {
+		r := e.Do(apptest.Req{Method: "GET", Path: "/v1/users/x/balances", Key: "-"})
+		require.Equal(t, http.StatusUnauthorized, r.Status)
+	})
+}
+
+func TestTransactionsHTTP(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	ctx := context.Background()
+	d := e.App.DB.Bun
+	const user = "tx-user"
+
+	// 5 deposits, a hold and its release, a USDT deposit: 10 postings.
+	for i := range 5 {
+		_, err := ledger.CreditDeposit(ctx, d, "BTC", user, int64(1_000*(i+1)), fmt.Sprintf("pay-%d", i), "")
+		require.NoError(t, err)
+	}
+	_, err := ledger.PlaceHold(ctx, d, "BTC", user, 2_500, "wd-1", "")
+	require.NoError(t, err)
+	_, err = ledger.ReleaseHold(ctx, d, "BTC", user, 2_500, "wd-1", "rejected by operator")
+	require.NoError(t, err)
+	_, err = ledger.CreditDeposit(ctx, d, "USDT_TRC20", user, 1_500_000, "pay-usdt", "")
+	require.NoError(t, err)
+	// Someone else's postings never show.
+	_, err = ledger.CreditDeposit(ctx, d, "BTC", "other", 9, "pay-other", "")
+	require.NoError(t, err)
+
+	list := func(query string) txBody {
+		t.Helper()
+		r := e.Get("/v1/users/" + user + "/transactions" + query)
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var b txBody
+		r.JSON(t, &b)
+		return b
+	}
+
+	all := list("")
+	require.Len(t, all.Transactions, 10)
+	require.Nil(t, all.NextCursor)
+	for i := 1; i < len(all.Transactions); i++ {
+		require.Greater(t, all.Transactions[i-1].PostingID, all.Transactions[i].PostingID, "newest first")
+	}
+	usdt := all.Transactions[0]
+	require.Equal(t, "deposit_credit", usdt.Kind)
+	require.Equal(t, "USDT_TRC20", usdt.Asset)
+	require.Equal(t, "user_available", usdt.Account)
+	require.Equal(t, "1.500000", usdt.Amount)
+	require.Equal(t, "credit", usdt.Direction)
+	require.Equal(t, "pay-usdt", *usdt.SourceRef)
+	require.Nil(t, usdt.Memo)
+	require.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$`, usdt.CreatedAt)
+
+	// The release: hold debited, available credited, one entry.
+	rel1, rel2 := all.Transactions[1], all.Transactions[2]
+	require.Equal(t, rel1.EntryID, rel2.EntryID)
+	require.Equal(t, "withdrawal_release", rel1.Kind)
+	require.Equal(t, "rejected by operator", *rel1.Memo)
+	got := map[string]string{rel1.Account: rel1.Direction + " " + rel1.Amount, rel2.Account: rel2.Direction + " " + rel2.Amount}
+	require.Equal(t, map[string]string{"user_hold": "debit 0.00002500", "user_available": "credit 0.00002500"}, got)
+	// The hold reads negative on available.
+	hold := map[string]string{}
+	for _, x := range all.Transactions[3:5] {
+		require.Equal(t, "withdrawal_hold", x.Kind)
+		hold[x.Account] = x.Direction
+	}
+	require.Equal(t, map[string]string{"user_available": "debit", "user_hold": "credit"}, hold)
+
+	t.Run("Pages", func(t *testing.T) {
+		p1 := list("?limit=4")
+		require.Len(t, p1.Transactions, 4)
+		require.NotNil(t, p1.NextCursor)
+		require.Equal(t, p1.Transactions[3].PostingID, *p1.NextCursor)
+		p2 := list(fmt.Sprintf("?limit=4&cursor=%d", *p1.NextCursor))
+		require.Len(t, p2.Transactions, 4)
+		require.Equal(t, all.Transactions[4].PostingID, p2.Transactions[0].PostingID)
+
+		// New postings arrive: the next page is still the one it was.
+		_, err := ledger.CreditDeposit(ctx, d, "BTC", user, 1, "pay-late", "")
+		require.NoError(t, err)
+		again := list(fmt.Sprintf("?limit=4&cursor=%d", *p1.NextCursor))
+		require.Equal(t, p2, again)
+
+		p3 := list(fmt.Sprintf("?limit=4&cursor=%d", *p2.NextCursor))
+		require.Len(t, p3.Transactions, 2)
+		require.Nil(t, p3.NextCursor, "the last page")
+		exact := list(fmt.Sprintf("?limit=2&cursor=%d", *p2.NextCursor))
+		require.Len(t, exact.Transactions, 2)
+		require.Nil(t, exact.NextCursor, "a last page that is exactly full has no next page either")
+	})
+	t.Run("AssetFilter", func(t *testing.T) {
+		b := list("?asset=USDT_TRC20")
+		require.Len(t, b.Transactions, 1)
+		require.Equal(t, "pay-usdt", *b.Transactions[0].SourceRef)
+		b = list("?asset=BTC_LN")
+		require.Empty(t, b.Transactions)
+		require.NotNil(t, b.Transactions, "an empty page is [], not null")
+	})
+	t.Run("UnknownUser", func(t *testing.T) {
+		b := list("")
+		require.NotEmpty(t, b.Transactions)
+		r := e.Get("/v1/users/nobody/transactions")
+		require.Equal(t, http.StatusOK, r.Status)
+		require.JSONEq(t, `{"transactions":[],"next_cursor":null}`, string(r.Body))
+	})
+	t.Run("UnknownAsset", func(t *testing.T) {
+		r := e.Get("/v1/users/" + user + "/transactions?asset=DOGE")
+		require.Equal(t, http.StatusNotFound, r.Status)
+		require.JSONEq(t, `{"detail":"unknown asset"}`, string(r.Body))
+	})
+	t.Run("BadQueries", func(t *testing.T) {
+		for _, tc := range []struct{ query, loc string }{
+			{"?limit=0", "limit"},
+			{"?limit=201", "limit"},
+			{"?limit=abc", "limit"},
+			{"?limit=", "limit"},
+			{"?cursor=0", "cursor"},
+			{"?cursor=-5", "cursor"},
+			{"?cursor=1.5", "cursor"},
+			{"?cursor=99999999999999999999", "cursor"},
+			{"?asset=", "asset"},
+			{"?asset=" + strings.Repeat("A", 33), "asset"},
+		} {
+			r := e.Get("/v1/users/" + user + "/transactions" + tc.query)
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, tc.query)
+			var body struct {
+				Detail []struct {
+					Loc  []any  `json:"loc"`
+					Type string `json:"type"`
+				} `json:"detail"`
+			}
+			r.JSON(t, &body)
+			require.Len(t, body.Detail, 1, tc.query)
+			require.Equal(t, []any{"query", tc.loc}, body.Detail[0].Loc, tc.query)
+		}
+		r := e.Get("/v1/users/" + user + "/transactions?limit=200")
+		require.Equal(t, http.StatusOK, r.Status, "200 is the maximum")
+	})
+}
