@@ -1,16 +1,89 @@
 package app
 
-import "context"
+import (
+	"context"
 
-// processorArea holds the processor area's modules (filled in by that area's work).
-type processorArea struct{}
+	"github.com/riverqueue/river"
 
-func (a *App) initProcessor(ctx context.Context) error { return nil }
+	"svc/modules/discovery"
+	"svc/modules/health"
+	"svc/modules/ingress"
+	"svc/platform/btcpay"
+	"svc/platform/tron"
+)
 
-func (a *App) routesProcessor(r Routers) {}
+// processorArea holds the payment processor (BTCPay) and the TRON node
+// clients, the ingress webhook and asset discovery. With no BTCPAY_URL the
+// processor parts are off (BTCPay, Ingress and Discovery stay nil); with
+// no TRONGRID_URL, Tron stays nil.
+//
+// The deposit and withdrawal areas, initialised after this one, receive
+// the processor's events by setting a.Ingress.Invoices and
+// a.Ingress.Payouts (when a.Ingress is not nil); until then deliveries are
+// only marked processed.
+type processorArea struct {
+	BTCPay    *btcpay.Client
+	Tron      *tron.Client
+	Ingress   *ingress.Service
+	Discovery *discovery.Service
+}
 
-func (a *App) jobsProcessor(j *Jobs) error { return nil }
+// initProcessor builds the clients; it makes no network call, so a
+// processor that is down cannot hold up or stop the API. Discovery runs in
+// the worker (at its start, then every DISCOVERY_INTERVAL).
+func (a *App) initProcessor(context.Context) error {
+	if a.Cfg.Tron.URL != "" {
+		c, err := tron.New(a.Cfg.Tron)
+		if err != nil {
+			return err
+		}
+		a.Tron = c
+		a.Health.Checks = append(a.Health.Checks, health.Check{Name: "tron_node", Run: c.Ping})
+	}
+	b := a.Cfg.BTCPay
+	if b.URL == "" {
+		a.Log.Info("BTCPAY_URL is not set: the payment processor, its webhook ingress and asset discovery are off")
+		return nil
+	}
+	c, err := btcpay.New(btcpay.Options{URL: b.URL, APIKey: b.APIKey, StoreID: b.StoreID, Timeout: b.Timeout})
+	if err != nil {
+		return err
+	}
+	a.BTCPay = c
+	a.Ingress = &ingress.Service{DB: a.DB.Bun, Inserter: a.Inserter, Secret: b.WebhookSecret, StoreID: b.StoreID,
+		Now: a.Clock.Now, Log: a.Log}
+	a.Discovery = &discovery.Service{Processor: c, Assets: a.Assets, LightningEnabled: a.Cfg.Chain.LightningEnabled, Log: a.Log}
+	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "processor", Run: func(ctx context.Context) error {
+		// A cheap authenticated, store-scoped call: it proves the URL, the
+		// key and the key's access to the store.
+		_, err := c.StorePaymentMethods(ctx, true)
+		return err
+	}})
+	return nil
+}
+
+func (a *App) routesProcessor(Routers) {}
 
 // routesProcessorPublic registers routes that need no API key (the ingress
 // webhook).
-func (a *App) routesProcessorPublic(r Routers) {}
+func (a *App) routesProcessorPublic(r Routers) {
+	if a.Ingress != nil {
+		a.Ingress.Routes(r.Public)
+	}
+}
+
+func (a *App) jobsProcessor(j *Jobs) error {
+	if a.Ingress != nil {
+		river.AddWorker(j.Workers, &ingress.Worker{Service: a.Ingress})
+	}
+	if a.Discovery != nil {
+		river.AddWorker(j.Workers, &discovery.Worker{Service: a.Discovery})
+		// Not jobs.Periodic: its once-per-period uniqueness would skip the
+		// run at the start of a worker restarted within the interval, and
+		// that run is what enables the assets. Two runs are harmless.
+		j.Periodic = append(j.Periodic, river.NewPeriodicJob(river.PeriodicInterval(a.Cfg.Worker.DiscoveryEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return discovery.Args{}, nil },
+			&river.PeriodicJobOpts{ID: discovery.Args{}.Kind(), RunOnStart: true}))
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+// Package ingress owns the payment processor's inbound webhooks: POST
+// /webhooks/processor verifies the HMAC-SHA256 signature over the raw body
+// (Processor-Sig, or BTCPay's own BTCPay-Sig), decides whether the service
+// acts on the event, stores each accepted delivery once, and inserts the
+// River job that processes it in the same transaction. The answer comes
+// before any processing: BTCPay retries a delivery that fails with a 5xx
+// and waits with later ones while it does, so the handler does nothing slow.
+//
+// Processing hands the parsed event to the InvoiceHandler (deposits) or the
+// PayoutHandler (withdrawals) set on the Service. Webhooks are hints: the
+// handlers re-read the invoice or payout from the processor, and the
+// periodic polling covers any event that never arrives.
+package ingress
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/platform/btcpay"
+	"svc/platform/queue"
+)
+
+// DefaultMaxBody bounds the size of a delivery. BTCPay's events are a few
+// kilobytes; the metadata we put on invoices is small.
+const DefaultMaxBody = 64 << 10
+
+// Headers that may carry the signature.
+const (
+	HeaderProcessorSig = "Processor-Sig"
+	HeaderBTCPaySig    = btcpay.SignatureHeader
+)
+
+// subscribed are the event types the service acts on (SPEC "Deposit and
+// withdrawal behaviours", item 2).
+var subscribed = map[string]bool{
+	btcpay.EventInvoiceReceivedPayment: true, btcpay.EventInvoiceProcessing: true,
+	btcpay.EventInvoicePaymentSettled: true, btcpay.EventInvoiceSettled: true,
+	btcpay.EventInvoiceExpired: true, btcpay.EventInvoiceInvalid: true,
+	btcpay.EventPayoutCreated: true, btcpay.EventPayoutApproved: true, btcpay.EventPayoutUpdated: true,
+}
+
+// Subscribed reports whether the service acts on events of type typ.
+func Subscribed(typ string) bool { return subscribed[typ] }
+
+// InvoiceEvent is an invoice event handed to the deposit work.
+type InvoiceEvent struct {
+	DeliveryKey     string // the stored delivery's identity
+	Type            string // btcpay.EventInvoice*
+	InvoiceID       string
+	OrderID         string // metadata.orderId: our deposit id
+	AfterExpiration bool
+	PaymentMethodID string
+	Payment         *btcpay.Payment // ReceivedPayment and PaymentSettled
+	OverPaid        bool
+	ManuallyMarked  bool
+	PartiallyPaid   bool
+	At              time.Time // when the processor created the delivery
+}
+
+// PayoutEvent is a payout event handed to the withdrawal work. BTCPay's
+// payout events carry no amounts or proofs: read the payout.
+type PayoutEvent struct {
+	DeliveryKey string
+	Type        string // btcpay.EventPayout*
+	PayoutID    string
+	State       btcpay.PayoutState
+	At          time.Time
+}
+
+// InvoiceHandler acts on invoice events. It may be called more than once
+// for one event and must be safe to run again.
+type InvoiceHandler interface {
+	InvoiceEvent(ctx context.Context, e InvoiceEvent) error
+}
+
+// PayoutHandler acts on payout events, with the same contract.
+type PayoutHandler interface {
+	PayoutEvent(ctx context.Context, e PayoutEvent) error
+}
+
+// Service receives and processes the processor's webhooks.
+type Service struct {
+	DB       bun.IDB
+	Inserter queue.Inserter
+	Secret   string // the ingress HMAC secret
+	StoreID  string // the processor store this deployment uses
+	MaxBody  int    // 0: DefaultMaxBody
+	Now      func() time.Time
+	Log      *slog.Logger
+
+	// Invoices and Payouts receive the events; nil marks them processed
+	// without acting (until the deposit and withdrawal work set them).
+	// Set them before the worker starts.
+	Invoices InvoiceHandler
+	Payouts  PayoutHandler
+}
+
+func (s *Service) maxBody() int {
+	if s.MaxBody > 0 {
+		return s.MaxBody
+	}
+	return DefaultMaxBody
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}

@@ -1,0 +1,82 @@
+package ingress
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"svc/platform/btcpay"
+	"svc/platform/fault"
+)
+
+// Ack is the SPEC's webhook acknowledgement.
+type Ack struct {
+	Status string  `json:"status"` // accepted or ignored
+	Reason *string `json:"reason"` // why it was ignored
+}
+
+var (
+	errNoSignature  = fault.New(fault.Unauthenticated, "missing signature: send Processor-Sig (or BTCPay-Sig): sha256=<hex HMAC-SHA256 of the raw body>")
+	errBadSignature = fault.New(fault.Unauthenticated, "bad signature")
+)
+
+// Routes registers POST /webhooks/processor (no API key).
+func (s *Service) Routes(r fiber.Router) {
+	r.Post("/webhooks/processor", s.receive)
+}
+
+func (s *Service) receive(c *fiber.Ctx) error {
+	sigs := []string{c.Get(HeaderProcessorSig), c.Get(HeaderBTCPaySig)}
+	if sigs[0] == "" && sigs[1] == "" {
+		return errNoSignature
+	}
+	raw := c.BodyRaw()
+	if len(raw) > s.maxBody() {
+		return fiber.NewError(fiber.StatusRequestEntityTooLarge, "body larger than "+strconv.Itoa(s.maxBody())+" bytes")
+	}
+	if !btcpay.VerifySignature(s.Secret, raw, sigs[0]) && !btcpay.VerifySignature(s.Secret, raw, sigs[1]) {
+		return errBadSignature
+	}
+	body := bytes.Clone(raw) // fiber reuses its buffers after the handler
+	ev, err := btcpay.ParseWebhookEvent(body)
+	if err != nil {
+		return fault.New(fault.BadRequest, "body is not a processor event: "+err.Error())
+	}
+	if reason := s.ignore(ev); reason != "" {
+		s.log().Info("processor webhook ignored", "type", ev.Type, "delivery_id", ev.DeliveryID, "reason", reason)
+		return c.JSON(Ack{Status: "ignored", Reason: &reason})
+	}
+	key := ev.Identity()
+	if key == "" || len(key) > 200 {
+		sum := sha256.Sum256(body)
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	stored, err := s.store(c.UserContext(), key, ev, body)
+	if err != nil {
+		// 5xx: BTCPay retries, and nothing was acknowledged.
+		return err
+	}
+	s.log().Info("processor webhook accepted", "type", ev.Type, "delivery_id", ev.DeliveryID,
+		"invoice_id", ev.InvoiceID, "payout_id", ev.PayoutID, "duplicate", !stored)
+	return c.JSON(Ack{Status: "accepted"})
+}
+
+// ignore returns why the service will not act on ev, or "".
+func (s *Service) ignore(ev btcpay.WebhookEvent) string {
+	switch {
+	case !btcpay.KnownEvent(ev.Type):
+		return "unknown event type " + strconv.Quote(ev.Type)
+	case !Subscribed(ev.Type):
+		return "event type " + ev.Type + " is not one the service subscribes to"
+	case ev.StoreID != s.StoreID:
+		return "event for another store"
+	case ev.IsInvoiceEvent() && ev.InvoiceID == "":
+		return "invoice event without an invoice id"
+	case ev.IsPayoutEvent() && ev.PayoutID == "":
+		return "payout event without a payout id"
+	}
+	return ""
+}
