@@ -1,10 +1,131 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
 
-// newSimulatorCmd runs the processor and TronGrid simulator (filled in by
-// the processor work); hidden because it is for local runs only.
+	"github.com/spf13/cobra"
+
+	"svc/platform/btcpay"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/tron/tronsim"
+)
+
+// tronPrefix is where the TRON node simulator is mounted on the simulator's
+// listener.
+const tronPrefix = "/tron"
+
+// newSimulatorCmd runs the BTCPay Server simulator, with the TRON node
+// simulator mounted under /tron, for local runs (make run). It is hidden:
+// it is not part of a deployment.
 func newSimulatorCmd() *cobra.Command {
-	return &cobra.Command{Use: "simulator", Short: "Run the BTCPay and TronGrid simulator (local use only)", Hidden: true,
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var (
+		addr, network, apiKey, storeID, hookURL, hookSecret string
+		autoComplete, printEnv, withTron                    bool
+	)
+	port := os.Getenv("SIM_PORT")
+	if port == "" {
+		port = "8090"
+	}
+	cmd := &cobra.Command{
+		Use:   "simulator",
+		Short: "Run the BTCPay Server and TronGrid simulator (local use only)",
+		Long: "Serves BTCPay's Greenfield API (and, under /tron, a TRON node's API) from memory, sends signed\n" +
+			"webhooks, and is driven through its control API under /_sim/ (see docs/simulator.md).",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base := "http://" + addr
+			env := [][2]string{
+				{"BTCPAY_URL", base}, {"BTCPAY_API_KEY", apiKey}, {"BTCPAY_STORE_ID", storeID},
+				{"USDT_POOL_ADDRESSES", strings.Join(btcpaysim.DefaultTronPool(20), ",")},
+			}
+			if withTron {
+				env = append(env, [2]string{"TRONGRID_URL", base + tronPrefix})
+			}
+			out := cmd.OutOrStdout()
+			if printEnv {
+				for _, kv := range env {
+					fmt.Fprintf(out, "export %s='%s'\n", kv[0], kv[1])
+				}
+				return nil
+			}
+			o := btcpaysim.Options{Network: network, APIKey: apiKey, StoreID: storeID, WebhookURL: hookURL,
+				WebhookSecret: hookSecret, AutoCompletePayouts: autoComplete,
+				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+			if withTron {
+				node := tronsim.New()
+				o.Mounts = map[string]http.Handler{tronPrefix + "/": http.StripPrefix(tronPrefix, node)}
+				o.OnUSDTPayment = mirrorOnTron(node)
+			}
+			sim, err := btcpaysim.New(o)
+			if err != nil {
+				return err
+			}
+			if err := sim.Listen(addr); err != nil {
+				return fmt.Errorf("simulator: listen on %s: %w", addr, err)
+			}
+			fmt.Fprintf(out, "simulator listening on %s (network %s)\n", sim.URL(), sim.Network())
+			for _, kv := range env {
+				fmt.Fprintf(out, "  %s=%s\n", kv[0], kv[1])
+			}
+			fmt.Fprintf(out, "  webhooks to %s\n", orNone(hookURL))
+			fmt.Fprintf(out, "control API: %s/_sim/  (docs/simulator.md)\n", sim.URL())
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return sim.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "127.0.0.1:"+port, "listen address (host:port; default port from SIM_PORT)")
+	f.StringVar(&network, "network", "regtest", "Bitcoin network of addresses and BOLT11 invoices: mainnet, testnet, signet or regtest")
+	f.StringVar(&apiKey, "api-key", "simulator-api-key", "the Greenfield API key the simulator accepts")
+	f.StringVar(&storeID, "store-id", "SimulatorStore", "the simulated store's id")
+	f.StringVar(&hookURL, "webhook-url", "", "where to send signed webhooks (the service's /webhooks/processor)")
+	f.StringVar(&hookSecret, "webhook-secret", "", "the webhook signing secret (PROCESSOR_WEBHOOK_SECRET)")
+	f.BoolVar(&autoComplete, "auto-complete-payouts", false, "complete approved payouts at once, like an instant payout processor")
+	f.BoolVar(&withTron, "tron", true, "also serve the TRON node simulator under /tron")
+	f.BoolVar(&printEnv, "print-env", false, "print the service's settings for this simulator as shell exports, and exit")
+	return cmd
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// mirrorOnTron records every USDT payment the BTCPay simulator sees as a
+// Transfer on the TRON node simulator, and credits the pool address, so
+// that the two agree for reconciliation.
+func mirrorOnTron(node *tronsim.Sim) func(btcpaysim.USDTTransfer) {
+	var mu sync.Mutex
+	balances := map[chain.TronAddress]int64{}
+	return func(tr btcpaysim.USDTTransfer) {
+		to, err := chain.ParseTronAddress(tr.To)
+		if err != nil {
+			return
+		}
+		amount, err := btcpay.MustAmount(tr.Amount).Units(6)
+		if err != nil {
+			return
+		}
+		var payer [20]byte
+		_, _ = rand.Read(payer[:])
+		node.AddUSDTTransfer(tr.TxID, chain.TronAddress(payer), to, amount, true)
+		mu.Lock()
+		defer mu.Unlock()
+		balances[to] += amount
+		node.SetUSDTBalance(to, balances[to])
+	}
 }

@@ -19,7 +19,7 @@ type Ack struct {
 }
 
 var (
-	errNoSignature  = fault.New(fault.Unauthenticated, "missing signature: send Processor-Sig (or BTCPay-Sig): sha256=<hex HMAC-SHA256 of the raw body>")
+	errNoSignature  = fault.New(fault.Unauthenticated, "missing signature: send Processor-Sig (or BTCPay-Sig) as sha256= followed by the hex HMAC-SHA256 of the raw body")
 	errBadSignature = fault.New(fault.Unauthenticated, "bad signature")
 )
 

@@ -83,7 +83,10 @@ type Options struct {
 	// OnUSDTPayment, when set, is told of every USDT-TRON payment the
 	// simulator records (to mirror it on a TRON simulator).
 	OnUSDTPayment func(USDTTransfer)
-	Log           *slog.Logger
+	// Mounts are more handlers served on the simulator's listener, by path
+	// prefix ending in "/" (the TRON node simulator under "/tron/").
+	Mounts map[string]http.Handler
+	Log    *slog.Logger
 }
 
 // USDTTransfer is a USDT payment to a pool address.
@@ -333,6 +336,9 @@ func (s *Sim) Handler() http.Handler {
 	})
 
 	root := http.NewServeMux()
+	for prefix, h := range s.o.Mounts {
+		root.Handle(prefix, h)
+	}
 	root.Handle("/_sim/", s.controlHandler())
 	root.Handle("/", s.apiMiddleware(api))
 	return root

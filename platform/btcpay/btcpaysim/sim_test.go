@@ -694,3 +694,17 @@ func TestDefaultTronPoolIsStable(t *testing.T) {
 		seen[addr] = true
 	}
 }
+
+func TestMounts(t *testing.T) {
+	t.Parallel()
+	sim := btcpaysim.Start(t, btcpaysim.Options{Mounts: map[string]http.Handler{
+		"/tron/": http.StripPrefix("/tron", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte("node " + r.URL.Path))
+		})),
+	}})
+	resp, err := http.Get(sim.URL() + "/tron/wallet/getnowblock")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "node /wallet/getnowblock", string(b))
+}
