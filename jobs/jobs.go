@@ -10,13 +10,13 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// Periodic returns a job inserted every interval (and once at start) by the
-// elected leader. Its kind is its id, and each period's insert is unique,
-// so two leaders in a hand-over cannot double it.
+// Periodic returns a job inserted every interval, and once when a worker
+// becomes leader, by the elected leader. It is deliberately not unique per
+// period: that would skip the start-up run of a worker restarted within the
+// interval. A hand-over between leaders can therefore run a job twice, which
+// every periodic worker must tolerate (they all are idempotent).
 func Periodic(every time.Duration, args river.JobArgs) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(every),
-		func() (river.JobArgs, *river.InsertOpts) {
-			return args, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: every}}
-		},
+		func() (river.JobArgs, *river.InsertOpts) { return args, nil },
 		&river.PeriodicJobOpts{ID: args.Kind(), RunOnStart: true})
 }

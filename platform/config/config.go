@@ -219,11 +219,25 @@ func (c Config) Validate() error {
 	if c.Production() && c.APIKeys.Mode != "live" {
 		add("API_KEY_MODE", "must be live when SVC_ENV is production")
 	}
+	if c.Production() {
+		// The local simulator's well-known values must never guard real money.
+		for env, v := range map[string]string{"BTCPAY_API_KEY": c.BTCPay.APIKey, "PROCESSOR_WEBHOOK_SECRET": c.BTCPay.WebhookSecret} {
+			if _, dev := devSecrets[v]; dev {
+				add(env, "is the local simulator's value; production needs its own secret")
+			}
+		}
+		if c.Webhooks.Secret != "" && len(c.Webhooks.Secret) < 16 {
+			add("PLATFORM_WEBHOOK_SECRET", "must be at least 16 characters in production")
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
+
+// devSecrets are the values make run and the simulator use.
+var devSecrets = map[string]struct{}{"simulator-api-key": {}, "local-webhook-secret": {}}
 
 func validPrefix(p string) bool {
 	if len(p) < 2 || len(p) > 16 {

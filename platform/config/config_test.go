@@ -56,14 +56,19 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"LIGHTNING_ENABLED", "maybe", "LIGHTNING_ENABLED"},
 		{"PLATFORM_WEBHOOK_URL", "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET"},
 		{"PLATFORM_WEBHOOK_URL", "ftp://x", "PLATFORM_WEBHOOK_URL"},
-		{"BTCPAY_URL", "https://btcpay.example", "BTCPAY_API_KEY"},
+		{"BTCPAY_API_KEY", "", "BTCPAY_API_KEY"},
 		{"TRX_ALERT_THRESHOLD", "-1", "TRX_ALERT_THRESHOLD"},
 		{"USDT_AMOUNT_TOLERANCE_PPM", "2000000", "USDT_AMOUNT_TOLERANCE_PPM"},
 		{"API_KEY_PREFIX", "Bad_Prefix", "API_KEY_PREFIX"},
 		{"SVC_ENV", "production", "API_KEY_MODE"},
+		{"SVC_ENV", "production", "PROCESSOR_WEBHOOK_SECRET"},
 	} {
-		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+		t.Run(tc.env+"="+tc.value+"/"+tc.named, func(t *testing.T) {
 			baseEnv(t)
+			t.Setenv("BTCPAY_URL", "https://btcpay.example")
+			t.Setenv("BTCPAY_API_KEY", "k")
+			t.Setenv("BTCPAY_STORE_ID", "s")
+			t.Setenv("PROCESSOR_WEBHOOK_SECRET", "local-webhook-secret")
 			t.Setenv(tc.env, tc.value)
 			_, err := load("")
 			require.Error(t, err)
