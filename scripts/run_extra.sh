@@ -9,6 +9,9 @@ SIM_PORT="${SIM_PORT:-8090}"
 if [ -z "${BTCPAY_URL:-}" ]; then
   export PROCESSOR_WEBHOOK_SECRET="${PROCESSOR_WEBHOOK_SECRET:-local-webhook-secret}"
   sim_args=(--addr "127.0.0.1:$SIM_PORT")
+  # The simulator also plays the platform's webhook receiver, unless a real
+  # PLATFORM_WEBHOOK_URL is given.
+  [ -z "${PLATFORM_WEBHOOK_URL:-}" ] && sim_args+=(--platform-secret "${PLATFORM_WEBHOOK_SECRET:-local-platform-secret}")
   # BTCPAY_URL, BTCPAY_API_KEY, BTCPAY_STORE_ID, TRONGRID_URL, USDT_POOL_ADDRESSES
   eval "$(bin/svc simulator "${sim_args[@]}" --print-env)"
   bin/svc simulator "${sim_args[@]}" \
@@ -44,5 +47,7 @@ appear in /v1/assets within seconds). Drive the simulator (docs/simulator.md has
   curl -s -XPOST $BTCPAY_URL/_sim/down -d '{"mode":"error"}'; curl -s -XPOST $BTCPAY_URL/_sim/up
   curl -s $BTCPAY_URL/_sim/webhooks                                   # deliveries and their answers
   curl -s $TRONGRID_URL/sim/state
+Webhooks the service sends to the platform (verified and deduplicated by the stand-in receiver):
+  curl -s ${PLATFORM_WEBHOOK_URL%/webhooks}/events
 MSG
 }

@@ -16,20 +16,24 @@ import (
 	"svc/platform/btcpay"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/platformsim"
 	"svc/platform/tron/tronsim"
 )
 
 // tronPrefix is where the TRON node simulator is mounted on the simulator's
-// listener.
-const tronPrefix = "/tron"
+// listener; platformPrefix is where the platform's webhook receiver is.
+const (
+	tronPrefix     = "/tron"
+	platformPrefix = "/platform"
+)
 
 // newSimulatorCmd runs the BTCPay Server simulator, with the TRON node
 // simulator mounted under /tron, for local runs (make run). It is hidden:
 // it is not part of a deployment.
 func newSimulatorCmd() *cobra.Command {
 	var (
-		addr, network, apiKey, storeID, hookURL, hookSecret string
-		autoComplete, printEnv, withTron                    bool
+		addr, network, apiKey, storeID, hookURL, hookSecret, platformSecret string
+		autoComplete, printEnv, withTron                                    bool
 	)
 	port := os.Getenv("SIM_PORT")
 	if port == "" {
@@ -51,6 +55,10 @@ func newSimulatorCmd() *cobra.Command {
 			if withTron {
 				env = append(env, [2]string{"TRONGRID_URL", base + tronPrefix})
 			}
+			if platformSecret != "" {
+				env = append(env, [2]string{"PLATFORM_WEBHOOK_URL", base + platformPrefix + "/webhooks"},
+					[2]string{"PLATFORM_WEBHOOK_SECRET", platformSecret})
+			}
 			out := cmd.OutOrStdout()
 			if printEnv {
 				for _, kv := range env {
@@ -61,10 +69,14 @@ func newSimulatorCmd() *cobra.Command {
 			o := btcpaysim.Options{Network: network, APIKey: apiKey, StoreID: storeID, WebhookURL: hookURL,
 				WebhookSecret: hookSecret, AutoCompletePayouts: autoComplete,
 				Log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+			o.Mounts = map[string]http.Handler{}
 			if withTron {
 				node := tronsim.New()
-				o.Mounts = map[string]http.Handler{tronPrefix + "/": http.StripPrefix(tronPrefix, node)}
+				o.Mounts[tronPrefix+"/"] = http.StripPrefix(tronPrefix, node)
 				o.OnUSDTPayment = mirrorOnTron(node)
+			}
+			if platformSecret != "" {
+				o.Mounts[platformPrefix+"/"] = http.StripPrefix(platformPrefix, platformsim.New(platformSecret))
 			}
 			sim, err := btcpaysim.New(o)
 			if err != nil {
@@ -94,6 +106,7 @@ func newSimulatorCmd() *cobra.Command {
 	f.StringVar(&hookSecret, "webhook-secret", "", "the webhook signing secret (PROCESSOR_WEBHOOK_SECRET)")
 	f.BoolVar(&autoComplete, "auto-complete-payouts", false, "complete approved payouts at once, like an instant payout processor")
 	f.BoolVar(&withTron, "tron", true, "also serve the TRON node simulator under /tron")
+	f.StringVar(&platformSecret, "platform-secret", "", "also act as the platform's webhook receiver under /platform, verifying with this secret (PLATFORM_WEBHOOK_SECRET)")
 	f.BoolVar(&printEnv, "print-env", false, "print the service's settings for this simulator as shell exports, and exit")
 	return cmd
 }
