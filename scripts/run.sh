@@ -18,7 +18,8 @@ cleanup() {
   wait 2>/dev/null || true
   echo "stopped (the database keeps running; make db-stop stops it)"
 }
-trap cleanup INT TERM EXIT
+trap cleanup EXIT
+trap 'exit 0' INT TERM # a requested stop is a clean exit (cleanup runs on EXIT)
 
 bin/svc migrate
 # shellcheck source=/dev/null
