@@ -1,12 +1,66 @@
 package app
 
-import "context"
+import (
+	"context"
+	"fmt"
 
-// depositArea holds the deposit area's modules (filled in by that area's work).
-type depositArea struct{}
+	"github.com/riverqueue/river"
 
-func (a *App) initDeposits(ctx context.Context) error { return nil }
+	"svc/jobs"
+	"svc/modules/deposit"
+	"svc/platform/chain"
+)
 
-func (a *App) routesDeposits(r Routers) {}
+// depositArea holds the deposit module: creation, reconciliation (the
+// ingress's invoice events and the poller), the review queue and the wallet
+// scan. It is initialised after the processor area, whose client it uses
+// and whose ingress it receives invoice events from.
+type depositArea struct {
+	Deposits *deposit.Service
+}
 
-func (a *App) jobsDeposits(j *Jobs) error { return nil }
+func (a *App) initDeposits(context.Context) error {
+	c := a.Cfg
+	for _, addr := range c.Deposits.USDTPool {
+		if _, err := chain.ParseTronAddress(addr); err != nil {
+			return fmt.Errorf("USDT_POOL_ADDRESSES: %q: %w", addr, err)
+		}
+	}
+	a.Deposits = &deposit.Service{
+		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
+		Config: deposit.Config{
+			ExpirationMinutes: c.Deposits.ExpirationMinutes, MonitoringMinutes: c.Deposits.MonitoringMinutes,
+			SpeedPolicy: c.BTCPay.SpeedPolicy, USDTPool: c.Deposits.USDTPool, USDTPoolGrace: c.Deposits.USDTPoolGrace,
+			USDTTolerancePPM: c.Deposits.USDTTolerancePPM,
+		},
+	}
+	// Without BTCPAY_URL the processor area has no client: creation answers
+	// 503 and nothing is reconciled. (Not a nil *btcpay.Client in the
+	// interface: that would not compare equal to nil.)
+	if a.BTCPay != nil {
+		a.Deposits.Processor = a.BTCPay
+	}
+	if a.Ingress != nil {
+		a.Ingress.Invoices = a.Deposits
+	}
+	if a.BTCPay != nil && len(c.Deposits.USDTPool) == 0 {
+		a.Log.Warn("USDT_POOL_ADDRESSES is not set: USDT deposits are limited only by the processor's own pool")
+	}
+	return nil
+}
+
+// routesDeposits registers the deposit endpoints (docs/deposits.md).
+func (a *App) routesDeposits(r Routers) { a.Deposits.Routes(r.Platform, r.Admin, r.Idem) }
+
+// jobsDeposits adds the poller, the USDT pool release and the wallet scan.
+func (a *App) jobsDeposits(j *Jobs) error {
+	river.AddWorker(j.Workers, &deposit.PollWorker{Service: a.Deposits})
+	river.AddWorker(j.Workers, &deposit.PoolReleaseWorker{Service: a.Deposits})
+	river.AddWorker(j.Workers, &deposit.WalletScanWorker{Service: a.Deposits})
+	j.Periodic = append(j.Periodic,
+		jobs.Periodic(a.Cfg.Worker.DepositPollEvery, deposit.PollArgs{}),
+		jobs.Periodic(deposit.PoolReleaseEvery, deposit.PoolReleaseArgs{}),
+		jobs.Periodic(a.Cfg.Worker.WalletScanEvery, deposit.WalletScanArgs{}),
+	)
+	return nil
+}

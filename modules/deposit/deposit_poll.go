@@ -1,0 +1,88 @@
+package deposit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+)
+
+// Poll settings.
+const (
+	// PollBatch bounds the deposits one poll visits; the least recently
+	// polled go first, so a larger backlog is covered over several runs.
+	PollBatch = 500
+	// pollParallel is how many deposits a poll reconciles at once.
+	pollParallel = 4
+	// creatingAge: a creating deposit younger than this is most likely
+	// still being created by its request; the poller leaves it alone.
+	creatingAge = 30 * time.Second
+	// creatingGiveUp: a creating deposit whose invoice never appeared in
+	// this long is left to its client's retry (which may still create it).
+	creatingGiveUp = 24 * time.Hour
+)
+
+// PollResult says what one poll did.
+type PollResult struct {
+	Visited int
+	Failed  int
+}
+
+// dueForPoll returns the deposits the poller reconciles: open ones
+// (creating, pending, confirming) and settled, expired or review ones whose
+// invoice the processor still monitors.
+func (s *Service) dueForPoll(ctx context.Context, now time.Time) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	err := s.DB.NewSelect().Model((*Deposit)(nil)).Column("id").
+		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.
+				Where("status IN (?)", bun.In([]Status{StatusPending, StatusConfirming})).
+				WhereOr("status = ? AND created_at <= ? AND created_at > ?", StatusCreating, now.Add(-creatingAge), now.Add(-creatingGiveUp)).
+				WhereOr("status IN (?) AND monitoring_until > ?", bun.In([]Status{StatusSettled, StatusExpired, StatusReview}), now)
+		}).
+		OrderExpr("polled_at NULLS FIRST, created_at, id").Limit(PollBatch).Scan(ctx, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("deposits due for polling: %w", err)
+	}
+	return ids, nil
+}
+
+// Poll reconciles every deposit due for polling (see dueForPoll) against
+// the processor, a few at a time. A deposit that fails is logged and
+// retried on the next poll; the others go on.
+func (s *Service) Poll(ctx context.Context) (PollResult, error) {
+	if s.Processor == nil {
+		return PollResult{}, nil
+	}
+	ids, err := s.dueForPoll(ctx, s.now())
+	if err != nil {
+		return PollResult{}, err
+	}
+	var (
+		mu     sync.Mutex
+		res    = PollResult{Visited: len(ids)}
+		wg     sync.WaitGroup
+		tokens = make(chan struct{}, pollParallel)
+	)
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		tokens <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-tokens; wg.Done() }()
+			if err := s.Reconcile(ctx, id); err != nil {
+				s.log().Warn("deposit: poll could not reconcile", "deposit_id", id, "error", err)
+				mu.Lock()
+				res.Failed++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return res, ctx.Err()
+}

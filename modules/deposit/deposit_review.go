@@ -1,0 +1,308 @@
+package deposit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/modules/event"
+	"svc/platform/btcpay"
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/idempotency"
+	"svc/platform/money"
+)
+
+// Resolve actions.
+const (
+	ActionCredit  = "credit"
+	ActionDismiss = "dismiss"
+)
+
+// ResolveParams describe an operator's decision on a deposit in review.
+type ResolveParams struct {
+	DepositID uuid.UUID
+	Action    string  // ActionCredit or ActionDismiss
+	PaymentID *string // for credit: which uncredited payment
+	By        string  // the admin key's id (or the CLI operator)
+}
+
+// ResolveResult is the API's answer to a resolution.
+type ResolveResult struct {
+	Deposit  View   `json:"deposit"`
+	Credited string `json:"credited"` // what this resolution credited, per the processor
+}
+
+// markedPrefix names the row that records an operator's credit of an
+// invoice marked settled by hand.
+const markedPrefix = "marked:"
+
+// notInReview is the 409 of a resolution from any status but review.
+func notInReview(d Deposit) error {
+	return fault.Wrap(fault.Conflict, fmt.Sprintf("deposit %s is %s: only a deposit in review can be resolved", d.ID, d.Status), ErrIllegalTransition)
+}
+
+func cannotCredit(format string, a ...any) error {
+	return fault.Wrap(fault.Invalid, fmt.Sprintf(format, a...), ErrCannotCredit)
+}
+
+// credit target: one payment, or the value of an invoice marked settled.
+type target struct {
+	payment *Payment
+	marked  bool
+}
+
+// Resolve applies an operator's decision to a deposit in review: credit
+// asks the processor what the payment (or an invoice marked settled by
+// hand) was worth and credits exactly that; dismiss closes the review
+// without crediting. The answer's body is also stored as rec's response,
+// in the same transaction.
+func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (ResolveResult, []byte, error) {
+	d, err := s.Get(ctx, p.DepositID)
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	if d.Status != StatusReview {
+		return ResolveResult{}, nil, notInReview(d)
+	}
+	a, err := s.assets().Get(ctx, d.Asset)
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	switch p.Action {
+	case ActionDismiss:
+		return s.finish(ctx, p, a, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error) {
+			if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("resolved_by = ?, updated_at = ?", p.By, s.now()).
+				Where("deposit_id = ? AND NOT credited AND resolved_by IS NULL AND review_reason IS NOT NULL", d.ID).Exec(ctx); err != nil {
+				return 0, err
+			}
+			return 0, s.transit(ctx, tx, d, ResolveDismiss, nil)
+		})
+	case ActionCredit:
+	default:
+		return ResolveResult{}, nil, fault.Validation(fault.FieldError{Loc: []any{"body", "action"}, Type: "enum",
+			Msg: "Input should be 'credit' or 'dismiss'", Input: p.Action})
+	}
+	if s.Processor == nil {
+		return ResolveResult{}, nil, ErrNoProcessor
+	}
+	byID, err := payments(ctx, s.DB, d.ID)
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	t, err := chooseTarget(d, byID[d.ID], p.PaymentID)
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	// What the processor says, read before the transaction.
+	units, err := s.worth(ctx, d, a, t, byID[d.ID])
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	return s.finish(ctx, p, a, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error) {
+		now := s.now()
+		var row *Payment
+		if t.marked {
+			pid := markedPrefix + *d.InvoiceID
+			for i := range rows {
+				if rows[i].PaymentID == pid {
+					return 0, fault.Wrap(fault.Conflict, "the invoice's marked value was credited already", ErrIllegalTransition)
+				}
+			}
+			reason := ReasonMarkedSettled
+			if d.InvoiceReview != nil {
+				reason = *d.InvoiceReview
+			}
+			m := Payment{DepositID: d.ID, PaymentID: pid, Amount: money.Format(units, a.Decimals), Units: &units,
+				ProcessorStatus: markedStatus, ReceivedAt: now, ReviewReason: &reason, CreatedAt: now, UpdatedAt: now}
+			if _, err := tx.NewInsert().Model(&m).Exec(ctx); err != nil {
+				return 0, fmt.Errorf("record the marked invoice's value: %w", err)
+			}
+			rows = append(rows, m)
+			row = &rows[len(rows)-1]
+		} else {
+			for i := range rows {
+				if rows[i].PaymentID == t.payment.PaymentID {
+					row = &rows[i]
+				}
+			}
+			if row == nil || row.Credited || row.ResolvedBy != nil {
+				return 0, fault.Wrap(fault.Conflict, fmt.Sprintf("payment %s was resolved meanwhile", t.payment.PaymentID), ErrIllegalTransition)
+			}
+		}
+		if err := s.credit(ctx, tx, *d, row, units, a.Decimals, p.By, now); err != nil {
+			return 0, err
+		}
+		trigger := ResolveCredit
+		for _, r := range rows {
+			if r.openForReview() {
+				trigger = ResolveCreditPartial
+			}
+		}
+		return units, s.transit(ctx, tx, d, trigger, func(d *Deposit) any {
+			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
+		})
+	})
+}
+
+// finish runs a resolution's change in one transaction with the deposit
+// locked (a concurrent resolution waits and then finds it resolved: 409),
+// and completes the idempotency key with the answer.
+func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, rec Completer,
+	change func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error)) (ResolveResult, []byte, error) {
+	var (
+		out  ResolveResult
+		body []byte
+	)
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		d, err := lockDeposit(ctx, tx, p.DepositID)
+		if err != nil {
+			return err
+		}
+		if d.Status != StatusReview {
+			return notInReview(d)
+		}
+		byID, err := payments(ctx, tx, d.ID)
+		if err != nil {
+			return err
+		}
+		units, err := change(ctx, tx, &d, byID[d.ID])
+		if err != nil {
+			return err
+		}
+		v, err := s.ViewOf(ctx, tx, d)
+		if err != nil {
+			return err
+		}
+		out = ResolveResult{Deposit: v, Credited: money.Format(units, a.Decimals)}
+		if body, err = json.Marshal(out); err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		return rec.CompleteTx(ctx, tx, http.StatusOK, "application/json", body)
+	})
+	if errors.Is(err, idempotency.ErrLost) {
+		return ResolveResult{}, nil, ErrTakenOver
+	}
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	s.log().Info("deposit: review resolved", "deposit_id", p.DepositID, "action", p.Action, "by", p.By, "credited", out.Credited)
+	return out, body, nil
+}
+
+// chooseTarget picks what a credit resolves: the named payment, the only
+// uncredited payment, or the value of an invoice marked settled by hand
+// when there is no uncredited payment.
+func chooseTarget(d Deposit, rows []Payment, paymentID *string) (target, error) {
+	var open []*Payment
+	for i := range rows {
+		p := &rows[i]
+		if !p.Credited && p.ResolvedBy == nil && p.ProcessorStatus != string(btcpay.PaymentInvalid) && p.ProcessorStatus != markedStatus {
+			open = append(open, p)
+		}
+	}
+	if paymentID != nil {
+		for i := range rows {
+			p := &rows[i]
+			if p.PaymentID != *paymentID {
+				continue
+			}
+			if p.Credited || p.ResolvedBy != nil {
+				return target{}, fault.Wrap(fault.Conflict, fmt.Sprintf("payment %s is already resolved", p.PaymentID), ErrIllegalTransition)
+			}
+			return target{payment: p}, nil
+		}
+		return target{}, fault.Validation(fault.FieldError{Loc: []any{"body", "payment_id"}, Type: "value_error", Input: *paymentID,
+			Msg: fmt.Sprintf("not an uncredited payment of deposit %s", d.ID)})
+	}
+	switch {
+	case len(open) == 1:
+		return target{payment: open[0]}, nil
+	case len(open) > 1:
+		ids := make([]string, len(open))
+		for i, p := range open {
+			ids[i] = p.PaymentID
+		}
+		return target{}, fault.Validation(fault.FieldError{Loc: []any{"body", "payment_id"}, Type: "missing",
+			Msg: "the deposit has several uncredited payments: name one of " + strings.Join(ids, ", ")})
+	case d.InvoiceReview != nil && (*d.InvoiceReview == ReasonMarkedSettled || *d.InvoiceReview == ReasonUnderSettled):
+		return target{marked: true}, nil
+	}
+	return target{}, fault.Wrap(fault.Invalid, fmt.Sprintf("deposit %s has no uncredited payment to credit; dismiss it instead", d.ID), ErrNothingToCredit)
+}
+
+// worth asks the processor what the target was worth, in smallest units:
+// a payment's value minus its method fee (it must be settled and convert
+// exactly), or an invoice marked settled: its amount less what was already
+// credited.
+func (s *Service) worth(ctx context.Context, d Deposit, a asset.Asset, t target, rows []Payment) (int64, error) {
+	if d.InvoiceID == nil {
+		return 0, fault.Wrap(fault.Invalid, "the deposit has no invoice", ErrNothingToCredit)
+	}
+	if t.marked {
+		inv, err := s.Processor.GetInvoice(ctx, *d.InvoiceID)
+		if err != nil {
+			return 0, processorError(err)
+		}
+		if inv.Status != btcpay.InvoiceSettled {
+			return 0, cannotCredit("the processor reports invoice %s as %s, not settled", inv.ID, inv.Status)
+		}
+		if want := currencies[btcpay.NormalizeMethodID(a.PaymentMethod)]; !strings.EqualFold(inv.Currency, want) {
+			return 0, cannotCredit("invoice %s is in %s, not %s", inv.ID, inv.Currency, want)
+		}
+		units, err := toUnits(inv.Amount.String(), a.Decimals)
+		if err != nil {
+			return 0, cannotCredit("the invoice amount %s does not convert to whole smallest units: %v", inv.Amount, err)
+		}
+		left := units - credited(rows)
+		if left <= 0 {
+			return 0, fault.Wrap(fault.Invalid, fmt.Sprintf("invoice %s is worth %s and %s was credited already: nothing is left to credit",
+				inv.ID, money.Format(units, a.Decimals), money.Format(credited(rows), a.Decimals)), ErrNothingToCredit)
+		}
+		return left, nil
+	}
+	methods, err := s.Processor.InvoicePaymentMethods(ctx, *d.InvoiceID, false)
+	if err != nil {
+		return 0, processorError(err)
+	}
+	for _, m := range methods {
+		for _, pp := range m.Payments {
+			if pp.ID != t.payment.PaymentID {
+				continue
+			}
+			if pp.Status != btcpay.PaymentSettled {
+				return 0, cannotCredit("the processor reports payment %s as %s, not settled", pp.ID, pp.Status)
+			}
+			w, err := pp.Value.Decimal().Sub(pp.Fee.Decimal())
+			if err != nil || !w.IsPos() {
+				return 0, cannotCredit("the processor reports payment %s worth nothing (value %s, fee %s)", pp.ID, pp.Value, pp.Fee)
+			}
+			units, err := toUnits(w.String(), a.Decimals)
+			if err != nil {
+				return 0, cannotCredit("payment %s is worth %s, which does not convert to whole smallest units (%d decimals) and is never rounded: dismiss it and correct the ledger by hand",
+					pp.ID, w.Trim(0), a.Decimals)
+			}
+			return units, nil
+		}
+	}
+	return 0, cannotCredit("the processor does not list payment %s on invoice %s", t.payment.PaymentID, *d.InvoiceID)
+}
+
+// processorError classifies a processor failure for an operator's request.
+func processorError(err error) error {
+	if errors.Is(err, btcpay.ErrRefused) {
+		return fault.Wrap(fault.UpstreamRefused, "the payment processor refused the request", err)
+	}
+	return fault.Wrap(fault.Unavailable, ErrProcessorUnavailable.Message, err)
+}

@@ -1,0 +1,187 @@
+package deposit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/fault"
+)
+
+// Get returns one deposit; ErrNotFound when there is none.
+func (s *Service) Get(ctx context.Context, id uuid.UUID) (Deposit, error) {
+	return getDeposit(ctx, s.DB, id, false)
+}
+
+func getDeposit(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Deposit, error) {
+	var d Deposit
+	q := idb.NewSelect().Model(&d).Where("id = ?", id)
+	if lock {
+		q = q.For("UPDATE")
+	}
+	err := q.Scan(ctx)
+	if db.IsNoRows(err) {
+		return Deposit{}, ErrNotFound
+	}
+	if err != nil {
+		return Deposit{}, fmt.Errorf("read deposit %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// lockDeposit reads the deposit and locks its row until tx ends: every
+// change of a deposit (reconcile, resolve, creation's outcome) holds it, so
+// concurrent webhooks, polls and operators are applied one at a time.
+func lockDeposit(ctx context.Context, tx bun.Tx, id uuid.UUID) (Deposit, error) {
+	return getDeposit(ctx, tx, id, true)
+}
+
+func depositByKey(ctx context.Context, idb bun.IDB, key string) (Deposit, bool, error) {
+	var d Deposit
+	err := idb.NewSelect().Model(&d).Where("idempotency_key = ?", key).Scan(ctx)
+	if db.IsNoRows(err) {
+		return Deposit{}, false, nil
+	}
+	if err != nil {
+		return Deposit{}, false, fmt.Errorf("read deposit by idempotency key: %w", err)
+	}
+	return d, true, nil
+}
+
+func depositByInvoice(ctx context.Context, idb bun.IDB, invoiceID string) (Deposit, bool, error) {
+	var d Deposit
+	err := idb.NewSelect().Model(&d).Where("invoice_id = ?", invoiceID).Scan(ctx)
+	if db.IsNoRows(err) {
+		return Deposit{}, false, nil
+	}
+	if err != nil {
+		return Deposit{}, false, fmt.Errorf("read deposit by invoice: %w", err)
+	}
+	return d, true, nil
+}
+
+// payments returns the payments of the given deposits, oldest first.
+func payments(ctx context.Context, idb bun.IDB, ids ...uuid.UUID) (map[uuid.UUID][]Payment, error) {
+	out := make(map[uuid.UUID][]Payment, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows []Payment
+	if err := idb.NewSelect().Model(&rows).Where("deposit_id IN (?)", bun.In(ids)).
+		OrderExpr("deposit_id, received_at, id").Scan(ctx); err != nil {
+		return nil, fmt.Errorf("read deposit payments: %w", err)
+	}
+	for _, p := range rows {
+		out[p.DepositID] = append(out[p.DepositID], p)
+	}
+	return out, nil
+}
+
+// credited sums the credited payments.
+func credited(ps []Payment) int64 {
+	var sum int64
+	for _, p := range ps {
+		if p.Credited && p.Units != nil {
+			sum += *p.Units
+		}
+	}
+	return sum
+}
+
+// ListParams page a user's deposits.
+type ListParams struct {
+	ExternalUserID string
+	Cursor         *uuid.UUID // the last deposit of the previous page
+	Limit          int
+}
+
+// Page limits of the user list (openapi.json DepositsLimit).
+const (
+	DefaultListLimit = 25
+	MaxListLimit     = 100
+)
+
+// ErrBadCursor: the cursor is not one of the user's deposits.
+var ErrBadCursor = fault.Validation(fault.FieldError{Loc: []any{"query", "cursor"}, Type: "value_error",
+	Msg: "cursor must be the next_cursor of a previous page: a deposit_id of this user"})
+
+// List returns a page of the user's deposits, newest first, keyset-paginated
+// on (created_at, id) so that inserts never shift a page; next is the
+// cursor of the following page, nil on the last.
+func (s *Service) List(ctx context.Context, p ListParams) ([]Deposit, *uuid.UUID, error) {
+	if p.Limit <= 0 {
+		p.Limit = DefaultListLimit
+	}
+	q := s.DB.NewSelect().Model((*Deposit)(nil)).Where("external_user_id = ?", p.ExternalUserID)
+	if p.Cursor != nil {
+		var at time.Time
+		err := s.DB.NewSelect().Model((*Deposit)(nil)).Column("created_at").
+			Where("id = ? AND external_user_id = ?", *p.Cursor, p.ExternalUserID).Scan(ctx, &at)
+		if db.IsNoRows(err) {
+			return nil, nil, ErrBadCursor
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read deposit cursor: %w", err)
+		}
+		q = q.Where("(created_at, id) < (?, ?)", at, *p.Cursor)
+	}
+	var out []Deposit
+	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit+1)).Scan(ctx, &out); err != nil {
+		return nil, nil, fmt.Errorf("list deposits: %w", err)
+	}
+	var next *uuid.UUID
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+		id := out[len(out)-1].ID
+		next = &id
+	}
+	return out, next, nil
+}
+
+// Review limits (SPEC: admin review limit default 50, 1 to 200).
+const (
+	DefaultReviewLimit = 50
+	MaxReviewLimit     = 200
+)
+
+// ReviewQueue returns the deposits in review, oldest first (by the time
+// they entered review).
+func (s *Service) ReviewQueue(ctx context.Context, limit int) ([]Deposit, error) {
+	if limit <= 0 {
+		limit = DefaultReviewLimit
+	}
+	out := []Deposit{}
+	if err := s.DB.NewSelect().Model(&out).Where("status = ?", StatusReview).
+		OrderExpr("review_at, id").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list review queue: %w", err)
+	}
+	return out, nil
+}
+
+// AddressHistory returns every deposit that has held d's address, oldest
+// first; d alone when it has no address.
+func (s *Service) AddressHistory(ctx context.Context, d Deposit) ([]Deposit, error) {
+	if d.Address == nil {
+		return []Deposit{d}, nil
+	}
+	var out []Deposit
+	if err := s.DB.NewSelect().Model(&out).Where("address = ?", *d.Address).
+		OrderExpr("COALESCE(address_reserved_from, created_at), id").Scan(ctx); err != nil {
+		return nil, fmt.Errorf("address history: %w", err)
+	}
+	return out, nil
+}
+
+// IsDepositAddress reports whether address was ever issued for a deposit
+// (withdrawals refuse the service's own deposit addresses).
+func IsDepositAddress(ctx context.Context, idb bun.IDB, address string) (bool, error) {
+	ok, err := idb.NewSelect().Model((*Deposit)(nil)).Where("address = ?", address).Exists(ctx)
+	if err != nil {
+		return false, fmt.Errorf("look up deposit address: %w", err)
+	}
+	return ok, nil
+}

@@ -1,0 +1,183 @@
+package deposit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/platform/btcpay"
+	"svc/platform/money"
+	"svc/platform/timefmt"
+)
+
+// WalletAlert is one row of wallet_alerts: a BTC wallet receive that
+// matches no deposit payment.
+type WalletAlert struct {
+	bun.BaseModel `bun:"table:wallet_alerts"`
+
+	ID            int64     `bun:"id,pk,autoincrement"`
+	Asset         string    `bun:"asset"`
+	Txid          string    `bun:"txid"`
+	Amount        int64     `bun:"amount"`
+	Confirmations *int64    `bun:"confirmations"`
+	DetectedAt    time.Time `bun:"detected_at"`
+	Note          *string   `bun:"note"`
+}
+
+// WalletAlertView is the API's Wallet alert.
+type WalletAlertView struct {
+	ID            int64   `json:"id"`
+	Asset         string  `json:"asset"`
+	Txid          string  `json:"txid"`
+	Amount        string  `json:"amount"`
+	Confirmations *int64  `json:"confirmations"`
+	DetectedAt    string  `json:"detected_at"`
+	Note          *string `json:"note"`
+}
+
+// ToView renders an alert (BTC amounts, 8 decimals).
+func (w WalletAlert) ToView(decimals int) WalletAlertView {
+	return WalletAlertView{ID: w.ID, Asset: w.Asset, Txid: w.Txid, Amount: money.Format(w.Amount, decimals),
+		Confirmations: w.Confirmations, DetectedAt: timefmt.Format(w.DetectedAt), Note: w.Note}
+}
+
+// Wallet scan settings.
+const (
+	walletPage     = 200
+	walletMaxPages = 50 // the newest 10,000 wallet transactions per scan
+)
+
+// ScanWallet lists the BTC wallet's receives and records, once each, those
+// that match no deposit payment. A receive the processor labelled with one
+// of our deposits' invoices first gets that deposit reconciled, so a
+// payment the service has not seen yet is recorded rather than alerted.
+// It returns how many new alerts it recorded.
+func (s *Service) ScanWallet(ctx context.Context) (int, error) {
+	if s.Processor == nil {
+		return 0, nil
+	}
+	btc, err := s.assets().Get(ctx, asset.BTC)
+	if err != nil {
+		return 0, err
+	}
+	reconciled := map[string]bool{}
+	added := 0
+	for page := 0; page < walletMaxPages; page++ {
+		txs, err := s.Processor.WalletTransactions(ctx, btcpay.WalletTransactionsParams{Skip: page * walletPage, Limit: walletPage})
+		if err != nil {
+			return added, fmt.Errorf("wallet scan: %w", err)
+		}
+		for _, tx := range txs {
+			if !tx.Amount.Decimal().IsPos() || tx.TransactionHash == "" {
+				continue // a send, or nothing
+			}
+			n, err := s.checkReceive(ctx, btc, tx, reconciled)
+			if err != nil {
+				return added, err
+			}
+			added += n
+		}
+		if len(txs) < walletPage {
+			break
+		}
+	}
+	return added, nil
+}
+
+func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction, reconciled map[string]bool) (int, error) {
+	known, err := s.knownReceive(ctx, btc.Code, tx.TransactionHash)
+	if err != nil || known {
+		return 0, err
+	}
+	var note *string
+	if inv := invoiceLabel(tx.Labels); inv != "" {
+		d, ok, err := depositByInvoice(ctx, s.DB, inv)
+		if err != nil {
+			return 0, err
+		}
+		if ok && !reconciled[inv] {
+			reconciled[inv] = true
+			if err := s.Reconcile(ctx, d.ID); err != nil {
+				return 0, fmt.Errorf("wallet scan: reconcile deposit %s: %w", d.ID, err)
+			}
+			if known, err = s.knownReceive(ctx, btc.Code, tx.TransactionHash); err != nil || known {
+				return 0, err
+			}
+		}
+		msg := fmt.Sprintf("the processor labels it with invoice %s, but no deposit payment matches it", inv)
+		if ok {
+			msg = fmt.Sprintf("the processor labels it with invoice %s of deposit %s, but records no payment for it (a payment after monitoring ended?)", inv, d.ID)
+		}
+		note = &msg
+	}
+	units, err := tx.Amount.Units(btc.Decimals)
+	if err != nil {
+		s.log().Error("deposit: wallet receive with an amount that does not convert", "txid", tx.TransactionHash, "amount", tx.Amount.String())
+		return 0, nil
+	}
+	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units, DetectedAt: s.now(), Note: note}
+	if tx.Confirmations.Valid && tx.Confirmations.V >= 0 {
+		c := tx.Confirmations.V
+		a.Confirmations = &c
+	}
+	res, err := s.DB.NewInsert().Model(&a).On("CONFLICT (asset, txid) DO NOTHING").Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("record wallet alert %s: %w", tx.TransactionHash, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, nil
+	}
+	s.log().Error("deposit: wallet receive matches no deposit payment", "txid", tx.TransactionHash,
+		"amount", money.Format(units, btc.Decimals))
+	return 1, nil
+}
+
+// knownReceive reports a receive that is a deposit payment or already an
+// alert.
+func (s *Service) knownReceive(ctx context.Context, code, txid string) (bool, error) {
+	ok, err := s.DB.NewSelect().Model((*Payment)(nil)).Where("txid = ?", txid).Exists(ctx)
+	if err != nil || ok {
+		return ok, err
+	}
+	return s.DB.NewSelect().Model((*WalletAlert)(nil)).Where("asset = ? AND txid = ?", code, txid).Exists(ctx)
+}
+
+// invoiceLabel reads the invoice id from BTCPay's (deprecated) labels
+// dictionary: {"invoice": {"type": "invoice", "ref": "<id>", ...}}.
+func invoiceLabel(raw json.RawMessage) string {
+	var labels map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &labels) != nil {
+		return ""
+	}
+	var l struct {
+		Ref string `json:"ref"`
+	}
+	if json.Unmarshal(labels["invoice"], &l) != nil {
+		return ""
+	}
+	return l.Ref
+}
+
+// WalletAlerts returns the newest alerts first.
+func (s *Service) WalletAlerts(ctx context.Context, limit int) ([]WalletAlertView, error) {
+	if limit <= 0 {
+		limit = DefaultReviewLimit
+	}
+	var rows []WalletAlert
+	if err := s.DB.NewSelect().Model(&rows).OrderExpr("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list wallet alerts: %w", err)
+	}
+	dec, err := decimalsOf(ctx, s.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]WalletAlertView, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r.ToView(dec[r.Asset]))
+	}
+	return out, nil
+}

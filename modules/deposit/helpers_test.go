@@ -1,0 +1,233 @@
+package deposit_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/asset"
+	"svc/modules/deposit"
+	"svc/modules/event/eventtest"
+	"svc/modules/ledger"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/clock"
+	"svc/platform/config"
+	"svc/platform/money"
+)
+
+const hookSecret = "test-processor-webhook-secret"
+
+// env is the service against a simulated processor, on a fake clock
+// shared by both.
+type env struct {
+	*apptest.Env
+	Sim   *btcpaysim.Sim
+	Clock *clock.Fake
+	Svc   *deposit.Service
+}
+
+type settings struct {
+	simPool  []string // the simulator's USDT pool (default 20 addresses)
+	ourPool  []string // USDT_POOL_ADDRESSES (default: the simulator's)
+	webhooks bool     // deliver the simulator's webhooks to the service's ingress (starts the worker)
+	worker   bool
+	cfg      []func(*config.Config)
+}
+
+type option func(*settings)
+
+func withPools(sim, ours []string) option {
+	return func(s *settings) { s.simPool, s.ourPool = sim, ours }
+}
+func withWebhooks() option { return func(s *settings) { s.webhooks = true } }
+func withWorker() option   { return func(s *settings) { s.worker = true } }
+func withConfig(fn func(*config.Config)) option {
+	return func(s *settings) { s.cfg = append(s.cfg, fn) }
+}
+
+func setup(t *testing.T, opts ...option) *env {
+	t.Helper()
+	var s settings
+	for _, o := range opts {
+		o(&s)
+	}
+	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	so := btcpaysim.Options{Now: fake.Now, TickEvery: -1, TronPool: s.simPool,
+		WebhookRetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}}
+	sim := btcpaysim.Start(t, so)
+	if s.ourPool == nil {
+		s.ourPool = sim.TronPool()
+	}
+	aopts := []apptest.Option{apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
+		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
+		c.Deposits.USDTPool = s.ourPool
+		for _, fn := range s.cfg {
+			fn(c)
+		}
+	})}
+	if s.worker || s.webhooks {
+		aopts = append(aopts, apptest.WithWorker())
+	}
+	e := &env{Env: apptest.New(t, aopts...), Sim: sim, Clock: fake}
+	e.Svc = e.App.Deposits
+	if s.webhooks {
+		sim.SetWebhook(e.URL+"/webhooks/processor", hookSecret)
+	}
+	// Discovery turns these on from the store's payment methods; the tests
+	// start with every method the simulator has.
+	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
+		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			e.requireBooks(t)
+		}
+	})
+	return e
+}
+
+// requireBooks is the money check every scenario ends with: the ledger is
+// consistent, each user's available balance is exactly the sum of their
+// credited deposit payments (through the API too), and every event fits
+// the published schema.
+func (e *env) requireBooks(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := ledger.Check(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	require.True(t, rep.LedgerConsistent, "ledger check: %+v", rep)
+
+	type key struct{ user, asset string }
+	var credited []struct {
+		User  string `bun:"external_user_id"`
+		Asset string `bun:"asset"`
+		Sum   int64  `bun:"sum"`
+	}
+	require.NoError(t, e.App.DB.Bun.NewSelect().TableExpr("deposit_payments AS p").Join("JOIN deposits AS d ON d.id = p.deposit_id").
+		ColumnExpr("d.external_user_id, d.asset, sum(p.units) AS sum").Where("p.credited").
+		GroupExpr("d.external_user_id, d.asset").Scan(ctx, &credited))
+	want := map[key]int64{}
+	for _, c := range credited {
+		want[key{c.User, c.Asset}] = c.Sum
+	}
+	var accounts []struct {
+		Owner   string `bun:"owner"`
+		Asset   string `bun:"asset"`
+		Balance int64  `bun:"balance"`
+	}
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("ledger_accounts").Column("owner", "asset", "balance").
+		Where("kind = 'user_available' AND balance <> 0").Scan(ctx, &accounts))
+	got := map[key]int64{}
+	for _, a := range accounts {
+		got[key{a.Owner, a.Asset}] = a.Balance
+	}
+	require.Equal(t, want, got, "available balances equal the credited payments")
+	decimals := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}
+	for k, units := range want {
+		r := e.Get("/v1/users/" + url.PathEscape(k.user) + "/balances")
+		require.Equal(t, http.StatusOK, r.Status)
+		var b struct {
+			Balances []struct {
+				Asset, Available string
+			} `json:"balances"`
+		}
+		r.JSON(t, &b)
+		found := false
+		for _, x := range b.Balances {
+			if x.Asset == k.asset {
+				found = true
+				require.Equal(t, money.Format(units, decimals[k.asset]), x.Available, "%s %s", k.user, k.asset)
+			}
+		}
+		require.True(t, found, "balance of %s in %s", k.user, k.asset)
+	}
+	eventtest.RequireAllValid(t, e.App.DB.Bun)
+}
+
+type createBody struct {
+	ExternalUserID string  `json:"external_user_id"`
+	Asset          string  `json:"asset"`
+	ExpectedAmount *string `json:"expected_amount,omitempty"`
+}
+
+func units(s string) *string { return &s }
+
+// create makes a deposit through the API and requires a 201.
+func (e *env) create(t *testing.T, user, code string, expected *string) deposit.View {
+	t.Helper()
+	r := e.Post("/v1/deposits", createBody{ExternalUserID: user, Asset: code, ExpectedAmount: expected})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	var v deposit.View
+	r.JSON(t, &v)
+	return v
+}
+
+func (e *env) deposit(t *testing.T, id string) deposit.View {
+	t.Helper()
+	r := e.Get("/v1/deposits/" + id)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var v deposit.View
+	r.JSON(t, &v)
+	return v
+}
+
+// reconcile runs the same reconcile the poller and the webhooks run.
+func (e *env) reconcile(t *testing.T, id string) deposit.View {
+	t.Helper()
+	require.NoError(t, e.Svc.Reconcile(context.Background(), uuid.MustParse(id)))
+	return e.deposit(t, id)
+}
+
+// invoice is the simulator's invoice of a deposit.
+func (e *env) invoice(t *testing.T, id string) btcpaysim.InvoiceInfo {
+	t.Helper()
+	inv, ok := e.Sim.InvoiceByOrderID(id)
+	require.True(t, ok, "the processor has an invoice for deposit %s", id)
+	return inv
+}
+
+// advance moves both clocks and lets the simulator apply expiries.
+func (e *env) advance(d time.Duration) {
+	e.Clock.Advance(d)
+	e.Sim.Tick()
+}
+
+// events returns the payloads of the events of one type for a deposit.
+func (e *env) events(t *testing.T, typ, depositID string) []map[string]any {
+	t.Helper()
+	var payloads []json.RawMessage
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("outbound_events").Column("payload").
+		Where("type = ? AND payload->'data'->>'deposit_id' = ?", typ, depositID).OrderExpr("created_at, id").
+		Scan(context.Background(), &payloads))
+	out := make([]map[string]any, 0, len(payloads))
+	for _, p := range payloads {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(p, &m))
+		out = append(out, m["data"].(map[string]any))
+	}
+	return out
+}
+
+// resolve posts a resolution with the admin key.
+func (e *env) resolve(t *testing.T, id string, body any) *apptest.Response {
+	t.Helper()
+	return e.AdminPost("/v1/admin/deposits/"+id+"/resolve", body)
+}
+
+// ledgerEntries counts deposit_credit entries whose source_ref names the
+// deposit.
+func (e *env) ledgerEntries(t *testing.T, id string) int {
+	t.Helper()
+	n, err := e.App.DB.Bun.NewSelect().Table("ledger_entries").
+		Where("kind = 'deposit_credit' AND source_ref LIKE ?", "deposit:"+id+":%").Count(context.Background())
+	require.NoError(t, err)
+	return int(n)
+}
