@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"svc/modules/alert"
@@ -92,9 +93,13 @@ func poolRefusal(err error) bool {
 
 // recordPoolAddress records the address the processor gave d's invoice
 // (expiring at exp) as d's reservation. An address outside the configured
-// pool, or one another unreleased reservation holds, is logged and raised
-// to the operator; a clash also sends every payment of d to review, since
-// a payment to that address may belong to either deposit.
+// pool is logged and raised to the operator (the configured pool is wrong).
+// An address another open deposit (creating, pending, confirming) still
+// holds is a clash: logged, raised, and every payment of d goes to review,
+// since a payment to that address may belong to either deposit. An address
+// still inside the grace of a closed deposit is normal with the plugin
+// (it reuses an address as soon as its invoice closes); payments that
+// arrive inside that grace are sent to review by the reconcile.
 func (s *Service) recordPoolAddress(ctx context.Context, tx bun.Tx, d *Deposit, addr string, exp, now time.Time) error {
 	until := s.reservationEnd(exp)
 	d.AddressReservedUntil = &until
@@ -110,21 +115,91 @@ func (s *Service) recordPoolAddress(ctx context.Context, tx bun.Tx, d *Deposit, 
 			return err
 		}
 	}
-	var others []string
-	if err := tx.NewSelect().Model((*Deposit)(nil)).Column("id").
-		Where("asset = ? AND address = ? AND id <> ? AND address_released_at IS NULL AND status <> ?",
-			asset.USDTTRC20, addr, d.ID, StatusFailed).Scan(ctx, &others); err != nil {
-		return fmt.Errorf("check USDT address %s: %w", addr, err)
+	holders, err := poolHolders(ctx, tx, d, addr)
+	if err != nil {
+		return err
 	}
-	if len(others) == 0 {
+	var open []string
+	for _, h := range holders {
+		switch h.Status {
+		case StatusCreating, StatusPending, StatusConfirming:
+			open = append(open, h.ID.String())
+		default:
+			s.log().Info("deposit: the processor reused a USDT address inside another deposit's grace; payments inside the grace go to review",
+				"deposit_id", d.ID, "address", addr, "previous_deposit_id", h.ID, "previous_status", h.Status)
+		}
+	}
+	if len(open) == 0 {
 		return nil
 	}
 	d.AddressClash = true
 	s.log().Error("deposit: USDT address clash: the processor handed out an address another open deposit still holds; this deposit's payments go to review",
-		"deposit_id", d.ID, "address", addr, "held_by", strings.Join(others, ","))
+		"deposit_id", d.ID, "address", addr, "held_by", strings.Join(open, ","))
 	return s.raise(ctx, tx, alert.Params{Type: AlertAddressClash, Subject: d.ID.String(),
-		Detail: fmt.Sprintf("USDT deposit %s got address %s while deposit(s) %s still held it (within the reservation grace). Payments to %s are sent to review; check the address history before crediting.",
-			d.ID, addr, strings.Join(others, ", "), d.ID)})
+		Detail: fmt.Sprintf("USDT deposit %s got address %s while open deposit(s) %s still held it. Payments to %s are sent to review; check the address history before crediting.",
+			d.ID, addr, strings.Join(open, ", "), d.ID)})
+}
+
+// holder is another deposit's reservation of a pooled address.
+type holder struct {
+	ID        uuid.UUID  `bun:"id"`
+	Status    Status     `bun:"status"`
+	From      *time.Time `bun:"address_reserved_from"`
+	Until     *time.Time `bun:"address_reserved_until"`
+	ExpiresAt *time.Time `bun:"expires_at"`
+	Released  *time.Time `bun:"address_released_at"`
+}
+
+// end is when the reservation ended (or ends).
+func (h holder) end() time.Time {
+	if h.Released != nil && (h.Until == nil || h.Released.Before(*h.Until)) {
+		return *h.Released
+	}
+	if h.Until == nil {
+		return time.Time{}
+	}
+	return *h.Until
+}
+
+// poolHolders returns the other deposits whose reservation of addr is not
+// released.
+func poolHolders(ctx context.Context, idb bun.IDB, d *Deposit, addr string) ([]holder, error) {
+	var out []holder
+	if err := idb.NewSelect().Model((*Deposit)(nil)).
+		Column("id", "status", "address_reserved_from", "address_reserved_until", "expires_at", "address_released_at").
+		Where("asset = ? AND address = ? AND id <> ? AND address_released_at IS NULL AND status <> ?",
+			asset.USDTTRC20, addr, d.ID, StatusFailed).Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("check USDT address %s: %w", addr, err)
+	}
+	return out, nil
+}
+
+// graceHolders returns the other deposits that held d's pooled address
+// before d and were not settled: a payment to the address that arrives
+// before such a reservation ended may be that deposit's late payment.
+func graceHolders(ctx context.Context, idb bun.IDB, d Deposit) ([]holder, error) {
+	if !pooled(d.Asset) || d.Address == nil || d.AddressReservedFrom == nil {
+		return nil, nil
+	}
+	var out []holder
+	if err := idb.NewSelect().Model((*Deposit)(nil)).
+		Column("id", "status", "address_reserved_from", "address_reserved_until", "expires_at", "address_released_at").
+		Where("asset = ? AND address = ? AND id <> ? AND status NOT IN (?) AND address_reserved_from < ?",
+			asset.USDTTRC20, *d.Address, d.ID, bun.In([]Status{StatusFailed, StatusSettled}), d.AddressReservedFrom).
+		Scan(ctx, &out); err != nil {
+		return nil, fmt.Errorf("check the grace of USDT address %s: %w", *d.Address, err)
+	}
+	return out, nil
+}
+
+// inGrace returns the holder whose reservation covers t, if any.
+func inGrace(holders []holder, t time.Time) (holder, bool) {
+	for _, h := range holders {
+		if t.Before(h.end()) {
+			return h, true
+		}
+	}
+	return holder{}, false
 }
 
 // releaseReservation returns d's address (or slot) to the pool now.

@@ -32,7 +32,7 @@ const (
 // Review reasons (shown to operators by the CLI and in
 // deposit.review_required).
 const (
-	ReasonAddressClash  = "the pooled address was handed out while another deposit still held it"
+	ReasonAddressClash  = "the pooled address was handed out while another open deposit still held it"
 	ReasonAfterExpiry   = "payment arrived after the invoice expired"
 	ReasonLaterPayment  = "a later payment to the address of a settled or expired deposit"
 	ReasonMarkedSettled = "the invoice was marked settled by hand in the processor"
@@ -198,6 +198,10 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	for i, p := range rows {
 		index[p.PaymentID] = i
 	}
+	grace, err := graceHolders(ctx, tx, d)
+	if err != nil {
+		return err
+	}
 	now := s.now()
 	var (
 		seen    []int // indexes in rows of the payments seen for the first time, not invalid
@@ -218,7 +222,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 				}
 				continue
 			}
-			p, item := s.classify(d, a, inv, m.PaymentMethodID, pp, now)
+			p, item := s.classify(d, a, inv, grace, m.PaymentMethodID, pp, now)
 			if _, err := tx.NewInsert().Model(&p).Exec(ctx); err != nil {
 				return fmt.Errorf("record payment %s of deposit %s: %w", pp.ID, d.ID, err)
 			}
@@ -336,7 +340,7 @@ func (s *Service) toReview(ctx context.Context, tx bun.Tx, d *Deposit, item revi
 
 // classify turns a payment seen for the first time into its row, and says
 // whether it needs an operator.
-func (s *Service) classify(d Deposit, a asset.Asset, inv btcpay.Invoice, method string, pp btcpay.Payment, now time.Time) (Payment, reviewItem) {
+func (s *Service) classify(d Deposit, a asset.Asset, inv btcpay.Invoice, grace []holder, method string, pp btcpay.Payment, now time.Time) (Payment, reviewItem) {
 	p := Payment{DepositID: d.ID, PaymentID: pp.ID, ProcessorStatus: string(pp.Status), ReceivedAt: pp.ReceivedDate.Time,
 		CreatedAt: now, UpdatedAt: now}
 	if p.ReceivedAt.IsZero() {
@@ -382,9 +386,12 @@ func (s *Service) classify(d Deposit, a asset.Asset, inv btcpay.Invoice, method 
 		}
 	}
 	// The most telling reason first.
+	h, shared := inGrace(grace, p.ReceivedAt)
 	switch {
 	case d.AddressClash:
 		reasons = append([]string{ReasonAddressClash}, reasons...)
+	case shared:
+		reasons = append([]string{fmt.Sprintf("arrived while the address was still reserved for deposit %s (%s), whose user may have paid late", h.ID, h.Status)}, reasons...)
 	case p.AfterExpiration:
 		reasons = append([]string{ReasonAfterExpiry}, reasons...)
 	case d.ClosedAt != nil:

@@ -2,6 +2,7 @@ package deposit
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +66,10 @@ type target struct {
 // without crediting. The answer's body is also stored as rec's response,
 // in the same transaction.
 func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (ResolveResult, []byte, error) {
-	d, err := s.Get(ctx, p.DepositID)
+	// The deposit and its payments from one snapshot, so that a concurrent
+	// resolution is seen whole (409) and never half (a deposit still in
+	// review whose payment was just credited).
+	d, rows, err := s.snapshot(ctx, p.DepositID)
 	if err != nil {
 		return ResolveResult{}, nil, err
 	}
@@ -93,16 +97,12 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 	if s.Processor == nil {
 		return ResolveResult{}, nil, ErrNoProcessor
 	}
-	byID, err := payments(ctx, s.DB, d.ID)
-	if err != nil {
-		return ResolveResult{}, nil, err
-	}
-	t, err := chooseTarget(d, byID[d.ID], p.PaymentID)
+	t, err := chooseTarget(d, rows, p.PaymentID)
 	if err != nil {
 		return ResolveResult{}, nil, err
 	}
 	// What the processor says, read before the transaction.
-	units, err := s.worth(ctx, d, a, t, byID[d.ID])
+	units, err := s.worth(ctx, d, a, t, rows)
 	if err != nil {
 		return ResolveResult{}, nil, err
 	}
@@ -151,6 +151,24 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
 		})
 	})
+}
+
+// snapshot reads a deposit and its payments in one read-only transaction.
+func (s *Service) snapshot(ctx context.Context, id uuid.UUID) (Deposit, []Payment, error) {
+	var (
+		d    Deposit
+		rows []Payment
+	)
+	err := s.DB.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		if d, err = getDeposit(ctx, tx, id, false); err != nil {
+			return err
+		}
+		byID, err := payments(ctx, tx, id)
+		rows = byID[id]
+		return err
+	})
+	return d, rows, err
 }
 
 // finish runs a resolution's change in one transaction with the deposit

@@ -1,0 +1,317 @@
+package deposit_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/deposit"
+	"svc/platform/btcpay/btcpaysim"
+)
+
+type resolveBody struct {
+	Action    string  `json:"action"`
+	PaymentID *string `json:"payment_id,omitempty"`
+}
+
+type resolved struct {
+	Deposit  deposit.View `json:"deposit"`
+	Credited string       `json:"credited"`
+}
+
+func (e *env) reviewQueue(t *testing.T, query string) []deposit.View {
+	t.Helper()
+	r := e.AdminGet("/v1/admin/deposits/review" + query)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var q struct {
+		Deposits []deposit.View `json:"deposits"`
+	}
+	r.JSON(t, &q)
+	require.NotNil(t, q.Deposits)
+	return q.Deposits
+}
+
+// latePayment makes a BTC deposit that expired and then received a
+// payment (confirmed at the processor): it is in review.
+func (e *env) latePayment(t *testing.T, user string) (deposit.View, btcpaysim.PaymentInfo) {
+	t.Helper()
+	v := e.create(t, user, "BTC", units("50000"))
+	e.advance(61 * time.Minute)
+	require.Equal(t, deposit.StatusExpired, e.reconcile(t, v.DepositID).Status)
+	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0005"}, Settled: true})
+	require.NoError(t, err)
+	require.True(t, paid[0].AfterExpiration)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	return v, paid[0]
+}
+
+// expired -> review for a payment after expiry; review -> settled by an
+// operator's credit of what the processor says it was worth, with the
+// admin key as resolved_by; a second resolution is an illegal transition.
+func TestLatePaymentIsReviewedAndCredited(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v, paid := e.latePayment(t, "walt")
+	require.Len(t, v.Payments, 1)
+	p := v.Payments[0]
+	require.True(t, p.AfterExpiration)
+	require.False(t, p.Credited, "money in review is visible, not in the balance")
+	require.Nil(t, p.ResolvedBy)
+	require.Equal(t, "0.00000000", v.AmountCredited)
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Equal(t, paid.ID, ev[0]["payment_id"])
+	require.Equal(t, "0.00050000", ev[0]["amount"])
+	require.Contains(t, ev[0]["review_reason"], "after the invoice expired")
+	require.Equal(t, []string{v.DepositID}, ids(e.reviewQueue(t, "")))
+	for range 2 { // reconciling again changes nothing
+		require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	}
+	require.Len(t, e.events(t, "deposit.review_required", v.DepositID), 1)
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var res resolved
+	r.JSON(t, &res)
+	require.Equal(t, "0.00050000", res.Credited)
+	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
+	require.Equal(t, "0.00050000", res.Deposit.AmountCredited)
+	require.True(t, res.Deposit.Payments[0].Credited)
+	require.Equal(t, e.AdminKeyID, *res.Deposit.Payments[0].ResolvedBy)
+	require.Equal(t, res.Deposit, e.deposit(t, v.DepositID))
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	settled := e.events(t, "deposit.settled", v.DepositID)
+	require.Len(t, settled, 1)
+	require.Equal(t, "0.00050000", settled[0]["amount_credited"])
+	require.Empty(t, e.reviewQueue(t, ""))
+
+	again := e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"})
+	require.Equal(t, http.StatusConflict, again.Status, string(again.Body))
+	require.Empty(t, again.Header.Get("Retry-After"), "an illegal transition, not an in-flight duplicate")
+}
+
+// review -> dismissed: nothing is credited, and the decision is recorded.
+func TestLatePaymentDismissed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v, _ := e.latePayment(t, "xena")
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var res resolved
+	r.JSON(t, &res)
+	require.Equal(t, "0.00000000", res.Credited)
+	require.Equal(t, deposit.StatusDismissed, res.Deposit.Status)
+	require.False(t, res.Deposit.Payments[0].Credited)
+	require.Equal(t, e.AdminKeyID, *res.Deposit.Payments[0].ResolvedBy)
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+	require.Equal(t, http.StatusConflict, e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status)
+	require.Equal(t, deposit.StatusDismissed, e.reconcile(t, v.DepositID).Status, "dismissed is terminal")
+}
+
+// settled -> review: a later payment to a settled deposit's address; the
+// first credit stands, the later payment waits for an operator.
+func TestLaterPaymentToASettledDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "yuri", "BTC", units("100000"))
+	inv := e.invoice(t, v.DepositID)
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+
+	later, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
+	require.NoError(t, err)
+	require.False(t, later[0].AfterExpiration)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Equal(t, "0.00100000", v.AmountCredited, "the first credit is never reversed")
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0]["review_reason"], "later payment")
+	require.Equal(t, "0.00100000", ev[0]["amount_credited"])
+
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &later[0].ID})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var res resolved
+	r.JSON(t, &res)
+	require.Equal(t, "0.00020000", res.Credited)
+	require.Equal(t, "0.00120000", res.Deposit.AmountCredited)
+	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
+	require.Equal(t, 2, e.ledgerEntries(t, v.DepositID))
+}
+
+// An invoice marked settled by hand with no payment at all: review; the
+// operator's credit is what the processor says the invoice was worth.
+func TestInvoiceMarkedSettledByHand(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "zoe", "BTC", units("70000"))
+	require.NoError(t, e.Sim.MarkSettled(e.invoice(t, v.DepositID).ID))
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Empty(t, v.Payments)
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Nil(t, ev[0]["payment_id"])
+	require.Contains(t, ev[0]["review_reason"], "marked settled by hand")
+	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	require.Len(t, e.events(t, "deposit.review_required", v.DepositID), 1)
+
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var res resolved
+	r.JSON(t, &res)
+	require.Equal(t, "0.00070000", res.Credited)
+	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
+	require.Len(t, res.Deposit.Payments, 1, "the credit is recorded as a payment so amount_credited is their sum")
+	require.True(t, res.Deposit.Payments[0].Credited)
+	require.Equal(t, "0.00070000", res.Deposit.AmountCredited)
+	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status, "the mark is not raised again")
+}
+
+// A top-up invoice marked settled with nothing paid is worth nothing: a
+// credit is refused, a dismissal closes it.
+func TestMarkedTopUpInvoiceHasNothingToCredit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "abe", "BTC", nil)
+	require.NoError(t, e.Sim.MarkSettled(e.invoice(t, v.DepositID).ID))
+	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Equal(t, http.StatusOK, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
+}
+
+// An amount the service refuses to round (a Lightning payment with
+// millisatoshis) goes to review and cannot be credited as is.
+func TestAmountNotInWholeUnitsGoesToReview(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "bea", "BTC_LN", nil)
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.00001000001"}})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Equal(t, "0.00001000001", v.Payments[0].Amount, "shown as the processor reported it, never rounded")
+	require.False(t, v.Payments[0].Credited)
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0]["review_reason"], "whole smallest units")
+
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Contains(t, string(r.Body), "never rounded")
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+	require.Equal(t, http.StatusOK, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
+}
+
+// Concurrent resolutions of one review item: exactly one wins.
+func TestConcurrentResolvesOneWins(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v, _ := e.latePayment(t, "cody")
+	const n = 8
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, s := range statuses {
+		switch s {
+		case http.StatusOK:
+			won++
+		case http.StatusConflict:
+		default:
+			t.Fatalf("unexpected status %d (%v)", s, statuses)
+		}
+	}
+	require.Equal(t, 1, won, "%v", statuses)
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	require.Equal(t, "0.00050000", e.deposit(t, v.DepositID).AmountCredited)
+}
+
+func TestResolveRefusals(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pending := e.create(t, "dan", "BTC", nil)
+	require.Equal(t, http.StatusNotFound, e.resolve(t, uuid.NewString(), resolveBody{Action: "credit"}).Status)
+	require.Equal(t, http.StatusNotFound, e.resolve(t, "not-a-uuid", resolveBody{Action: "credit"}).Status)
+	require.Equal(t, http.StatusConflict, e.resolve(t, pending.DepositID, resolveBody{Action: "credit"}).Status, "pending is not review")
+	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, pending.DepositID, resolveBody{Action: "refund"}).Status)
+	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, pending.DepositID, map[string]any{}).Status)
+	require.Equal(t, http.StatusConflict, e.resolve(t, pending.DepositID, map[string]any{"action": "credit", "amount": "1"}).Status,
+		"there is no amount field: it is ignored")
+	rw := e.Do(apptest.Req{Method: "POST", Path: "/v1/admin/deposits/" + pending.DepositID + "/resolve", Body: resolveBody{Action: "credit"}})
+	require.Equal(t, http.StatusForbidden, rw.Status, "a readwrite key is not an admin key")
+
+	// Two uncredited payments: the operator must say which.
+	v := e.create(t, "dan", "BTC", nil)
+	e.advance(61 * time.Minute)
+	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001", "0.0002"}, Settled: true})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status)
+	unknown := "no-such-payment"
+	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &unknown}).Status)
+
+	// The processor down: 503, nothing credited; the same key completes.
+	e.Sim.GoDown(btcpaysim.DownError)
+	req := apptest.Req{Method: "POST", Path: "/v1/admin/deposits/" + v.DepositID + "/resolve", Key: e.Admin, Idem: "resolve-down",
+		Body: resolveBody{Action: "credit", PaymentID: &paid[0].ID}}
+	require.Equal(t, http.StatusServiceUnavailable, e.Do(req).Status)
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+	e.Sim.Up()
+	r := e.Do(req)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var res resolved
+	r.JSON(t, &res)
+	require.Equal(t, "0.00010000", res.Credited)
+	require.Equal(t, deposit.StatusReview, res.Deposit.Status, "the other payment still waits")
+	r = e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusOK, r.Status, "now unambiguous: %s", r.Body)
+	r.JSON(t, &res)
+	require.Equal(t, "0.00020000", res.Credited)
+	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
+	require.Equal(t, "0.00030000", res.Deposit.AmountCredited)
+	// A credited payment cannot be resolved again.
+	require.Equal(t, http.StatusConflict, e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &paid[0].ID}).Status)
+}
+
+func TestReviewQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first, _ := e.latePayment(t, "eve")
+	e.advance(time.Minute)
+	second, _ := e.latePayment(t, "fay")
+	require.Equal(t, []string{first.DepositID, second.DepositID}, ids(e.reviewQueue(t, "")), "oldest first")
+	require.Equal(t, []string{first.DepositID}, ids(e.reviewQueue(t, "?limit=1")))
+	require.Len(t, e.reviewQueue(t, "?limit=200"), 2)
+	for _, bad := range []string{"?limit=0", "?limit=201", "?limit=abc", "?limit=-1"} {
+		r := e.AdminGet("/v1/admin/deposits/review" + bad)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, bad)
+	}
+	require.Equal(t, http.StatusForbidden, e.Get("/v1/admin/deposits/review").Status)
+	require.NoError(t, e.Svc.Reconcile(context.Background(), uuid.MustParse(first.DepositID)))
+}
+
+func ids(vs []deposit.View) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.DepositID
+	}
+	return out
+}
