@@ -1,9 +1,194 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
 
-// adminDepositsCmd is filled in by the deposit area; nil adds nothing.
-func adminDepositsCmd() *cobra.Command { return nil }
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
-// adminWalletAlertsCmd is filled in by the deposit area; nil adds nothing.
-func adminWalletAlertsCmd() *cobra.Command { return nil }
+	"svc/modules/deposit"
+)
+
+// adminDepositsCmd is `svc admin deposits`: the review queue and its
+// resolution, as GET /v1/admin/deposits/review and POST .../resolve do.
+func adminDepositsCmd() *cobra.Command {
+	deposits := &cobra.Command{Use: "deposits", Short: "Deposits waiting for an operator: list the review queue, resolve an item"}
+	var limit int
+	review := &cobra.Command{
+		Use:   "review [--limit 50]",
+		Short: "List the deposits in review, oldest first, with why they are there",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > deposit.MaxReviewLimit {
+				return fmt.Errorf("--limit %d: want 1 to %d", limit, deposit.MaxReviewLimit)
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			items, err := a.Deposits.ReviewDetails(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), items)
+			}
+			out := cmd.OutOrStdout()
+			if len(items) == 0 {
+				fmt.Fprintln(out, "the review queue is empty")
+				return nil
+			}
+			tw := table(out)
+			fmt.Fprintln(tw, "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON")
+			for _, it := range items {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.DepositID, it.ExternalUserID, it.Asset, dashIfNil(it.ReviewSince),
+					it.AmountCredited, dashIfNil(it.ReviewReason))
+				if it.InvoiceReview != nil {
+					fmt.Fprintf(tw, "\t\t\t\t\tinvoice: %s\n", *it.InvoiceReview)
+				}
+				for _, p := range it.Payments {
+					if reason, ok := it.Reasons[p.PaymentID]; ok {
+						fmt.Fprintf(tw, "\t\t\t\t\tpayment %s (%s): %s\n", p.PaymentID, p.Amount, reason)
+					}
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	review.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many deposits (1 to %d)", deposit.MaxReviewLimit))
+
+	var (
+		action, paymentID, as string
+	)
+	resolve := &cobra.Command{
+		Use:   "resolve ID --action credit|dismiss [--payment-id PAYMENT] [--as NAME]",
+		Short: "Resolve a deposit in review: credit what the processor says a payment was worth, or dismiss it",
+		Long: `Resolve a deposit in review.
+
+  --action credit   asks the payment processor what the payment was worth and credits exactly
+                    that (there is no amount to give); --payment-id names the payment when the
+                    deposit has more than one uncredited payment. An invoice marked settled by
+                    hand with no payment is credited at the invoice's amount.
+  --action dismiss  closes the review without crediting.
+
+The decision is recorded as resolved by "cli:NAME" (--as, default the login name).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return fmt.Errorf("%q is not a deposit id", args[0])
+			}
+			if action != deposit.ActionCredit && action != deposit.ActionDismiss {
+				return fmt.Errorf("--action %q: want credit or dismiss", action)
+			}
+			by, err := operator(as)
+			if err != nil {
+				return err
+			}
+			p := deposit.ResolveParams{DepositID: id, Action: action, By: by}
+			if paymentID != "" {
+				p.PaymentID = &paymentID
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			res, _, err := a.Deposits.Resolve(cmd.Context(), p, nil)
+			if err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deposit %s is %s: credited %s %s by this resolution, %s in total (resolved by %s)\n",
+				res.Deposit.DepositID, res.Deposit.Status, res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited, by)
+			return nil
+		},
+	}
+	resolve.Flags().StringVar(&action, "action", "", "credit or dismiss")
+	resolve.Flags().StringVar(&paymentID, "payment-id", "", "for credit: which uncredited payment (needed when there are several)")
+	resolve.Flags().StringVar(&as, "as", "", "the operator's name recorded as the resolver (default: the login name)")
+	_ = resolve.MarkFlagRequired("action")
+
+	deposits.AddCommand(review, resolve)
+	return deposits
+}
+
+// adminWalletAlertsCmd is `svc admin wallet-alerts`: BTC wallet receives
+// that match no deposit payment.
+func adminWalletAlertsCmd() *cobra.Command {
+	alerts := &cobra.Command{Use: "wallet-alerts", Short: "BTC wallet receives that match no deposit payment"}
+	var limit int
+	list := &cobra.Command{
+		Use:   "list [--limit 50]",
+		Short: "List wallet alerts, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > deposit.MaxReviewLimit {
+				return fmt.Errorf("--limit %d: want 1 to %d", limit, deposit.MaxReviewLimit)
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			list, err := a.Deposits.WalletAlerts(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), list)
+			}
+			if len(list) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no wallet alerts")
+				return nil
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE")
+			for _, w := range list {
+				confs := "-"
+				if w.Confirmations != nil {
+					confs = fmt.Sprint(*w.Confirmations)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Asset, w.Txid, w.Amount, confs, w.DetectedAt, dashIfNil(w.Note))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many alerts (1 to %d)", deposit.MaxReviewLimit))
+	alerts.AddCommand(list)
+	return alerts
+}
+
+func dashIfNil(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
+}
+
+// operator names the person resolving from the command line.
+func operator(as string) (string, error) {
+	name := strings.TrimSpace(as)
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	if name == "" {
+		name = os.Getenv("USER")
+	}
+	if name == "" {
+		return "", fmt.Errorf("--as is required: name the operator who resolves")
+	}
+	by := "cli:" + name
+	if len(by) > 255 {
+		return "", fmt.Errorf("--as: at most 251 characters")
+	}
+	return by, nil
+}

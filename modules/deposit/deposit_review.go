@@ -19,6 +19,7 @@ import (
 	"svc/platform/fault"
 	"svc/platform/idempotency"
 	"svc/platform/money"
+	"svc/platform/timefmt"
 )
 
 // Resolve actions.
@@ -323,4 +324,46 @@ func processorError(err error) error {
 		return fault.Wrap(fault.UpstreamRefused, "the payment processor refused the request", err)
 	}
 	return fault.Wrap(fault.Unavailable, ErrProcessorUnavailable.Message, err)
+}
+
+// ReviewDetail is a deposit in review as an operator sees it (the CLI):
+// the API view plus why it is there.
+type ReviewDetail struct {
+	View
+	ReviewReason  *string           `json:"review_reason"`
+	InvoiceReview *string           `json:"invoice_review"`
+	ReviewSince   *string           `json:"review_since"`
+	Reasons       map[string]string `json:"payment_review_reasons"` // payment id -> reason, uncredited payments only
+}
+
+// ReviewDetails returns the review queue (oldest first) with the reasons.
+func (s *Service) ReviewDetails(ctx context.Context, limit int) ([]ReviewDetail, error) {
+	ds, err := s.ReviewQueue(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.Views(ctx, s.DB, ds)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]uuid.UUID, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	ps, err := payments(ctx, s.DB, ids...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReviewDetail, len(ds))
+	for i, d := range ds {
+		r := ReviewDetail{View: vs[i], ReviewReason: d.ReviewReason, InvoiceReview: d.InvoiceReview,
+			ReviewSince: timefmt.Ptr(d.ReviewAt), Reasons: map[string]string{}}
+		for _, p := range ps[d.ID] {
+			if p.openForReview() {
+				r.Reasons[p.PaymentID] = *p.ReviewReason
+			}
+		}
+		out[i] = r
+	}
+	return out, nil
 }
