@@ -52,7 +52,7 @@ func withConfig(fn func(*config.Config)) option {
 	return func(s *settings) { s.cfg = append(s.cfg, fn) }
 }
 
-func setup(t *testing.T, opts ...option) *env {
+func setup(t testing.TB, opts ...option) *env {
 	t.Helper()
 	var s settings
 	for _, o := range opts {
@@ -98,7 +98,7 @@ func setup(t *testing.T, opts ...option) *env {
 // consistent, each user's available balance is exactly the sum of their
 // credited deposit payments (through the API too), and every event fits
 // the published schema.
-func (e *env) requireBooks(t *testing.T) {
+func (e *env) requireBooks(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	rep, err := ledger.Check(ctx, e.App.DB.Bun)
@@ -161,7 +161,7 @@ type createBody struct {
 func units(s string) *string { return &s }
 
 // create makes a deposit through the API and requires a 201.
-func (e *env) create(t *testing.T, user, code string, expected *string) deposit.View {
+func (e *env) create(t testing.TB, user, code string, expected *string) deposit.View {
 	t.Helper()
 	r := e.Post("/v1/deposits", createBody{ExternalUserID: user, Asset: code, ExpectedAmount: expected})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
@@ -170,7 +170,7 @@ func (e *env) create(t *testing.T, user, code string, expected *string) deposit.
 	return v
 }
 
-func (e *env) deposit(t *testing.T, id string) deposit.View {
+func (e *env) deposit(t testing.TB, id string) deposit.View {
 	t.Helper()
 	r := e.Get("/v1/deposits/" + id)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -180,14 +180,14 @@ func (e *env) deposit(t *testing.T, id string) deposit.View {
 }
 
 // reconcile runs the same reconcile the poller and the webhooks run.
-func (e *env) reconcile(t *testing.T, id string) deposit.View {
+func (e *env) reconcile(t testing.TB, id string) deposit.View {
 	t.Helper()
 	require.NoError(t, e.Svc.Reconcile(context.Background(), uuid.MustParse(id)))
 	return e.deposit(t, id)
 }
 
 // invoice is the simulator's invoice of a deposit.
-func (e *env) invoice(t *testing.T, id string) btcpaysim.InvoiceInfo {
+func (e *env) invoice(t testing.TB, id string) btcpaysim.InvoiceInfo {
 	t.Helper()
 	inv, ok := e.Sim.InvoiceByOrderID(id)
 	require.True(t, ok, "the processor has an invoice for deposit %s", id)
@@ -201,7 +201,7 @@ func (e *env) advance(d time.Duration) {
 }
 
 // events returns the payloads of the events of one type for a deposit.
-func (e *env) events(t *testing.T, typ, depositID string) []map[string]any {
+func (e *env) events(t testing.TB, typ, depositID string) []map[string]any {
 	t.Helper()
 	var payloads []json.RawMessage
 	require.NoError(t, e.App.DB.Bun.NewSelect().Table("outbound_events").Column("payload").
@@ -217,14 +217,14 @@ func (e *env) events(t *testing.T, typ, depositID string) []map[string]any {
 }
 
 // resolve posts a resolution with the admin key.
-func (e *env) resolve(t *testing.T, id string, body any) *apptest.Response {
+func (e *env) resolve(t testing.TB, id string, body any) *apptest.Response {
 	t.Helper()
 	return e.AdminPost("/v1/admin/deposits/"+id+"/resolve", body)
 }
 
 // ledgerEntries counts deposit_credit entries whose source_ref names the
 // deposit.
-func (e *env) ledgerEntries(t *testing.T, id string) int {
+func (e *env) ledgerEntries(t testing.TB, id string) int {
 	t.Helper()
 	n, err := e.App.DB.Bun.NewSelect().Table("ledger_entries").
 		Where("kind = 'deposit_credit' AND source_ref LIKE ?", "deposit:"+id+":%").Count(context.Background())
