@@ -1,0 +1,171 @@
+package deposit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/deposit"
+	"svc/modules/ingress"
+	"svc/platform/btcpay/btcpaysim"
+)
+
+// pending -> review: a payment after expiry on a deposit the service had
+// not yet seen expire. It is detected, and waits for an operator.
+func TestPaymentAfterExpiryOnAPendingDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "gus", "BTC", nil)
+	e.advance(61 * time.Minute)
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.True(t, v.Payments[0].AfterExpiration)
+	require.False(t, v.Payments[0].Credited)
+	require.Len(t, e.events(t, "deposit.detected", v.DepositID), 1)
+	require.Len(t, e.events(t, "deposit.review_required", v.DepositID), 1)
+	require.Empty(t, e.events(t, "deposit.expired", v.DepositID), "something was received")
+}
+
+// An invoice marked invalid by hand: with nothing received the window is
+// closed (expired); with a payment it needs an operator.
+func TestInvoiceMarkedInvalidByHand(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	empty := e.create(t, "hal", "BTC", nil)
+	require.NoError(t, e.Sim.MarkInvalid(e.invoice(t, empty.DepositID).ID))
+	require.Equal(t, deposit.StatusExpired, e.reconcile(t, empty.DepositID).Status)
+
+	paid := e.create(t, "hal", "BTC", units("100000"))
+	inv := e.invoice(t, paid.DepositID)
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0004"}})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, paid.DepositID).Status)
+	require.NoError(t, e.Sim.MarkInvalid(inv.ID))
+	v := e.reconcile(t, paid.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	ev := e.events(t, "deposit.review_required", paid.DepositID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0]["review_reason"], "marked invalid by hand")
+}
+
+// A payment replaced before it confirmed (RBF, double spend): it is never
+// credited, and when the window closes with only invalid payments an
+// operator looks.
+func TestInvalidatedPaymentIsNeverCredited(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "ida", "BTC", units("20000"))
+	inv := e.invoice(t, v.DepositID)
+	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, v.DepositID).Status)
+	require.NoError(t, e.Sim.InvalidatePayment(inv.ID, paid[0].ID))
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusConfirming, v.Status)
+	require.False(t, v.Payments[0].Credited)
+	e.advance(61 * time.Minute)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0]["review_reason"], "invalidated")
+}
+
+// Payments that never confirm before the processor stops monitoring the
+// invoice (it becomes Invalid): review.
+func TestPaymentsThatNeverConfirm(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "jon", "BTC", units("20000"))
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, v.DepositID).Status)
+	e.advance(61*time.Minute + 1440*time.Minute)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0]["review_reason"], "did not confirm")
+}
+
+// A credited payment the processor later declares invalid stays credited
+// (a credit is never reversed); the operator is told.
+func TestCreditIsNeverReversed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "kai", "BTC", nil)
+	inv := e.invoice(t, v.DepositID)
+	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+	require.NoError(t, err)
+	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+	require.NoError(t, e.Sim.InvalidatePayment(inv.ID, paid[0].ID))
+	v = e.reconcile(t, v.DepositID)
+	require.True(t, v.Payments[0].Credited)
+	require.Equal(t, "0.00030000", v.AmountCredited)
+	require.Equal(t, []string{paid[0].ID}, e.alerts(t, deposit.AlertCreditedInvalidation))
+
+	// The database refuses to un-credit a payment, whatever the code does.
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "UPDATE deposit_payments SET credited = false, credited_at = NULL, ledger_entry_id = NULL WHERE payment_id = ?", paid[0].ID)
+	require.Error(t, err)
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM deposit_payments WHERE payment_id = ?", paid[0].ID)
+	require.Error(t, err)
+}
+
+// Money for a dismissed deposit is recorded and raised, never credited.
+func TestPaymentAfterDismissalIsRaised(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v, _ := e.latePayment(t, "lea")
+	require.Equal(t, 200, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusDismissed, v.Status)
+	require.Len(t, v.Payments, 2)
+	require.Equal(t, "0.00000000", v.AmountCredited)
+	require.Equal(t, []string{v.DepositID}, e.alerts(t, deposit.AlertPaymentAfterDismiss))
+}
+
+// The processor unreachable during a reconcile: an error (the ingress job
+// and the poller retry), and nothing changes.
+func TestReconcileWhileTheProcessorIsDown(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "moe", "BTC", nil)
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	e.Sim.GoDown(btcpaysim.DownError)
+	require.Error(t, e.Svc.Reconcile(context.Background(), uuid.MustParse(v.DepositID)))
+	res, err := e.Svc.Poll(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Failed)
+	require.Equal(t, deposit.StatusPending, e.deposit(t, v.DepositID).Status)
+	e.Sim.Up()
+	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+}
+
+// Invoice events for invoices that are no deposit are ignored; an event
+// naming the deposit reconciles it.
+func TestInvoiceEventsFromTheIngress(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: "not-ours", OrderID: "order-7"}))
+	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: "not-ours", OrderID: uuid.NewString()}))
+	v := e.create(t, "ned", "BTC", nil)
+	inv := e.invoice(t, v.DepositID)
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	// An invoice that carries the deposit's orderId but is not its invoice
+	// changes nothing.
+	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: "another", OrderID: v.DepositID}))
+	require.Equal(t, deposit.StatusPending, e.deposit(t, v.DepositID).Status)
+	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: inv.ID}))
+	require.Equal(t, deposit.StatusSettled, e.deposit(t, v.DepositID).Status)
+}
