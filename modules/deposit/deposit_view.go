@@ -74,7 +74,8 @@ func render(d Deposit, ps []Payment, decimals int) View {
 		AmountCredited: money.Format(credited(ps), decimals), CreatedAt: timefmt.Format(d.CreatedAt),
 		Payments: make([]PaymentView, 0, len(ps)),
 	}
-	if d.AddressReservedFrom != nil {
+	if d.AddressReservedFrom != nil && d.Address != nil {
+		// Pooled assets only, and only once the deposit has its address.
 		v.AddressReservedUntil = timefmt.Ptr(d.AddressReservedUntil)
 	}
 	if d.AmountExpected != nil {
