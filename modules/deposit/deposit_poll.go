@@ -12,8 +12,9 @@ import (
 
 // Poll settings.
 const (
-	// PollBatch bounds the deposits one poll visits; the least recently
-	// polled go first, so a larger backlog is covered over several runs.
+	// PollBatch bounds the deposits one poll visits; open ones go first,
+	// then the least recently polled, so a larger backlog is covered over
+	// several runs.
 	PollBatch = 500
 	// pollParallel is how many deposits a poll reconciles at once.
 	pollParallel = 4
@@ -43,7 +44,11 @@ func (s *Service) dueForPoll(ctx context.Context, now time.Time) ([]uuid.UUID, e
 				WhereOr("status = ? AND created_at <= ? AND created_at > ?", StatusCreating, now.Add(-creatingAge), now.Add(-creatingGiveUp)).
 				WhereOr("status IN (?) AND monitoring_until > ?", bun.In([]Status{StatusSettled, StatusExpired, StatusReview}), now)
 		}).
-		OrderExpr("polled_at NULLS FIRST, created_at, id").Limit(PollBatch).Scan(ctx, &ids)
+		// Open deposits first (their users are waiting), then the least
+		// recently polled.
+		OrderExpr("status IN (?) DESC, polled_at NULLS FIRST, created_at, id",
+			bun.In([]Status{StatusCreating, StatusPending, StatusConfirming})).
+		Limit(PollBatch).Scan(ctx, &ids)
 	if err != nil {
 		return nil, fmt.Errorf("deposits due for polling: %w", err)
 	}

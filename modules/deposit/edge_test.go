@@ -169,3 +169,32 @@ func TestInvoiceEventsFromTheIngress(t *testing.T) {
 	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: inv.ID}))
 	require.Equal(t, deposit.StatusSettled, e.deposit(t, v.DepositID).Status)
 }
+
+// The poller visits open deposits and those the processor still monitors,
+// and nothing else.
+func TestPollVisitsOpenAndMonitoredDeposits(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	poll := func() int {
+		t.Helper()
+		res, err := e.Svc.Poll(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Failed)
+		return res.Visited
+	}
+	settled := e.create(t, "ona", "BTC", nil)
+	_, err := e.Sim.Pay(e.invoice(t, settled.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	e.create(t, "ona", "BTC", nil) // pending
+	e.Sim.SetPaymentMethods("BTC-CHAIN")
+	r := e.Post("/v1/deposits", createBody{ExternalUserID: "ona", Asset: "BTC_LN"}) // failed
+	require.Equal(t, 502, r.Status)
+	require.Equal(t, 2, poll(), "the pending one and the paid one")
+	require.Equal(t, deposit.StatusSettled, e.deposit(t, settled.DepositID).Status)
+	require.Equal(t, 2, poll(), "settled, still monitored by the processor")
+	e.advance(61 * time.Minute)
+	require.Equal(t, 2, poll(), "the pending one expires; both are still monitored")
+	e.advance(1441 * time.Minute)
+	require.Equal(t, 0, poll(), "monitoring over")
+}
