@@ -42,18 +42,27 @@ func ParseDecimal(s string, scale int) (int64, error) {
 	if d.Trim(0).Scale() > scale {
 		return 0, fmt.Errorf("%q at %d decimals: %w", s, scale, ErrNotWhole)
 	}
-	whole, frac, ok := d.Int64(scale)
+	// Shift the decimal point by scale digits; the result is an integer
+	// because the scale check above passed, and Int64(0) reports whether it
+	// fits.
+	pow, err := decimal.New(1, 0)
+	if err != nil {
+		return 0, err
+	}
+	for range scale {
+		if pow, err = pow.Mul(decimal.Ten); err != nil {
+			return 0, fmt.Errorf("amount %q is too large", s)
+		}
+	}
+	units, err := d.Mul(pow)
+	if err != nil {
+		return 0, fmt.Errorf("amount %q is too large", s)
+	}
+	whole, frac, ok := units.Int64(0)
 	if !ok || frac != 0 {
 		return 0, fmt.Errorf("amount %q is too large", s)
 	}
-	pow := int64(1)
-	for range scale {
-		pow *= 10
-	}
-	if whole > (1<<63-1)/pow {
-		return 0, fmt.Errorf("amount %q is too large", s)
-	}
-	return whole*pow + frac, nil
+	return whole, nil
 }
 
 // ParseUnits parses a request's integer string of smallest units. It accepts
