@@ -1,6 +1,91 @@
 #!/usr/bin/env bash
-# Runs the Go benchmarks against $DATABASE_URL. Each area's benchmark
-# writes its numbers to the console; docs/performance.md records them.
+# Runs the Go benchmarks against $DATABASE_URL and, as the reference for
+# the ledger's numbers, pgbench's TPC-B on the same server with the same
+# client counts; then prints every ledger result as a ratio of it.
+# docs/performance.md records the results.
+#
+# Environment (all optional):
+#   BENCHTIME              go test -benchtime (default 1x: each ledger case
+#                          runs for its own duration anyway)
+#   LEDGER_BENCH_DURATION  how long each ledger case runs (default 10s)
+#   PGBENCH_SECONDS        how long each pgbench run lasts (default 30)
+#   PGBENCH_SCALE          pgbench scale factor (default 32, one branch per
+#                          client at the highest count, so TPC-B's branch
+#                          rows are not an artificial hot spot)
+#   BENCH_PACKAGES         packages to benchmark (default ./...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 60m ./... 2>&1 | grep -v '^ok\|no test files'
+: "${DATABASE_URL:?DATABASE_URL must be set (make bench finds or starts a server)}"
+
+pgtool() { # name: print the path of a PostgreSQL client program
+  if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [ -x "$d/$1" ] && { echo "$d/$1"; return 0; }
+  done
+  return 1
+}
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+clients="1 8 32"
+cores=$(nproc 2>/dev/null || echo 2)
+
+# 1. The reference: pgbench TPC-B in its own database on the same server.
+if PGBENCH=$(pgtool pgbench) && PSQL=$(pgtool psql); then
+  pgurl=$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/svc_pgbench#')
+  "$PSQL" "$DATABASE_URL" -qc 'DROP DATABASE IF EXISTS svc_pgbench' -c 'CREATE DATABASE svc_pgbench' >/dev/null
+  echo "pgbench: initialising scale ${PGBENCH_SCALE:-32}" >&2
+  "$PGBENCH" -i -q -s "${PGBENCH_SCALE:-32}" "$pgurl" >/dev/null 2>&1
+  for c in $clients; do
+    j=$(( c < cores ? c : cores ))
+    tps=$("$PGBENCH" -c "$c" -j "$j" -T "${PGBENCH_SECONDS:-30}" "$pgurl" 2>/dev/null | awk '/^tps/ {print $3}')
+    echo "pgbench TPC-B clients=$c tps=$tps"
+    echo "$c $tps" >>"$out/pgbench"
+  done
+  "$PSQL" "$DATABASE_URL" -qc 'DROP DATABASE IF EXISTS svc_pgbench' >/dev/null
+else
+  echo "pgbench or psql not found: no reference, no ratios" >&2
+  : >"$out/pgbench"
+fi
+
+# 2. The Go benchmarks.
+# shellcheck disable=SC2086
+go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 120m ${BENCH_PACKAGES:-./...} 2>&1 \
+  | grep -v '^ok\|no test files' | tee "$out/go"
+
+# 3. Every per-second result as a ratio of pgbench at the same writer count,
+# and the ledger's targets.
+awk -v ref="$out/pgbench" '
+BEGIN {
+  while ((getline line < ref) > 0) { split(line, f, " "); tps[f[1]] = f[2] }
+}
+/entries\/s/ {
+  name = $1; sub(/-[0-9]+$/, "", name)
+  w = name; sub(/.*writers=/, "", w)
+  for (i = 2; i <= NF; i++) if ($i == "entries/s") eps = $(i - 1)
+  key = name; sub(/^BenchmarkLedger\//, "", key); sub(/\/writers=[0-9]+$/, "", key)
+  rate[key, w] = eps
+  rows[++n] = key SUBSEP w
+}
+END {
+  if (n == 0) exit
+  print ""
+  print "Ledger entries per second as a ratio of pgbench TPC-B transactions per second (same server, same clients):"
+  printf "  %-40s %8s %12s %12s %7s\n", "case", "writers", "entries/s", "pgbench tps", "ratio"
+  for (i = 1; i <= n; i++) {
+    split(rows[i], k, SUBSEP)
+    r = (tps[k[2]] > 0) ? sprintf("%6.0f%%", 100 * rate[k[1], k[2]] / tps[k[2]]) : "     -"
+    printf "  %-40s %8s %12.0f %12.0f %7s\n", k[1], k[2], rate[k[1], k[2]], tps[k[2]], r
+  }
+  print ""
+  print "Targets (shipped design: derived system balances):"
+  d = rate["derived/deposit_spread", 32]; t = tps[32]
+  if (d > 0 && t > 0) printf "  deposit credits, 32 writers: %.0f%% of TPC-B (target 80%%): %s\n", 100 * d / t, (d >= 0.8 * t ? "met" : "NOT met")
+  s = rate["derived/deposit_spread_3_assets", 32]
+  if (d > 0 && s > 0) printf "  one hot system account (every credit on BTC custody) vs credits spread over three assets'"'"' system accounts, 32 writers: %.0f%% (target 75%%): %s\n", 100 * d / s, (d >= 0.75 * s ? "met" : "NOT met")
+  h = rate["derived/deposit_one_user", 32]
+  if (d > 0 && h > 0) printf "  all credits to one user vs spread over users, 32 writers: %.0f%% (one user'"'"'s balance row serializes by design)\n", 100 * h / d
+  o = rate["onerow/deposit_spread", 32]; sh = rate["sharded16/deposit_spread", 32]
+  if (d > 0 && o > 0 && sh > 0) printf "  system balances at 32 writers: derived %.0f, sharded(16) %.0f, one row %.0f entries/s\n", d, sh, o
+}' "$out/go"

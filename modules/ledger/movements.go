@@ -251,12 +251,18 @@ func lockHold(ctx context.Context, idb bun.IDB, sourceRef string) (holdState, er
 	if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, "svc.ledger.withdrawal:"+sourceRef); err != nil {
 		return holdState{}, fmt.Errorf("ledger: lock withdrawal %s: %w", sourceRef, err)
 	}
+	// LATERAL pins the plan to index lookups: the statement is prepared
+	// once per connection, and a generic plan that guessed "a few entries"
+	// once chose to hash-join a sequential scan of every posting.
 	rows, err := q.QueryContext(ctx, `
-SELECT e.kind, e.asset, a.kind, a.owner, p.amount
+SELECT e.kind, e.asset, x.kind, x.owner, x.amount
   FROM ledger_entries e
-  JOIN ledger_postings p ON p.entry_id = e.id
-  JOIN ledger_accounts a ON a.id = p.account_id
- WHERE e.source_ref = $1 AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_broadcast', 'payout_settle')`, sourceRef)
+ CROSS JOIN LATERAL (
+        SELECT a.kind, a.owner, p.amount
+          FROM ledger_postings p
+          JOIN ledger_accounts a ON a.id = p.account_id
+         WHERE p.entry_id = e.id) x
+ WHERE e.source_ref = $1::text AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_broadcast', 'payout_settle')`, sourceRef)
 	if err != nil {
 		return holdState{}, fmt.Errorf("ledger: read withdrawal %s: %w", sourceRef, err)
 	}

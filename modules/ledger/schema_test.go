@@ -193,4 +193,29 @@ func TestCheckFindsCorruption(t *testing.T) {
 	require.Len(t, r.NegativeBalances, 1)
 	require.Contains(t, r.NegativeBalances[0], `BTC user_hold of "ken"`)
 	require.Contains(t, r.NegativeBalances[0], "postings sum -0.00000100")
+
+	// An entry without postings, and a balanced entry whose second posting
+	// is on another asset's account.
+	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'empty')`); err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.NewRaw(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'cross') RETURNING id`).Scan(ctx, &id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount)
+  SELECT ?, id, CASE WHEN asset = 'BTC' THEN 5 ELSE -5 END FROM ledger_accounts WHERE kind = 'custody' AND asset IN ('BTC', 'USDT_TRC20')`, id)
+		return err
+	})
+	require.NoError(t, err)
+	r, err = ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.Len(t, r.UnbalancedEntries, 3, "%q", r.UnbalancedEntries)
+	require.Contains(t, r.UnbalancedEntries[1], "(correction empty, BTC) has no postings")
+	require.Contains(t, r.UnbalancedEntries[2], "(correction cross, BTC): posting")
+	require.Contains(t, r.UnbalancedEntries[2], "of asset USDT_TRC20")
 }

@@ -1,0 +1,267 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"svc/modules/ledger"
+	"svc/platform/db"
+)
+
+// Ledger benchmarks (make bench; docs/performance.md has the results).
+//
+// Each case runs for LEDGER_BENCH_DURATION (default 10s) whatever b.N is,
+// with 1, 8 or 32 writers each posting one entry per transaction, and
+// reports entries per second. They run once per design of the system
+// accounts:
+//
+//	derived    the shipped design: system balances are sums of postings
+//	sharded16  plus 16 materialized shard rows per system account, one
+//	           chosen at random per transaction
+//	onerow     plus one materialized row per system account
+//
+// The two alternatives are added to the benchmark's own database by a
+// trigger in the posting statement, so they pay exactly the extra row
+// update and nothing else.
+
+const benchUsers = 10_000
+
+func benchDuration(b *testing.B) time.Duration {
+	if s := os.Getenv("LEDGER_BENCH_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(b, err, "LEDGER_BENCH_DURATION")
+		return d
+	}
+	return 10 * time.Second
+}
+
+var benchAssets = []string{"BTC", "BTC_LN", "USDT_TRC20"}
+
+type benchScenario struct {
+	name string
+	// op posts in its own transaction(s) and returns the number of entries.
+	op func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error)
+}
+
+func benchUser(rng *rand.Rand) string { return fmt.Sprintf("bench-%d", rng.IntN(benchUsers)) }
+
+var benchScenarios = []benchScenario{
+	{"deposit_spread", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
+		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", benchUser(rng), 1+rng.Int64N(100_000), ref, "")
+			return err
+		})
+	}},
+	{"deposit_spread_3_assets", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
+		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.CreditDeposit(ctx, tx, benchAssets[rng.IntN(len(benchAssets))], benchUser(rng), 1+rng.Int64N(100_000), ref, "")
+			return err
+		})
+	}},
+	{"deposit_one_user", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
+		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", "bench-hot", 1+rng.Int64N(100_000), ref, "")
+			return err
+		})
+	}},
+	{"hold_release", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
+		user, amount := benchUser(rng), 1+rng.Int64N(1_000)
+		if err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.PlaceHold(ctx, tx, "BTC", user, amount, ref, "")
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		return 2, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.ReleaseHold(ctx, tx, "BTC", user, amount, ref, "")
+			return err
+		})
+	}},
+}
+
+func BenchmarkLedger(b *testing.B) {
+	for _, design := range []struct {
+		name   string
+		shards int
+	}{{"derived", 0}, {"sharded16", 16}, {"onerow", 1}} {
+		b.Run(design.name, func(b *testing.B) {
+			d := newDB(b, 40)
+			ctx := context.Background()
+			// Every bench user starts with a balance that covers its holds.
+			for _, a := range benchAssets {
+				bulkDeposits(b, d, a, "bench-", benchUsers, benchUsers, 1_000_000_000)
+			}
+			if design.shards > 0 {
+				installShards(b, d, design.shards)
+			}
+			for _, sc := range benchScenarios {
+				if sc.name == "hold_release" && design.shards > 0 {
+					continue // touches no system account: the design cannot matter
+				}
+				for _, writers := range []int{1, 8, 32} {
+					b.Run(fmt.Sprintf("%s/writers=%d", sc.name, writers), func(b *testing.B) {
+						runBench(b, ctx, d, sc, writers)
+					})
+				}
+			}
+			if design.shards > 0 {
+				// The shards must still add up to the postings.
+				require.Zero(b, count(b, d, `SELECT count(*) FROM ledger_accounts a
+  WHERE a.owner = '' AND (SELECT coalesce(sum(amount), 0) FROM ledger_postings WHERE account_id = a.id)
+                      <> (SELECT sum(balance) FROM bench_system_shards WHERE account_id = a.id)`))
+			}
+			requireInvariants(b, d)
+		})
+	}
+}
+
+var benchSeq atomic.Int64
+
+func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, writers int) {
+	dur := benchDuration(b)
+	run := time.Now().UnixNano()
+	// Every case starts from the same kind of state: without this, the
+	// autovacuum triggered by the previous case's inserts runs during this
+	// one. CHECKPOINT needs a privileged role; without it, skip it.
+	_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_accounts, ledger_entries, ledger_postings")
+	require.NoError(b, err)
+	_, _ = d.ExecContext(ctx, "CHECKPOINT")
+	var (
+		entries atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		firstEr error
+	)
+	b.ResetTimer()
+	start := time.Now()
+	deadline := start.Add(dur)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(run), uint64(w)))
+			for time.Now().Before(deadline) {
+				ref := fmt.Sprintf("bench-%d-%d", run, benchSeq.Add(1))
+				n, err := sc.op(ctx, d, rng, ref)
+				if err != nil {
+					errOnce.Do(func() { firstEr = err })
+					return
+				}
+				entries.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	require.NoError(b, firstEr)
+	n := entries.Load()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "entries/s")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/op")
+}
+
+// installShards adds materialized system balances to the benchmark's
+// database: shards rows per system account, updated by the posting
+// statement itself (a statement trigger), a random shard per transaction.
+func installShards(b *testing.B, d *bun.DB, shards int) {
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE TABLE bench_system_shards (account_id bigint NOT NULL, shard int NOT NULL, balance bigint NOT NULL DEFAULT 0,
+		   PRIMARY KEY (account_id, shard))`,
+		fmt.Sprintf(`INSERT INTO bench_system_shards (account_id, shard, balance)
+		   SELECT a.id, s, CASE WHEN s = 0 THEN (SELECT coalesce(sum(amount), 0) FROM ledger_postings WHERE account_id = a.id) ELSE 0 END
+		     FROM ledger_accounts a, generate_series(0, %d) s WHERE a.owner = ''`, shards-1),
+		fmt.Sprintf(`CREATE FUNCTION bench_shard_apply() RETURNS trigger LANGUAGE plpgsql AS $$
+		 DECLARE s int := floor(random() * %d)::int;
+		 BEGIN
+		   UPDATE bench_system_shards b SET balance = b.balance + x.total
+		     FROM (SELECT n.account_id, sum(n.amount) AS total FROM new_postings n
+		             JOIN ledger_accounts a ON a.id = n.account_id WHERE a.owner = '' GROUP BY n.account_id) x
+		    WHERE b.account_id = x.account_id AND b.shard = s;
+		   RETURN NULL;
+		 END $$`, shards),
+		`CREATE TRIGGER bench_shard_apply AFTER INSERT ON ledger_postings REFERENCING NEW TABLE AS new_postings
+		   FOR EACH STATEMENT EXECUTE FUNCTION bench_shard_apply()`,
+	} {
+		_, err := d.ExecContext(ctx, q)
+		require.NoError(b, err)
+	}
+}
+
+// bulkDeposits writes n deposit entries of amount each, round-robin over
+// users accounts prefix0..prefix(users-1), in one transaction of plain
+// SQL (the triggers still check every entry at commit). It is how the
+// benchmarks get a big ledger quickly.
+func bulkDeposits(b testing.TB, d *bun.DB, asset, prefix string, users, n int, amount int64) {
+	b.Helper()
+	ctx := context.Background()
+	tag := fmt.Sprintf("bulk-%s-%d:", asset, time.Now().UnixNano())
+	err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`INSERT INTO ledger_accounts (asset, kind, owner, balance)
+			  SELECT ?, k, ? || g, 0 FROM generate_series(0, ? - 1) g, unnest(ARRAY['user_available', 'user_hold']) k
+			  ON CONFLICT DO NOTHING`, []any{asset, prefix, users}},
+			{`INSERT INTO ledger_entries (kind, asset, source_ref) SELECT 'deposit_credit', ?, ? || g FROM generate_series(0, ? - 1) g`,
+				[]any{asset, tag, n}},
+			// Fresh tables have no statistics; without them the planner
+			// nests loops over the whole join below.
+			{`ANALYZE ledger_accounts, ledger_entries`, nil},
+			{`INSERT INTO ledger_postings (entry_id, account_id, amount)
+			  SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN ?::bigint ELSE -?::bigint END
+			    FROM (SELECT id, ? || (split_part(source_ref, ':', 2)::int % ?) AS owner
+			            FROM ledger_entries WHERE starts_with(source_ref, ?)) e
+			    JOIN ledger_accounts u ON u.owner = e.owner AND u.asset = ? AND u.kind = 'user_available'
+			    JOIN ledger_accounts c ON c.asset = ? AND c.kind = 'custody' AND c.owner = ''
+			   CROSS JOIN (VALUES (0), (1)) s (side)
+			   ORDER BY e.id, side`, []any{amount, amount, prefix, users, tag, asset, asset}},
+			{`UPDATE ledger_accounts a SET balance = a.balance + x.total
+			    FROM (SELECT p.account_id, sum(p.amount) AS total FROM ledger_postings p
+			            JOIN ledger_entries e ON e.id = p.entry_id WHERE starts_with(e.source_ref, ?) GROUP BY p.account_id) x
+			   WHERE a.id = x.account_id AND a.balance IS NOT NULL`, []any{tag}},
+		} {
+			if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(b, err)
+}
+
+// BenchmarkCheck times ledger.Check on a ledger of about one million
+// postings (500,000 deposits over 50,000 users), the size the issue asks
+// to measure. Building it takes a while; the check is what is timed.
+func BenchmarkCheck(b *testing.B) {
+	d := newDB(b, 4)
+	const entries = 500_000
+	start := time.Now()
+	for i := range 5 {
+		bulkDeposits(b, d, "BTC", "check-", 50_000, entries/5, int64(1_000+i))
+	}
+	b.Logf("built %d postings in %s", 2*entries, time.Since(start).Round(time.Second))
+	_, err := d.ExecContext(context.Background(), "VACUUM ANALYZE ledger_postings, ledger_entries, ledger_accounts")
+	require.NoError(b, err)
+	b.ResetTimer()
+	var r ledger.Report
+	for range b.N {
+		r, err = ledger.Check(context.Background(), d)
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	require.True(b, r.LedgerConsistent)
+	require.Equal(b, int64(2*entries), r.Postings)
+	b.ReportMetric(float64(r.Postings), "postings")
+	b.ReportMetric(r.Took.Seconds(), "s/check")
+}
