@@ -114,7 +114,12 @@ fsync = on
 CONF
 fi
 say "starting the private server on 127.0.0.1:$PORT"
-run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
+if ! run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null; then
+  say "the private server did not start; its log says:"
+  tail -n 5 "$DATA/server.log" >&2
+  say "(another server on port $PORT? set SVC_PG_PORT, or point DATABASE_URL at a server)"
+  exit 1
+fi
 "$bin/psql" "postgres://svc@127.0.0.1:$PORT/postgres?sslmode=disable" -Atqc "select 1 from pg_database where datname='$DBNAME'" | grep -q 1 \
   || "$bin/createdb" -h 127.0.0.1 -p "$PORT" -U svc "$DBNAME"
 say "started; stop it with: scripts/db.sh stop"
