@@ -1,8 +1,6 @@
 package deposit
 
 import (
-	"errors"
-
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 
@@ -146,7 +144,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		}
 		p.Cursor = &id
 	}
-	if err := mergeValidation(f.Err(), lerr, cerr); err != nil {
+	if err := fault.MergeValidation(f.Err(), lerr, cerr); err != nil {
 		return err
 	}
 	ctx := c.UserContext()
@@ -164,25 +162,6 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		out.NextCursor = &n
 	}
 	return c.JSON(out)
-}
-
-// mergeValidation reports every bad parameter at once.
-func mergeValidation(errs ...error) error {
-	var fields []fault.FieldError
-	for _, err := range errs {
-		var fe *fault.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &fe) && len(fe.Fields) > 0:
-			fields = append(fields, fe.Fields...)
-		default:
-			return err
-		}
-	}
-	if len(fields) == 0 {
-		return nil
-	}
-	return fault.Validation(fields...)
 }
 
 func (s *Service) handleReview(c *fiber.Ctx) error {

@@ -61,7 +61,7 @@ func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
 func (s *Service) handleList(c *fiber.Ctx) error {
 	status, serr := httpapi.QueryEnum(c, "status", string(StatusPending), string(StatusDelivered), string(StatusDead))
 	limit, lerr := httpapi.QueryInt(c, "limit", 50, 1, 200)
-	if err := mergeValidation(serr, lerr); err != nil {
+	if err := fault.MergeValidation(serr, lerr); err != nil {
 		return err
 	}
 	events, err := s.List(c.UserContext(), ListParams{Status: Status(status), Limit: limit})
@@ -73,25 +73,6 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		out = append(out, ToRecord(e))
 	}
 	return c.JSON(fiber.Map{"events": out})
-}
-
-// mergeValidation reports every bad query parameter at once.
-func mergeValidation(errs ...error) error {
-	var fields []fault.FieldError
-	for _, err := range errs {
-		var fe *fault.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &fe) && len(fe.Fields) > 0:
-			fields = append(fields, fe.Fields...)
-		default:
-			return err
-		}
-	}
-	if len(fields) == 0 {
-		return nil
-	}
-	return fault.Validation(fields...)
 }
 
 func (s *Service) handleRedeliver(c *fiber.Ctx) error {

@@ -98,3 +98,24 @@ type FieldError struct {
 func Validation(fields ...FieldError) *Error {
 	return &Error{Kind: Invalid, Message: "request does not fit the model", Fields: fields}
 }
+
+// MergeValidation joins the field errors of several checks into one 422,
+// so a client learns of every bad parameter at once. A nil error is
+// skipped; the first error that carries no field errors is returned as is.
+func MergeValidation(errs ...error) error {
+	var fields []FieldError
+	for _, err := range errs {
+		var fe *Error
+		switch {
+		case err == nil:
+		case errors.As(err, &fe) && len(fe.Fields) > 0:
+			fields = append(fields, fe.Fields...)
+		default:
+			return err
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return Validation(fields...)
+}
