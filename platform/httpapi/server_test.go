@@ -1,0 +1,56 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/stretchr/testify/require"
+
+	"svc/platform/fault"
+	"svc/platform/httpapi"
+)
+
+func TestErrorShapes(t *testing.T) {
+	t.Parallel()
+	app := httpapi.New(httpapi.Options{Log: slog.New(slog.DiscardHandler)})
+	app.Get("/panic", func(*fiber.Ctx) error { panic("boom: secret detail") })
+	app.Get("/plain", func(*fiber.Ctx) error { return fault.New(fault.Conflict, "illegal transition").WithRetryAfter(2500e6) })
+	app.Get("/coded", func(*fiber.Ctx) error {
+		return &fault.Error{Kind: fault.Unavailable, Code: "DEPOSIT_TEMPORARILY_UNAVAILABLE", Message: "pool exhausted"}
+	})
+	app.Get("/fields", func(c *fiber.Ctx) error {
+		_, err := httpapi.QueryInt(c, "limit", 50, 1, 200)
+		return err
+	})
+	app.Get("/bug", func(*fiber.Ctx) error { return io.ErrUnexpectedEOF })
+	httpapi.NotFound(app)
+
+	for _, tc := range []struct {
+		path   string
+		status int
+		body   string
+		retry  string
+	}{
+		{"/panic", 500, `{"detail":"internal error"}`, ""},
+		{"/bug", 500, `{"detail":"internal error"}`, ""},
+		{"/plain", 409, `{"detail":"illegal transition"}`, "3"},
+		{"/coded", 503, `{"detail":{"code":"DEPOSIT_TEMPORARILY_UNAVAILABLE","message":"pool exhausted"}}`, ""},
+		{"/fields?limit=0", 422, `{"detail":[{"loc":["query","limit"],"msg":"Input should be greater than or equal to 1","type":"greater_than_equal","input":"0","ctx":{"ge":1}}]}`, ""},
+		{"/fields?limit=x", 422, `{"detail":[{"loc":["query","limit"],"msg":"Input should be a valid integer","type":"int_parsing","input":"x"}]}`, ""},
+		{"/nowhere", 404, `{"detail":"not found"}`, ""},
+	} {
+		resp, err := app.Test(httptest.NewRequest("GET", tc.path, nil))
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, tc.status, resp.StatusCode, tc.path)
+		require.JSONEq(t, tc.body, string(b), tc.path)
+		require.True(t, json.Valid(b))
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), tc.path)
+		require.Equal(t, tc.retry, resp.Header.Get("Retry-After"), tc.path)
+		require.NotEmpty(t, resp.Header.Get(httpapi.RequestIDHeader), tc.path)
+	}
+}
