@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,6 +36,12 @@ import (
 // The two alternatives are added to the benchmark's own database by a
 // trigger in the posting statement, so they pay exactly the extra row
 // update and nothing else.
+//
+// With LEDGER_PGBENCH and LEDGER_PGBENCH_URL set (scripts/bench.sh sets
+// them), every case first runs pgbench's TPC-B with as many clients as it
+// has writers, for as long, on the same server, and reports its rate as a
+// percentage of that: the reference sees the same machine as the case, which
+// matters on a shared one.
 
 const benchUsers = 10_000
 
@@ -135,6 +145,8 @@ func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, wr
 	_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_accounts, ledger_entries, ledger_postings")
 	require.NoError(b, err)
 	_, _ = d.ExecContext(ctx, "CHECKPOINT")
+	// The reference, right before the case so both see the same machine.
+	tpcb := pgbenchTPS(b, writers, dur)
 	var (
 		entries atomic.Int64
 		wg      sync.WaitGroup
@@ -165,8 +177,37 @@ func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, wr
 	b.StopTimer()
 	require.NoError(b, firstEr)
 	n := entries.Load()
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "entries/s")
+	rate := float64(n) / elapsed.Seconds()
+	b.ReportMetric(rate, "entries/s")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/op")
+	if tpcb > 0 {
+		b.ReportMetric(tpcb, "tpcb_tps")
+		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")
+	}
+}
+
+// pgbenchTPS runs pgbench's TPC-B with the given clients for dur and
+// returns its transactions per second, when LEDGER_PGBENCH (the pgbench
+// program) and LEDGER_PGBENCH_URL (a database pgbench -i initialised) are
+// set, as scripts/bench.sh does; otherwise 0.
+func pgbenchTPS(b *testing.B, clients int, dur time.Duration) float64 {
+	prog, url := os.Getenv("LEDGER_PGBENCH"), os.Getenv("LEDGER_PGBENCH_URL")
+	if prog == "" || url == "" {
+		return 0
+	}
+	threads := min(clients, runtime.NumCPU())
+	out, err := exec.Command(prog, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(threads),
+		"-T", strconv.Itoa(max(1, int(dur.Seconds()))), url).CombinedOutput()
+	require.NoError(b, err, "pgbench: %s", out)
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "tps" {
+			tps, err := strconv.ParseFloat(f[2], 64)
+			require.NoError(b, err, "pgbench: %s", line)
+			return tps
+		}
+	}
+	b.Fatalf("pgbench printed no tps: %s", out)
+	return 0
 }
 
 // installShards adds materialized system balances to the benchmark's

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"math"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
@@ -66,8 +68,18 @@ type TransactionsView struct {
 func userParam(c *fiber.Ctx) (string, error) {
 	id := httpapi.Param(c, "external_user_id")
 	var f httpapi.Fields
-	f.Length(id, 1, MaxOwner, "path", "external_user_id")
+	if f.Length(id, 1, MaxOwner, "path", "external_user_id") {
+		storable(&f, id, "path", "external_user_id")
+	}
 	return id, f.Err()
+}
+
+// storable refuses text PostgreSQL cannot store (invalid UTF-8, NUL), which
+// a percent-encoded path or query can carry.
+func storable(f *httpapi.Fields, s string, loc ...any) {
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		f.Add(loc, "string_type", "Input should be valid UTF-8 text without NUL characters", nil)
+	}
 }
 
 func (a *API) balances(c *fiber.Ctx) error {
@@ -103,7 +115,9 @@ func (a *API) transactions(c *fiber.Ctx) error {
 	code := c.Query("asset")
 	if c.Context().QueryArgs().Has("asset") {
 		var f httpapi.Fields
-		f.Length(code, 1, MaxAsset, "query", "asset")
+		if f.Length(code, 1, MaxAsset, "query", "asset") {
+			storable(&f, code, "query", "asset")
+		}
 		if err := f.Err(); err != nil {
 			return err
 		}

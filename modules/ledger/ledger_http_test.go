@@ -94,6 +94,13 @@ func TestBalancesHTTP(t *testing.T) {
 		r = e.Get("/v1/users/" + strings.Repeat("é", 255) + "/balances")
 		require.Equal(t, http.StatusOK, r.Status, "255 characters are fine even when they are more bytes")
 	})
+	t.Run("UnstorableUserID", func(t *testing.T) {
+		for _, id := range []string{"a%00b", "%FF%FE"} {
+			r := e.Get("/v1/users/" + id + "/balances")
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, id)
+			require.Contains(t, string(r.Body), `"loc":["path","external_user_id"]`)
+		}
+	})
 	t.Run("NeedsAKey", func(t *testing.T) {
 		r := e.Do(apptest.Req{Method: "GET", Path: "/v1/users/x/balances", Key: "-"})
 		require.Equal(t, http.StatusUnauthorized, r.Status)
@@ -216,6 +223,7 @@ func TestTransactionsHTTP(t *testing.T) {
 			{"?cursor=99999999999999999999", "cursor"},
 			{"?asset=", "asset"},
 			{"?asset=" + strings.Repeat("A", 33), "asset"},
+			{"?asset=BT%00C", "asset"},
 		} {
 			r := e.Get("/v1/users/" + user + "/transactions" + tc.query)
 			require.Equal(t, http.StatusUnprocessableEntity, r.Status, tc.query)
