@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/timefmt"
 )
@@ -100,28 +101,20 @@ func (a *API) balances(c *fiber.Ctx) error {
 }
 
 func (a *API) transactions(c *fiber.Ctx) error {
-	user, err := userParam(c)
-	if err != nil {
-		return err
-	}
-	limit, err := httpapi.QueryInt(c, "limit", DefaultTransactionsLimit, 1, MaxTransactionsLimit)
-	if err != nil {
-		return err
-	}
-	cursor, err := httpapi.QueryInt(c, "cursor", 0, 1, math.MaxInt64)
-	if err != nil {
-		return err
-	}
+	user, userErr := userParam(c)
+	limit, limitErr := httpapi.QueryInt(c, "limit", DefaultTransactionsLimit, 1, MaxTransactionsLimit)
+	cursor, cursorErr := httpapi.QueryInt(c, "cursor", 0, 1, math.MaxInt64)
 	code := c.Query("asset")
+	var f httpapi.Fields
 	if c.Context().QueryArgs().Has("asset") {
-		var f httpapi.Fields
 		if f.Length(code, 1, MaxAsset, "query", "asset") {
 			storable(&f, code, "query", "asset")
 		}
-		if err := f.Err(); err != nil {
-			return err
-		}
 		code = string([]byte(code)) // fiber reuses its buffers
+	}
+	// Every bad parameter in one 422.
+	if err := fault.MergeValidation(userErr, limitErr, cursorErr, f.Err()); err != nil {
+		return err
 	}
 	ctx := c.UserContext()
 	page, next, err := Transactions(ctx, a.DB, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})

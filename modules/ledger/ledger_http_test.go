@@ -239,5 +239,20 @@ func TestTransactionsHTTP(t *testing.T) {
 		}
 		r := e.Get("/v1/users/" + user + "/transactions?limit=200")
 		require.Equal(t, http.StatusOK, r.Status, "200 is the maximum")
+
+		r = e.Get("/v1/users/" + strings.Repeat("u", 256) + "/transactions?limit=0&cursor=x&asset=")
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status)
+		var body struct {
+			Detail []struct {
+				Loc []any `json:"loc"`
+			} `json:"detail"`
+		}
+		r.JSON(t, &body)
+		var locs [][]any
+		for _, d := range body.Detail {
+			locs = append(locs, d.Loc)
+		}
+		require.Equal(t, [][]any{{"path", "external_user_id"}, {"query", "limit"}, {"query", "cursor"}, {"query", "asset"}}, locs,
+			"every bad parameter is reported at once")
 	})
 }
