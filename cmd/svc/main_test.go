@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/ledger"
+	"svc/platform/db"
 	"svc/platform/dbtest"
 )
 
@@ -76,4 +79,28 @@ func TestVersion(t *testing.T) {
 	out, err := run(t, "version")
 	require.NoError(t, err)
 	require.Equal(t, "svc "+version+"\n", out)
+}
+
+func TestAdminLedgerCheck(t *testing.T) {
+	dbURL := dbtest.NewURL(t)
+	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	ctx := context.Background()
+	d, err := db.Open(ctx, dbURL, 2)
+	require.NoError(t, err)
+	defer d.Close()
+	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
+	require.NoError(t, err)
+
+	out, err := run(t, "admin", "ledger", "check")
+	require.NoError(t, err, out)
+
+	// Corrupt one materialized balance by hand, as an operator might fear.
+	var id int64
+	require.NoError(t, d.Pool.QueryRow(ctx,
+		"UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'alice' AND kind = 'user_available' RETURNING id").Scan(&id))
+	out, err = run(t, "admin", "ledger", "check")
+	require.ErrorIs(t, err, errLedgerInconsistent)
+	require.Contains(t, out, "alice", "the report names the drifted account")
 }
