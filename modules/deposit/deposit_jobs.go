@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"svc/platform/queue"
 )
 
 // PollArgs asks for one poll of the deposits (every DEPOSIT_POLL_INTERVAL).
@@ -27,7 +29,7 @@ func (w *PollWorker) Work(ctx context.Context, _ *river.Job[PollArgs]) error {
 }
 
 // Timeout gives a poll of a full batch room beyond River's default.
-func (w *PollWorker) Timeout(*river.Job[PollArgs]) time.Duration { return 10 * time.Minute }
+func (w *PollWorker) Timeout(*river.Job[PollArgs]) time.Duration { return queue.LongestJobTimeout }
 
 // PoolReleaseArgs asks for the USDT reservations that have ended to be
 // returned to the pool (every PoolReleaseEvery).
@@ -68,4 +70,6 @@ func (w *WalletScanWorker) Work(ctx context.Context, _ *river.Job[WalletScanArgs
 }
 
 // Timeout gives a long wallet history room beyond River's default.
-func (w *WalletScanWorker) Timeout(*river.Job[WalletScanArgs]) time.Duration { return 10 * time.Minute }
+func (w *WalletScanWorker) Timeout(*river.Job[WalletScanArgs]) time.Duration {
+	return queue.LongestJobTimeout
+}

@@ -35,6 +35,13 @@ func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error
 	return c, nil
 }
 
+// LongestJobTimeout is the most any worker may allow one job (the deposit
+// poll and the wallet scan take this much); RescueAfter stays above it.
+const (
+	LongestJobTimeout = 10 * time.Minute
+	RescueAfter       = LongestJobTimeout + 5*time.Minute
+)
+
 // WorkerParams configures the working client.
 type WorkerParams struct {
 	Workers      *river.Workers
@@ -57,10 +64,12 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		Workers:      p.Workers,
 		PeriodicJobs: p.PeriodicJobs,
 		JobTimeout:   2 * time.Minute,
-		// A job still "running" this long after its timeout belonged to a
-		// worker that died; give it back to the queue (River's default is an
-		// hour, too long for a payment's webhook or sync).
-		RescueStuckJobsAfter: 5 * time.Minute,
+		// A job still "running" this long belonged to a worker that died;
+		// give it back to the queue (River's default is an hour, too long for
+		// a payment's webhook or sync). It must exceed the longest timeout
+		// any worker sets (RescueAfter), or a slow but live job would be
+		// rescued and run a second time beside itself.
+		RescueStuckJobsAfter: RescueAfter,
 		MaxAttempts:          25,
 		// River waits 100 ms between fetches by default, which caps a
 		// worker at about ten webhook-driven settlements a second
