@@ -40,6 +40,7 @@ const (
 	ReasonUnderSettled  = "the processor settled the invoice without enough settled payments"
 	ReasonNotConfirmed  = "payments did not confirm before the processor stopped monitoring the invoice"
 	ReasonAllInvalid    = "every payment to the invoice was invalidated (replaced or double spent)"
+	ReasonAfterDecision = "payment confirmed after an operator had dismissed the deposit or credited its invoice's marked value"
 )
 
 // InvoiceEvent reconciles the deposit a processor invoice webhook names (by
@@ -247,12 +248,26 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 			reviews = append(reviews, reviewItem{payment: -1, reason: reason, trigger: NeedsReview})
 		}
 	}
-	// Every confirmed payment that needs no operator is credited, whatever
-	// the deposit's status: each payment stands on its own.
+	// Every confirmed payment that needs no operator is credited: each
+	// payment stands on its own. Except once an operator has decided the
+	// deposit as a whole (dismissed it, or credited the invoice's
+	// hand-marked value): a payment confirming after that may be the very
+	// money the decision covered, so it goes to an operator instead.
+	decided := d.Status == StatusDismissed || hasMarkedCredit(rows)
 	for i := range rows {
 		p := &rows[i]
 		if p.ReviewReason == nil && !p.Credited && p.ResolvedBy == nil && p.ProcessorStatus == string(btcpay.PaymentSettled) &&
 			p.Units != nil && *p.Units > 0 {
+			if decided {
+				reason := ReasonAfterDecision
+				if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("review_reason = ?, updated_at = ?", reason, now).
+					Where("id = ?", p.ID).Exec(ctx); err != nil {
+					return err
+				}
+				p.ReviewReason = &reason
+				reviews = append(reviews, reviewItem{payment: i, reason: reason, trigger: NeedsReview})
+				continue
+			}
 			if err := s.credit(ctx, tx, d, p, *p.Units, a.Decimals, ResolvedAuto, now); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -103,6 +104,7 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 		return ResolveResult{}, nil, err
 	}
 	// What the processor says, read before the transaction.
+	creditedBefore := credited(rows)
 	units, err := s.worth(ctx, d, a, t, rows)
 	if err != nil {
 		return ResolveResult{}, nil, err
@@ -111,6 +113,12 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 		now := s.now()
 		var row *Payment
 		if t.marked {
+			// units was computed from a snapshot read before the
+			// transaction; a payment credited since (by a webhook's
+			// reconcile) would be credited a second time inside it.
+			if credited(rows) != creditedBefore {
+				return 0, fault.New(fault.Conflict, "the deposit was credited while this resolve ran; read it again and retry").WithRetryAfter(time.Second)
+			}
 			pid := markedPrefix + *d.InvoiceID
 			for i := range rows {
 				if rows[i].PaymentID == pid {

@@ -3,6 +3,7 @@ package deposit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -82,6 +83,17 @@ func payments(ctx context.Context, idb bun.IDB, ids ...uuid.UUID) (map[uuid.UUID
 }
 
 // credited sums the credited payments.
+// hasMarkedCredit reports whether an operator credited the value of an
+// invoice marked settled by hand (which stands in for its payments).
+func hasMarkedCredit(ps []Payment) bool {
+	for _, p := range ps {
+		if p.Credited && strings.HasPrefix(p.PaymentID, markedPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 func credited(ps []Payment) int64 {
 	var sum int64
 	for _, p := range ps {

@@ -315,3 +315,23 @@ func ids(vs []deposit.View) []string {
 	}
 	return out
 }
+
+// Money confirming for a dismissed deposit is never credited automatically,
+// even when nothing else about the payment needs an operator.
+func TestPaymentToADismissedDepositIsNotCredited(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "ned", "BTC", nil)
+	inv := e.invoice(t, v.DepositID).ID
+	require.NoError(t, e.Sim.MarkSettled(inv))
+	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	require.Equal(t, http.StatusOK, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
+
+	_, err := e.Sim.Pay(inv, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusDismissed, v.Status)
+	require.Equal(t, "0.00000000", v.AmountCredited)
+	require.Equal(t, []string{v.DepositID}, e.alerts(t, deposit.AlertPaymentAfterDismiss))
+	e.requireBooks(t)
+}
