@@ -100,3 +100,13 @@ func TestSettingsAreDocumented(t *testing.T) {
 		require.Contains(t, string(readme), "`"+env+"`", "README's configuration table lists %s", env)
 	}
 }
+
+func TestDefaultsAreTheTagDefaults(t *testing.T) {
+	d := Defaults()
+	require.Equal(t, 8080, d.HTTP.Port)
+	require.Equal(t, 2*time.Minute, d.Worker.DepositPollEvery)
+	require.Equal(t, int64(200), d.Tron.TRXAlertThreshold)
+	require.Equal(t, "MediumSpeed", d.BTCPay.SpeedPolicy)
+	require.Empty(t, d.Database.URL)
+	require.Empty(t, d.Deposits.USDTPool)
+}

@@ -57,6 +57,22 @@ func Load() (Config, error) {
 	return load(os.Getenv(FileEnv))
 }
 
+// Defaults returns the configuration made of the defaults alone, without
+// the environment or a file and without validation (required settings are
+// empty). Tests start from it so they never restate a default.
+func Defaults() Config {
+	v := viper.New()
+	for _, s := range Settings() {
+		v.SetDefault(s.Key, s.Default)
+	}
+	var cfg Config
+	if err := v.Unmarshal(&cfg); err != nil { // the tags are ours: a bad default is a bug
+		panic(fmt.Sprintf("config: defaults do not decode: %v", err))
+	}
+	cfg.Deposits.USDTPool = compact(cfg.Deposits.USDTPool)
+	return cfg
+}
+
 func load(file string) (Config, error) {
 	v := viper.New()
 	settings := Settings()

@@ -64,22 +64,18 @@ func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } 
 // WithWorker also starts the River worker.
 func WithWorker() Option { return func(s *settings) { s.worker = true } }
 
-// Config returns the test configuration before options: regtest, test keys.
+// Config returns the test configuration before options: the service's
+// defaults, on regtest with Lightning opted in, a quick worker heartbeat
+// and short outbound timeouts so fault tests finish fast.
 func Config(dbURL string) config.Config {
-	return config.Config{
-		Env: "development", LogLevel: "warn",
-		HTTP:     config.HTTP{Port: 8080, BodyLimitBytes: 1 << 20, ShutdownTimeout: 5 * time.Second, IdempotencyTTL: 7 * 24 * time.Hour},
-		Database: config.Database{URL: dbURL, MaxConns: 20},
-		APIKeys:  config.APIKeys{Prefix: "svc", Mode: "test"},
-		Worker: config.Worker{HeartbeatInterval: time.Second, StaleAfter: 30 * time.Second, Concurrency: 10,
-			DepositPollEvery: 2 * time.Minute, DiscoveryEvery: 10 * time.Minute, WalletScanEvery: 10 * time.Minute},
-		Webhooks: config.Webhooks{Timeout: 2 * time.Second},
-		BTCPay:   config.BTCPay{Timeout: 2 * time.Second, SpeedPolicy: "MediumSpeed"},
-		Chain:    config.Chain{Network: "regtest", LightningEnabled: true},
-		Tron:     config.Tron{USDTContract: "TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t", TRXAlertThreshold: 200, Timeout: 2 * time.Second},
-		Deposits: config.Deposits{ExpirationMinutes: 60, MonitoringMinutes: 1440, USDTPoolGrace: 30 * time.Minute, USDTTolerancePPM: 10000},
-		Payouts:  config.Payouts{LNPayoutTimeoutSeconds: 3600, AssumedTxVBytes: 141},
-	}
+	c := config.Defaults()
+	c.LogLevel = "warn"
+	c.Database.URL = dbURL
+	c.Chain.Network, c.Chain.LightningEnabled = "regtest", true
+	c.HTTP.ShutdownTimeout = 5 * time.Second
+	c.Worker.HeartbeatInterval, c.Worker.StaleAfter, c.Worker.Concurrency = time.Second, 30*time.Second, 10
+	c.Webhooks.Timeout, c.BTCPay.Timeout, c.Tron.Timeout = 2*time.Second, 2*time.Second, 2*time.Second
+	return c
 }
 
 // New starts the service on a fresh database; it stops when t ends.
