@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +15,7 @@ import (
 
 	"svc/modules/ledger"
 	"svc/platform/db"
+	"svc/platform/dbtest"
 )
 
 // Ledger benchmarks (make bench; docs/performance.md has the results).
@@ -146,7 +143,7 @@ func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, wr
 	require.NoError(b, err)
 	_, _ = d.ExecContext(ctx, "CHECKPOINT")
 	// The reference, right before the case so both see the same machine.
-	tpcb := pgbenchTPS(b, writers, dur)
+	tpcb := dbtest.PgbenchTPS(b, writers, dur)
 	var (
 		entries atomic.Int64
 		wg      sync.WaitGroup
@@ -184,30 +181,6 @@ func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, wr
 		b.ReportMetric(tpcb, "tpcb_tps")
 		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")
 	}
-}
-
-// pgbenchTPS runs pgbench's TPC-B with the given clients for dur and
-// returns its transactions per second, when LEDGER_PGBENCH (the pgbench
-// program) and LEDGER_PGBENCH_URL (a database pgbench -i initialised) are
-// set, as scripts/bench.sh does; otherwise 0.
-func pgbenchTPS(b *testing.B, clients int, dur time.Duration) float64 {
-	prog, url := os.Getenv("LEDGER_PGBENCH"), os.Getenv("LEDGER_PGBENCH_URL")
-	if prog == "" || url == "" {
-		return 0
-	}
-	threads := min(clients, runtime.NumCPU())
-	out, err := exec.Command(prog, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(threads),
-		"-T", strconv.Itoa(max(1, int(dur.Seconds()))), url).CombinedOutput()
-	require.NoError(b, err, "pgbench: %s", out)
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "tps" {
-			tps, err := strconv.ParseFloat(f[2], 64)
-			require.NoError(b, err, "pgbench: %s", line)
-			return tps
-		}
-	}
-	b.Fatalf("pgbench printed no tps: %s", out)
-	return 0
 }
 
 // installShards adds materialized system balances to the benchmark's

@@ -110,7 +110,7 @@ func postError(e Entry, err error) error {
 
 // replay returns the entry stored earlier under e's (kind, source_ref), or
 // ErrReplayMismatch when its lines differ from e's.
-func replay(ctx context.Context, q querier, e Entry, id int64) (Posted, error) {
+func replay(ctx context.Context, q db.Querier, e Entry, id int64) (Posted, error) {
 	p, err := loadEntry(ctx, q, id)
 	if err != nil {
 		return Posted{}, err
@@ -158,7 +158,7 @@ func describePostings(ps []Posting) string {
 }
 
 // loadEntry reads one stored entry with its postings.
-func loadEntry(ctx context.Context, q querier, id int64) (Posted, error) {
+func loadEntry(ctx context.Context, q db.Querier, id int64) (Posted, error) {
 	rows, err := q.QueryContext(ctx, `
 SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, a.kind, a.owner, p.amount
   FROM ledger_entries e
