@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,10 +19,10 @@ import (
 )
 
 func newAdminCmd() *cobra.Command {
-	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, alerts"}
+	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, alerts, audit"}
 	c.PersistentFlags().Bool("json", false, "print JSON instead of a table")
 	c.AddCommand(newKeysCmd(), newAssetsCmd())
-	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWalletAlertsCmd()} {
+	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWalletAlertsCmd(), adminAuditCmd()} {
 		if sub != nil {
 			c.AddCommand(sub)
 		}
@@ -49,23 +52,31 @@ func orDash(t *time.Time) string {
 
 func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Mint, list and revoke API keys"}
-	var scope, label string
+	var scope, label, mintAs, revokeAs string
 	var expiresIn time.Duration
 	mint := &cobra.Command{
-		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h]",
+		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h] [--as NAME]",
 		Short: "Mint an API key; it is printed once, alone on the last line",
-		Args:  cobra.NoArgs,
+		Long: `Mint an API key; it is printed once, alone on the last line.
+
+The mint is recorded in the audit trail as made by "cli:NAME" (--as, default the login name),
+with the scope, label, mode and expiry, never the key.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := apikey.ParseScope(scope)
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
+			}
+			actor, err := operator(mintAs)
+			if err != nil {
+				return err
 			}
 			a, err := openApp(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn})
+			k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Actor: actor})
 			if err != nil {
 				return err
 			}
@@ -78,6 +89,7 @@ func newKeysCmd() *cobra.Command {
 	mint.Flags().StringVar(&scope, "scope", "", "readwrite (platform backend) or admin (operators)")
 	mint.Flags().StringVar(&label, "label", "", "who or what the key is for")
 	mint.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h; 0 never expires")
+	mint.Flags().StringVar(&mintAs, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
 	_ = mint.MarkFlagRequired("scope")
 	_ = mint.MarkFlagRequired("label")
 
@@ -106,14 +118,18 @@ func newKeysCmd() *cobra.Command {
 		},
 	}
 	revoke := &cobra.Command{
-		Use: "revoke ID", Short: "Revoke a key at once", Args: cobra.ExactArgs(1),
+		Use: "revoke ID [--as NAME]", Short: "Revoke a key at once (recorded in the audit trail as cli:NAME)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			actor, err := operator(revokeAs)
+			if err != nil {
+				return err
+			}
 			a, err := openApp(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			k, err := a.Keys.Revoke(cmd.Context(), args[0])
+			k, err := a.Keys.Revoke(cmd.Context(), args[0], actor)
 			if err != nil {
 				return err
 			}
@@ -121,6 +137,7 @@ func newKeysCmd() *cobra.Command {
 			return nil
 		},
 	}
+	revoke.Flags().StringVar(&revokeAs, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
 	keys.AddCommand(mint, list, revoke)
 	return keys
 }
@@ -197,4 +214,25 @@ func newAssetsCmd() *cobra.Command {
 	set.Flags().StringVar(&feeS, "withdrawal-flat-fee", "", "flat service fee, in smallest units")
 	assets.AddCommand(list, set)
 	return assets
+}
+
+// operatorName is the operator's name for the audit trail: --as, else the
+// login name.
+func operatorName(as string) (string, error) {
+	name := strings.TrimSpace(as)
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	if name == "" {
+		name = os.Getenv("USER")
+	}
+	if name == "" {
+		return "", fmt.Errorf("--as is required: name the operator")
+	}
+	if len(name) > 251 {
+		return "", fmt.Errorf("--as: at most 251 characters")
+	}
+	return name, nil
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/user"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"svc/modules/audit"
 	"svc/modules/deposit"
 )
 
@@ -75,7 +73,8 @@ func adminDepositsCmd() *cobra.Command {
                     hand with no payment is credited at the invoice's amount.
   --action dismiss  closes the review without crediting.
 
-The decision is recorded as resolved by "cli:NAME" (--as, default the login name).`,
+The decision is recorded as resolved by "cli:NAME" (--as, default the login name), also in
+the audit trail.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])
@@ -85,11 +84,12 @@ The decision is recorded as resolved by "cli:NAME" (--as, default the login name
 			if action != deposit.ActionCredit && action != deposit.ActionDismiss {
 				return fmt.Errorf("--action %q: want credit or dismiss", action)
 			}
-			by, err := operator(as)
+			actor, err := operator(as)
 			if err != nil {
 				return err
 			}
-			p := deposit.ResolveParams{DepositID: id, Action: action, By: by}
+			by := actor.ID
+			p := deposit.ResolveParams{DepositID: id, Action: action, By: by, Actor: actor}
 			if paymentID != "" {
 				p.PaymentID = &paymentID
 			}
@@ -172,23 +172,13 @@ func dashIfNil(s *string) string {
 	return *s
 }
 
-// operator names the person resolving from the command line.
-func operator(as string) (string, error) {
-	name := strings.TrimSpace(as)
-	if name == "" {
-		if u, err := user.Current(); err == nil {
-			name = u.Username
-		}
+// operator is the command-line operator acting (--as, default the login
+// name) as the audit trail records them: "cli:NAME", also what a resolution
+// records as resolved_by.
+func operator(as string) (audit.Actor, error) {
+	name, err := operatorName(as)
+	if err != nil {
+		return audit.Actor{}, err
 	}
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		return "", fmt.Errorf("--as is required: name the operator who resolves")
-	}
-	by := "cli:" + name
-	if len(by) > 255 {
-		return "", fmt.Errorf("--as: at most 251 characters")
-	}
-	return by, nil
+	return audit.CLI(name), nil
 }

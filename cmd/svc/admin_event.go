@@ -68,12 +68,17 @@ func adminEventsCmd() *cobra.Command {
 	list.Flags().StringVar(&status, "status", "", "only events in this status: pending, delivered or dead")
 	list.Flags().IntVar(&limit, "limit", 50, "at most this many events (1 to 200)")
 
+	var as string
 	redeliver := &cobra.Command{
-		Use:   "redeliver ID",
-		Short: "Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id)",
+		Use:   "redeliver ID [--as NAME]",
+		Short: "Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id); recorded in the audit trail as cli:NAME",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := event.ParseID(args[0])
+			if err != nil {
+				return err
+			}
+			actor, err := operator(as)
 			if err != nil {
 				return err
 			}
@@ -82,7 +87,7 @@ func adminEventsCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			e, err := a.Events.Redeliver(cmd.Context(), id)
+			e, err := a.Events.Redeliver(cmd.Context(), id, actor)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -94,6 +99,7 @@ func adminEventsCmd() *cobra.Command {
 			return nil
 		},
 	}
+	redeliver.Flags().StringVar(&as, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
 	events.AddCommand(list, redeliver)
 	return events
 }

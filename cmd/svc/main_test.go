@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/audit"
+	"svc/modules/event"
 	"svc/modules/ledger"
 	"svc/platform/db"
 	"svc/platform/dbtest"
@@ -81,16 +86,24 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, "svc "+version+"\n", out)
 }
 
-func TestAdminLedgerCheck(t *testing.T) {
+// adminDB points svc at a fresh migrated database and returns a
+// connection to it, for the test to arrange what the commands then see.
+func adminDB(t *testing.T) *db.DB {
+	t.Helper()
 	dbURL := dbtest.NewURL(t)
 	t.Setenv("DATABASE_URL", dbURL)
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
-	ctx := context.Background()
-	d, err := db.Open(ctx, dbURL, 2)
+	d, err := db.Open(context.Background(), dbURL, 2)
 	require.NoError(t, err)
-	defer d.Close()
-	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
+	t.Cleanup(d.Close)
+	return d
+}
+
+func TestAdminLedgerCheck(t *testing.T) {
+	d := adminDB(t)
+	ctx := context.Background()
+	_, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
 	require.NoError(t, err)
 
 	out, err := run(t, "admin", "ledger", "check")
@@ -103,4 +116,82 @@ func TestAdminLedgerCheck(t *testing.T) {
 	out, err = run(t, "admin", "ledger", "check")
 	require.ErrorIs(t, err, errLedgerInconsistent)
 	require.Contains(t, out, "alice", "the report names the drifted account")
+}
+
+func TestAdminAudit(t *testing.T) {
+	d := adminDB(t)
+	ctx := context.Background()
+	me, err := operator("")
+	require.NoError(t, err, "the login name is the default operator")
+
+	out, err := run(t, "admin", "audit")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "no audit entries")
+
+	out, err = run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops", "--as", "alice")
+	require.NoError(t, err, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	plain := lines[len(lines)-1]
+	id := strings.Fields(lines[0])[1]
+	require.True(t, strings.HasPrefix(id, "key_"), out)
+	out, err = run(t, "admin", "keys", "revoke", id, "--as", "bob")
+	require.NoError(t, err, out)
+	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend")
+	require.NoError(t, err, out)
+
+	// A dead event, redelivered from the command line.
+	evID := uuid.New()
+	_, err = d.Pool.Exec(ctx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, dead_at)
+		VALUES ($1, 'deposit.expired', 'dead', 10, now(), '{}', now(), now())`, evID)
+	require.NoError(t, err)
+	out, err = run(t, "admin", "events", "redeliver", event.PublicID(evID), "--as", "carol")
+	require.NoError(t, err, out)
+
+	out, err = run(t, "admin", "audit", "--json")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, plain)
+	var all audit.ListView
+	require.NoError(t, json.Unmarshal([]byte(out), &all), out)
+	require.Nil(t, all.NextCursor)
+	type row struct{ actor, action, target string }
+	var got []row
+	for _, x := range all.Entries {
+		got = append(got, row{x.Actor, x.Action, x.Target})
+	}
+	require.Equal(t, []row{
+		{"cli:carol", audit.EventRedeliver, event.PublicID(evID)},
+		{me.ID, audit.KeyMint, all.Entries[1].Target},
+		{"cli:bob", audit.KeyRevoke, id},
+		{"cli:alice", audit.KeyMint, id},
+	}, got, "newest first")
+	require.Equal(t, "alice", all.Entries[3].ActorLabel)
+
+	// Page by page with the cursor.
+	out, err = run(t, "admin", "audit", "--json", "--limit", "3")
+	require.NoError(t, err, out)
+	var first audit.ListView
+	require.NoError(t, json.Unmarshal([]byte(out), &first))
+	require.Len(t, first.Entries, 3)
+	require.NotNil(t, first.NextCursor)
+	out, err = run(t, "admin", "audit", "--json", "--limit", "3", "--cursor", fmt.Sprint(*first.NextCursor))
+	require.NoError(t, err, out)
+	var second audit.ListView
+	require.NoError(t, json.Unmarshal([]byte(out), &second))
+	require.Len(t, second.Entries, 1)
+	require.Equal(t, all.Entries[3].ID, second.Entries[0].ID)
+	require.Nil(t, second.NextCursor)
+
+	out, err = run(t, "admin", "audit", "--action", "apikey.revoke")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ACTION")
+	require.Contains(t, out, "cli:bob")
+	require.NotContains(t, out, "cli:alice")
+	out, err = run(t, "admin", "audit", "--target", id, "--limit", "1")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "more: --cursor ")
+
+	_, err = run(t, "admin", "audit", "--limit", "0")
+	require.ErrorContains(t, err, "--limit")
+	_, err = run(t, "admin", "audit", "--cursor", "0")
+	require.ErrorContains(t, err, "--cursor")
 }

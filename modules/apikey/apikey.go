@@ -8,6 +8,10 @@
 // secret has full entropy, a fast hash is as strong as a slow one and keeps
 // authentication cheap; lookup is by hash, and the stored and computed hashes
 // are compared in constant time.
+//
+// Minting and revoking are operator actions: each is recorded in the audit
+// trail (modules/audit) in its own transaction, with the parameters and
+// never the secret or its hash.
 package apikey
 
 import (
@@ -23,8 +27,10 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"svc/modules/audit"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/timefmt"
 )
 
 // Scope is what a key may do.
@@ -80,15 +86,32 @@ type Store struct {
 	Now    func() time.Time
 }
 
+// ActorOf is the audit actor of an action taken with key k.
+func ActorOf(k Key) audit.Actor { return audit.Actor{ID: k.ID, Label: k.Label} }
+
 // MintParams describes a new key.
 type MintParams struct {
 	Scope     Scope
 	Label     string
 	ExpiresIn time.Duration // zero: never expires
+	Actor     audit.Actor   // who mints it (required: every mint is audited)
 }
 
-// Mint creates a key and returns it with its only copy of the secret.
+// mintDetail is what the audit trail keeps of a mint: never the secret or
+// its hash.
+type mintDetail struct {
+	Scope     Scope   `json:"scope"`
+	Label     string  `json:"label"`
+	Mode      string  `json:"mode"`
+	ExpiresAt *string `json:"expires_at"`
+}
+
+// Mint creates a key and returns it with its only copy of the secret. The
+// key and its audit entry commit together.
 func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
+	if !p.Actor.Valid() {
+		return Key{}, "", fmt.Errorf("mint: name who mints the key (audit actor)")
+	}
 	if _, err := ParseScope(string(p.Scope)); err != nil {
 		return Key{}, "", err
 	}
@@ -113,8 +136,16 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 		exp := now.Add(p.ExpiresIn)
 		k.ExpiresAt = &exp
 	}
-	if _, err := s.DB.NewInsert().Model(&k).Exec(ctx); err != nil {
-		return Key{}, "", fmt.Errorf("store key: %w", err)
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&k).Exec(ctx); err != nil {
+			return fmt.Errorf("store key: %w", err)
+		}
+		_, err := audit.Record(ctx, tx, now, p.Actor, audit.KeyMint, k.ID,
+			mintDetail{Scope: k.Scope, Label: k.Label, Mode: k.Mode, ExpiresAt: timefmt.Ptr(k.ExpiresAt)})
+		return err
+	})
+	if err != nil {
+		return Key{}, "", err
 	}
 	return k, plain, nil
 }
@@ -127,16 +158,32 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	return keys, err
 }
 
-// Revoke revokes the key with id. Revoking twice is harmless.
-func (s *Store) Revoke(ctx context.Context, id string) (Key, error) {
-	var k Key
-	err := s.DB.NewUpdate().Model(&k).
-		Set("revoked_at = coalesce(revoked_at, ?)", s.Now().UTC()).
-		Where("id = ?", id).Returning("*").Scan(ctx)
-	if db.IsNoRows(err) {
-		return Key{}, ErrNotFound
+// Revoke revokes the key with id on behalf of actor, and records it in the
+// audit trail in the same transaction. Revoking twice is harmless (the
+// first revocation time stays; each call is recorded).
+func (s *Store) Revoke(ctx context.Context, id string, actor audit.Actor) (Key, error) {
+	if !actor.Valid() {
+		return Key{}, fmt.Errorf("revoke %s: name who revokes the key (audit actor)", id)
 	}
-	return k, err
+	var k Key
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		now := s.Now().UTC()
+		err := tx.NewUpdate().Model(&k).
+			Set("revoked_at = coalesce(revoked_at, ?)", now).
+			Where("id = ?", id).Returning("*").Scan(ctx)
+		if db.IsNoRows(err) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("revoke %s: %w", id, err)
+		}
+		_, err = audit.Record(ctx, tx, now, actor, audit.KeyRevoke, k.ID, map[string]string{"key_id": k.ID})
+		return err
+	})
+	if err != nil {
+		return Key{}, err
+	}
+	return k, nil
 }
 
 // Authenticate returns the active key for a presented plaintext key.

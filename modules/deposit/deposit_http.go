@@ -210,7 +210,8 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if r := idempotency.FromCtx(c); r != nil {
 		rec = r
 	}
-	_, body, err := s.Resolve(c.UserContext(), ResolveParams{DepositID: id, Action: *req.Action, PaymentID: req.PaymentID, By: key.ID}, rec)
+	_, body, err := s.Resolve(c.UserContext(), ResolveParams{DepositID: id, Action: *req.Action, PaymentID: req.PaymentID,
+		By: key.ID, Actor: apikey.ActorOf(key)}, rec)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/modules/audit"
 	"svc/modules/event"
 	"svc/platform/btcpay"
 	"svc/platform/db"
@@ -34,7 +35,17 @@ type ResolveParams struct {
 	DepositID uuid.UUID
 	Action    string  // ActionCredit or ActionDismiss
 	PaymentID *string // for credit: which uncredited payment
-	By        string  // the admin key's id (or the CLI operator)
+	By        string  // the admin key's id (or the CLI operator): the payments' resolved_by
+	// Actor is who decides, for the audit trail (required).
+	Actor audit.Actor
+}
+
+// resolveDetail is what the audit trail keeps of a resolution: the
+// request's parameters.
+type resolveDetail struct {
+	DepositID string  `json:"deposit_id"`
+	Action    string  `json:"action"`
+	PaymentID *string `json:"payment_id"`
 }
 
 // ResolveResult is the API's answer to a resolution.
@@ -66,8 +77,11 @@ type target struct {
 // asks the processor what the payment (or an invoice marked settled by
 // hand) was worth and credits exactly that; dismiss closes the review
 // without crediting. The answer's body is also stored as rec's response,
-// in the same transaction.
+// and the decision recorded in the audit trail, in the same transaction.
 func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (ResolveResult, []byte, error) {
+	if !p.Actor.Valid() {
+		return ResolveResult{}, nil, fmt.Errorf("resolve %s: no audit actor", p.DepositID)
+	}
 	// The deposit and its payments from one snapshot, so that a concurrent
 	// resolution is seen whole (409) and never half (a deposit still in
 	// review whose payment was just credited).
@@ -182,7 +196,8 @@ func (s *Service) snapshot(ctx context.Context, id uuid.UUID) (Deposit, []Paymen
 
 // finish runs a resolution's change in one transaction with the deposit
 // locked (a concurrent resolution waits and then finds it resolved: 409),
-// and completes the idempotency key with the answer.
+// records it in the audit trail and completes the idempotency key with the
+// answer.
 func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, rec Completer,
 	change func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error)) (ResolveResult, []byte, error) {
 	var (
@@ -203,6 +218,10 @@ func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, re
 		}
 		units, err := change(ctx, tx, &d, byID[d.ID])
 		if err != nil {
+			return err
+		}
+		if _, err := audit.Record(ctx, tx, s.now(), p.Actor, audit.DepositResolve, d.ID.String(),
+			resolveDetail{DepositID: d.ID.String(), Action: p.Action, PaymentID: p.PaymentID}); err != nil {
 			return err
 		}
 		v, err := s.ViewOf(ctx, tx, d)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/modules/alert"
+	"svc/modules/audit"
 	"svc/modules/event"
 )
 
@@ -158,15 +159,16 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 		require.Equal(t, event.StatusDead, b.get(t, e.ID).Status)
 	}
 	kill()
+	operator := audit.CLI("ops")
 
 	// Only a dead event can be redelivered.
 	other := b.emit(t, event.DepositExpired, samples()[4])
-	_, err := b.events.Redeliver(ctx, other.ID)
+	_, err := b.events.Redeliver(ctx, other.ID, operator)
 	require.ErrorIs(t, err, event.ErrNotDead)
-	_, err = b.events.Redeliver(ctx, [16]byte{1})
+	_, err = b.events.Redeliver(ctx, [16]byte{1}, operator)
 	require.ErrorIs(t, err, event.ErrNotFound)
 
-	re, err := b.events.Redeliver(ctx, e.ID)
+	re, err := b.events.Redeliver(ctx, e.ID, operator)
 	require.NoError(t, err)
 	require.Equal(t, event.StatusPending, re.Status)
 	require.Zero(t, re.Attempts)
@@ -184,7 +186,7 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	require.Len(t, alerts, 2)
 	require.Equal(t, e.PublicID()+" redelivery 1", alerts[0].Subject)
 
-	_, err = b.events.Redeliver(ctx, e.ID)
+	_, err = b.events.Redeliver(ctx, e.ID, operator)
 	require.NoError(t, err)
 	rcv.setMode("ok")
 	out, err := d.Attempt(ctx, e.ID)
@@ -194,7 +196,7 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	require.Equal(t, event.StatusDelivered, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Nil(t, got.LastError, "the last attempt went well")
-	_, err = b.events.Redeliver(ctx, e.ID)
+	_, err = b.events.Redeliver(ctx, e.ID, operator)
 	require.ErrorIs(t, err, event.ErrNotDead, "a delivered event was acknowledged")
 
 	reqs, bad, _ := rcv.snapshot()
@@ -202,6 +204,16 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	require.Len(t, reqs, 2*event.MaxAttempts+1)
 	for _, r := range reqs {
 		require.Equal(t, string(e.Payload), string(r.Body))
+	}
+
+	// Each redelivery is in the audit trail; the refused ones are not.
+	trail, _, err := audit.List(ctx, b.db.Bun, audit.ListParams{Action: audit.EventRedeliver})
+	require.NoError(t, err)
+	require.Len(t, trail, 2)
+	for _, x := range trail {
+		require.Equal(t, e.PublicID(), x.Target)
+		require.Equal(t, "cli:ops", x.Actor)
+		require.JSONEq(t, `{"event_id":"`+e.PublicID()+`"}`, string(x.Detail))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
+	"svc/modules/apikey"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
@@ -81,10 +82,14 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	if err != nil {
 		return ErrNotFound // no event has that id
 	}
+	key, ok := apikey.FromCtx(c)
+	if !ok {
+		return fault.New(fault.Unauthenticated, "missing API key")
+	}
 	rec := idempotency.FromCtx(c)
 	var body []byte
 	err = db.RunInTx(c.UserContext(), s.DB, func(ctx context.Context, tx bun.Tx) error {
-		e, err := s.RedeliverTx(ctx, tx, id)
+		e, err := s.RedeliverTx(ctx, tx, id, apikey.ActorOf(key))
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/uptrace/bun"
 
+	"svc/modules/audit"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/queue"
@@ -98,12 +99,13 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Event, error) {
 	return out, nil
 }
 
-// Redeliver puts the event back in the queue; see RedeliverTx.
-func (s *Service) Redeliver(ctx context.Context, id uuid.UUID) (Event, error) {
+// Redeliver puts the event back in the queue on behalf of actor; see
+// RedeliverTx.
+func (s *Service) Redeliver(ctx context.Context, id uuid.UUID, actor audit.Actor) (Event, error) {
 	var e Event
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		e, err = s.RedeliverTx(ctx, tx, id)
+		e, err = s.RedeliverTx(ctx, tx, id, actor)
 		return err
 	})
 	return e, err
@@ -114,8 +116,12 @@ func (s *Service) Redeliver(ctx context.Context, id uuid.UUID) (Event, error) {
 // delivery job; last_error is kept until the next attempt replaces it. Only
 // a dead event can be redelivered (SPEC "Outbound event"): a pending one is
 // already queued and a delivered one was acknowledged, so both are
-// ErrNotDead. Events are never deleted.
-func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID) (Event, error) {
+// ErrNotDead. Events are never deleted. The redelivery is recorded in the
+// audit trail as actor's, inside tx.
+func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, actor audit.Actor) (Event, error) {
+	if !actor.Valid() {
+		return Event{}, fmt.Errorf("redeliver event %s: no audit actor", PublicID(id))
+	}
 	now := s.Now().UTC().Truncate(time.Microsecond)
 	var e Event
 	err := tx.NewUpdate().Model(&e).
@@ -137,6 +143,10 @@ func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID) (Eve
 	}
 	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1, Cycle: e.Redeliveries}, nil); err != nil {
 		return Event{}, fmt.Errorf("redeliver event %s: insert delivery job: %w", id, err)
+	}
+	if _, err := audit.Record(ctx, tx, now, actor, audit.EventRedeliver, e.PublicID(),
+		map[string]string{"event_id": e.PublicID()}); err != nil {
+		return Event{}, err
 	}
 	return e, nil
 }

@@ -94,6 +94,16 @@ func (f *Fields) Length(s string, min, max int, loc ...any) bool {
 	return true
 }
 
+// Storable checks that s is text PostgreSQL can store: valid UTF-8 without
+// NUL, which a percent-encoded path or query can otherwise carry.
+func (f *Fields) Storable(s string, loc ...any) bool {
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		f.Add(loc, "string_type", "Input should be valid UTF-8 text without NUL characters", nil)
+		return false
+	}
+	return true
+}
+
 // Err returns the collected errors as a 422, or nil.
 func (f *Fields) Err() error {
 	if len(f.list) == 0 {

@@ -4,7 +4,7 @@
 // both start the service through it, so what is tested is what runs.
 //
 // Each business area keeps its wiring in its own file (ledger.go, event.go,
-// processor.go, deposit.go): an embedded struct with its fields and the
+// processor.go, audit.go, deposit.go): an embedded struct with its fields and the
 // init, routes and jobs methods that New, HTTP and Worker call.
 package app
 
@@ -47,6 +47,7 @@ type App struct {
 	ledgerArea
 	eventArea
 	processorArea
+	auditArea
 	depositArea
 }
 
@@ -75,6 +76,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"ledger", a.initLedger},
 		{"events", a.initEvents},
 		{"processor", a.initProcessor},
+		{"audit", a.initAudit},
 		{"deposits", a.initDeposits},
 	} {
 		if err := step.init(ctx); err != nil {
@@ -110,6 +112,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesLedger(r)
 	a.routesEvents(r)
 	a.routesProcessor(r)
+	a.routesAudit(r)
 	a.routesDeposits(r)
 	httpapi.NotFound(app)
 	return app
@@ -124,7 +127,7 @@ type Jobs struct {
 // Worker returns the River client that runs every job (not yet started).
 func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	j := &Jobs{Workers: river.NewWorkers()}
-	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsDeposits} {
+	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits} {
 		if err := add(j); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/apikey"
+	"svc/modules/audit"
 	"svc/platform/clock"
 )
 
@@ -63,17 +64,18 @@ func TestAuthMatrix(t *testing.T) {
 	fake := clock.NewFake(time.Now())
 	e := apptest.New(t, apptest.WithClock(fake))
 	ctx := context.Background()
-	_, revoked, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "to revoke"})
+	actor := audit.CLI("test")
+	_, revoked, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "to revoke", Actor: actor})
 	require.NoError(t, err)
 	keys, err := e.App.Keys.List(ctx)
 	require.NoError(t, err)
 	for _, k := range keys {
 		if k.Label == "to revoke" {
-			_, err := e.App.Keys.Revoke(ctx, k.ID)
+			_, err := e.App.Keys.Revoke(ctx, k.ID, actor)
 			require.NoError(t, err)
 		}
 	}
-	_, expiring, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "short", ExpiresIn: time.Hour})
+	_, expiring, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "short", ExpiresIn: time.Hour, Actor: actor})
 	require.NoError(t, err)
 	unknown := "svc_test_" + strings.Repeat("A", 43)
 

@@ -25,6 +25,7 @@ import (
 
 	"svc/cmd/svc/app"
 	"svc/modules/apikey"
+	"svc/modules/audit"
 	"svc/platform/clock"
 	"svc/platform/config"
 	"svc/platform/dbtest"
@@ -114,12 +115,15 @@ func New(t testing.TB, opts ...Option) *Env {
 	go func() { _ = srv.Listener(ln) }()
 	t.Cleanup(func() { _ = srv.ShutdownWithTimeout(5 * time.Second) })
 	e := &Env{T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: dbURL, Client: &http.Client{Timeout: 30 * time.Second}}
-	_, e.RW, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test platform"})
+	// Minting is audited: two apikey.mint entries by cli:apptest open every
+	// Env's audit trail.
+	actor := audit.CLI("apptest")
+	_, e.RW, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test platform", Actor: actor})
 	if err != nil {
 		t.Fatalf("apptest: mint: %v", err)
 	}
 	var k apikey.Key
-	k, e.Admin, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "test operator"})
+	k, e.Admin, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "test operator", Actor: actor})
 	if err != nil {
 		t.Fatalf("apptest: mint: %v", err)
 	}
