@@ -14,15 +14,16 @@ import (
 
 	"svc/modules/apikey"
 	"svc/modules/asset"
+	"svc/modules/audit"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
 
 func newAdminCmd() *cobra.Command {
-	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, alerts, audit"}
+	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, withdrawals, alerts, audit"}
 	c.PersistentFlags().Bool("json", false, "print JSON instead of a table")
 	c.AddCommand(newKeysCmd(), newAssetsCmd())
-	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWalletAlertsCmd(), adminAuditCmd()} {
+	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWithdrawalsCmd(), adminWalletAlertsCmd(), adminAuditCmd()} {
 		if sub != nil {
 			c.AddCommand(sub)
 		}
@@ -142,6 +143,14 @@ with the scope, label, mode and expiry, never the key.`,
 	return keys
 }
 
+// optionalLimit shows an optional setting in display units, or "off".
+func optionalLimit(a asset.Asset, v *int64) string {
+	if v == nil {
+		return "off"
+	}
+	return a.Format(*v)
+}
+
 func newAssetsCmd() *cobra.Command {
 	assets := &cobra.Command{Use: "assets", Short: "List assets and change their withdrawal limits"}
 	list := &cobra.Command{
@@ -164,18 +173,30 @@ func newAssetsCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), views)
 			}
 			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE")
-			for _, v := range views {
-				fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee)
+			fmt.Fprintln(tw, "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE\tUSER DAILY CAP\tFOUR-EYES ABOVE")
+			for i, v := range views {
+				fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee,
+					optionalLimit(all[i], all[i].WithdrawalUserDailyCap), optionalLimit(all[i], all[i].WithdrawalFourEyesThreshold))
 			}
 			return tw.Flush()
 		},
 	}
-	var minS, autoS, capS, feeS string
+	var minS, autoS, capS, feeS, userCapS, fourEyesS, as string
 	set := &cobra.Command{
-		Use:   "set ASSET [--withdrawal-min N] [--withdrawal-auto-limit N] [--withdrawal-daily-cap N] [--withdrawal-flat-fee N]",
+		Use:   "set ASSET [--withdrawal-min N] [--withdrawal-auto-limit N] [--withdrawal-daily-cap N] [--withdrawal-flat-fee N] [--withdrawal-user-daily-cap N|off] [--four-eyes-threshold N|off] [--as NAME]",
 		Short: "Change an asset's withdrawal limits; every flag takes an integer in the asset's SMALLEST unit (sat for BTC, micro-USDT for USDT_TRC20)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Change an asset's withdrawal limits at run time (GET /v1/assets shows them at once).
+
+Every amount is an integer in the asset's smallest unit (sat for BTC and BTC_LN, micro-USDT for
+USDT_TRC20). The two optional settings also take "off":
+
+  --withdrawal-user-daily-cap  a user's rolling 24-hour total of the asset above which their
+                               withdrawals wait for an operator (off by default)
+  --four-eyes-threshold        a gross amount above which approving a withdrawal needs two
+                               different operators (off by default)
+
+The change is recorded in the audit trail as made by "cli:NAME" (--as, default the login name).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var l asset.Limits
 			for _, f := range []struct {
@@ -191,20 +212,42 @@ func newAssetsCmd() *cobra.Command {
 				}
 				*f.dst = &n
 			}
-			if l == (asset.Limits{}) {
-				return fmt.Errorf("nothing to change: give at least one --withdrawal-* flag")
+			for _, f := range []struct {
+				flag, val string
+				dst       **asset.Optional
+			}{{"withdrawal-user-daily-cap", userCapS, &l.UserDailyCap}, {"four-eyes-threshold", fourEyesS, &l.FourEyesThreshold}} {
+				if !cmd.Flags().Changed(f.flag) {
+					continue
+				}
+				if f.val == "off" {
+					*f.dst = &asset.Optional{Off: true}
+					continue
+				}
+				n, err := money.ParseUnits(f.val, false)
+				if err != nil {
+					return fmt.Errorf("--%s %q: %w (smallest units, or off)", f.flag, f.val, err)
+				}
+				*f.dst = &asset.Optional{Value: n}
+			}
+			if l.IsZero() {
+				return fmt.Errorf("nothing to change: give at least one limit flag")
+			}
+			by, err := operatorName(as)
+			if err != nil {
+				return err
 			}
 			a, err := openApp(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			x, err := a.Assets.SetLimits(cmd.Context(), args[0], l)
+			x, err := a.Assets.SetLimits(cmd.Context(), args[0], l, audit.CLI(by))
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			v := asset.ToView(x)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: min %s, auto limit %s, daily cap %s, flat fee %s (display units)\n", v.Asset, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: min %s, auto limit %s, daily cap %s, flat fee %s, user daily cap %s, four-eyes threshold %s (display units)\n",
+				v.Asset, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee, optionalLimit(x, x.WithdrawalUserDailyCap), optionalLimit(x, x.WithdrawalFourEyesThreshold))
 			return nil
 		},
 	}
@@ -212,6 +255,9 @@ func newAssetsCmd() *cobra.Command {
 	set.Flags().StringVar(&autoS, "withdrawal-auto-limit", "", "largest withdrawal approved without an operator, in smallest units")
 	set.Flags().StringVar(&capS, "withdrawal-daily-cap", "", "rolling 24-hour total beyond which everything needs an operator, in smallest units")
 	set.Flags().StringVar(&feeS, "withdrawal-flat-fee", "", "flat service fee, in smallest units")
+	set.Flags().StringVar(&userCapS, "withdrawal-user-daily-cap", "", "per-user rolling 24-hour total beyond which the user's withdrawals need an operator, in smallest units, or off")
+	set.Flags().StringVar(&fourEyesS, "four-eyes-threshold", "", "gross above which approval needs two different operators, in smallest units, or off")
+	set.Flags().StringVar(&as, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
 	assets.AddCommand(list, set)
 	return assets
 }

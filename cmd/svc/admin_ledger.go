@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"svc/modules/ledger"
+	"svc/modules/withdrawal"
 )
 
 // errLedgerInconsistent makes svc exit non-zero after the report is printed.
@@ -20,8 +21,10 @@ func adminLedgerCmd() *cobra.Command {
 		Use:   "check",
 		Short: "Recompute every user balance and entry from the postings; exit 1 when anything is inconsistent",
 		Long: "Compares every materialized user balance with the sum of its postings, checks that every entry's\n" +
-			"postings sum to zero on accounts of its asset, and lists negative user balances. It reads one\n" +
-			"consistent snapshot and changes nothing. Exit status 0 means consistent, 1 inconsistent (or an error).",
+			"postings sum to zero on accounts of its asset, lists negative user balances, and compares every\n" +
+			"user's held balance with the gross of their open withdrawals (and each withdrawal's entries with\n" +
+			"its status). It reads one consistent snapshot and changes nothing. Exit status 0 means consistent,\n" +
+			"1 inconsistent (or an error).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a, err := openApp(cmd.Context())
@@ -29,7 +32,7 @@ func adminLedgerCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			r, err := ledger.Check(cmd.Context(), a.DB.Bun)
+			r, err := ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
 			if err != nil {
 				return err
 			}
@@ -47,6 +50,7 @@ func adminLedgerCmd() *cobra.Command {
 					{"materialized vs derived drifts", r.MaterializedVsDerivedDrifts},
 					{"unbalanced entries", r.UnbalancedEntries},
 					{"negative balances", r.NegativeBalances},
+					{"holds vs open withdrawals", r.HoldMismatches},
 				} {
 					fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))
 					for _, s := range sec.list {

@@ -6,11 +6,11 @@ package asset
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
 
+	"svc/modules/audit"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/money"
@@ -33,17 +33,23 @@ var ErrDisabled = fault.New(fault.Unavailable, "asset is not available")
 type Asset struct {
 	bun.BaseModel `bun:"table:assets"`
 
-	Code                string    `bun:"asset,pk"`
-	DisplayName         string    `bun:"display_name"`
-	Decimals            int       `bun:"decimals"`
-	UnitName            string    `bun:"unit_name"`
-	PaymentMethod       string    `bun:"payment_method"`
-	Enabled             bool      `bun:"enabled"`
-	WithdrawalMin       int64     `bun:"withdrawal_min"`
-	WithdrawalAutoLimit int64     `bun:"withdrawal_auto_limit"`
-	WithdrawalDailyCap  int64     `bun:"withdrawal_daily_cap"`
-	WithdrawalFlatFee   int64     `bun:"withdrawal_flat_fee"`
-	UpdatedAt           time.Time `bun:"updated_at"`
+	Code                string `bun:"asset,pk"`
+	DisplayName         string `bun:"display_name"`
+	Decimals            int    `bun:"decimals"`
+	UnitName            string `bun:"unit_name"`
+	PaymentMethod       string `bun:"payment_method"`
+	Enabled             bool   `bun:"enabled"`
+	WithdrawalMin       int64  `bun:"withdrawal_min"`
+	WithdrawalAutoLimit int64  `bun:"withdrawal_auto_limit"`
+	WithdrawalDailyCap  int64  `bun:"withdrawal_daily_cap"`
+	WithdrawalFlatFee   int64  `bun:"withdrawal_flat_fee"`
+	// WithdrawalUserDailyCap is a user's rolling 24-hour total of this
+	// asset above which their withdrawals wait for an operator; nil is off.
+	WithdrawalUserDailyCap *int64 `bun:"withdrawal_user_daily_cap"`
+	// WithdrawalFourEyesThreshold is the gross above which approving a
+	// withdrawal needs two different operators; nil is off.
+	WithdrawalFourEyesThreshold *int64    `bun:"withdrawal_four_eyes_threshold"`
+	UpdatedAt                   time.Time `bun:"updated_at"`
 }
 
 // Format renders smallest units of this asset as a decimal string.
@@ -96,23 +102,62 @@ func (s *Store) GetEnabled(ctx context.Context, code string) (Asset, error) {
 // nil leaves a value as it is.
 type Limits struct {
 	Min, AutoLimit, DailyCap, FlatFee *int64
+	// The optional settings: a change to a value or to off.
+	UserDailyCap, FourEyesThreshold *Optional
 }
 
-// SetLimits changes an asset's withdrawal limits.
-func (s *Store) SetLimits(ctx context.Context, code string, l Limits) (Asset, error) {
-	q := s.DB.NewUpdate().Model((*Asset)(nil)).Set("updated_at = ?", s.Now().UTC())
+// Optional is a change of an optional setting: Off turns it off, else it
+// becomes Value.
+type Optional struct {
+	Value int64
+	Off   bool
+}
+
+// IsZero reports a Limits that changes nothing.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// SetLimits changes an asset's withdrawal limits and records the change in
+// the audit trail, in one transaction.
+func (s *Store) SetLimits(ctx context.Context, code string, l Limits, actor audit.Actor) (Asset, error) {
+	now := s.Now().UTC()
+	q := s.DB.NewUpdate().Model((*Asset)(nil)).Set("updated_at = ?", now)
+	params := map[string]any{}
 	for col, v := range map[string]*int64{"withdrawal_min": l.Min, "withdrawal_auto_limit": l.AutoLimit,
 		"withdrawal_daily_cap": l.DailyCap, "withdrawal_flat_fee": l.FlatFee} {
 		if v == nil {
 			continue
 		}
 		if *v < 0 {
-			return Asset{}, fmt.Errorf("%s must not be negative", col)
+			return Asset{}, fault.New(fault.Invalid, col+" must not be negative")
 		}
 		q = q.Set("? = ?", bun.Ident(col), *v)
+		params[col] = *v
+	}
+	for col, v := range map[string]*Optional{"withdrawal_user_daily_cap": l.UserDailyCap,
+		"withdrawal_four_eyes_threshold": l.FourEyesThreshold} {
+		switch {
+		case v == nil:
+		case v.Off:
+			q = q.Set("? = NULL", bun.Ident(col))
+			params[col] = nil
+		case v.Value < 0:
+			return Asset{}, fault.New(fault.Invalid, col+" must not be negative")
+		default:
+			q = q.Set("? = ?", bun.Ident(col), v.Value)
+			params[col] = v.Value
+		}
+	}
+	if len(params) == 0 {
+		return Asset{}, fault.New(fault.Invalid, "nothing to change")
 	}
 	var a Asset
-	err := q.Where("asset = ?", code).Returning("*").Scan(ctx, &a)
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		if err := q.Conn(tx).Where("asset = ?", code).Returning("*").Scan(ctx, &a); err != nil {
+			return err
+		}
+		_, err := audit.Record(ctx, tx, now, actor, audit.AssetSetLimits, code, params)
+		return err
+	})
 	if db.IsNoRows(err) {
 		return Asset{}, ErrUnknown
 	}

@@ -13,11 +13,20 @@ type View struct {
 	WithdrawalAutoLimit string `json:"withdrawal_auto_limit"`
 	WithdrawalDailyCap  string `json:"withdrawal_daily_cap"`
 	WithdrawalFlatFee   string `json:"withdrawal_flat_fee"`
+	// WithdrawalUserDailyCap is beyond the SPEC: a user's rolling 24-hour
+	// total of the asset above which their withdrawals wait for an
+	// operator; null when there is none.
+	WithdrawalUserDailyCap *string `json:"withdrawal_user_daily_cap"`
 }
 
 // ToView renders an asset with its limits in display units.
 func ToView(a Asset) View {
-	return View{
+	var userCap *string
+	if a.WithdrawalUserDailyCap != nil {
+		s := a.Format(*a.WithdrawalUserDailyCap)
+		userCap = &s
+	}
+	return View{WithdrawalUserDailyCap: userCap,
 		Asset: a.Code, DisplayName: a.DisplayName, Decimals: a.Decimals, UnitName: a.UnitName, Enabled: a.Enabled,
 		WithdrawalMin: a.Format(a.WithdrawalMin), WithdrawalAutoLimit: a.Format(a.WithdrawalAutoLimit),
 		WithdrawalDailyCap: a.Format(a.WithdrawalDailyCap), WithdrawalFlatFee: a.Format(a.WithdrawalFlatFee),

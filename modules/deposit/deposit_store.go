@@ -189,10 +189,16 @@ func (s *Service) AddressHistory(ctx context.Context, d Deposit) ([]Deposit, err
 }
 
 // IsDepositAddress reports whether address was ever issued for a deposit
-// (withdrawals refuse the service's own deposit addresses).
+// (withdrawals refuse the service's own deposit addresses). Every
+// withdrawal request asks, so it is sent with a real parameter (see
+// db.Querier).
 func IsDepositAddress(ctx context.Context, idb bun.IDB, address string) (bool, error) {
-	ok, err := idb.NewSelect().Model((*Deposit)(nil)).Where("address = ?", address).Exists(ctx)
+	q, err := db.SQLOf(idb)
 	if err != nil {
+		return false, err
+	}
+	var ok bool
+	if err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM deposits WHERE address = $1)", address).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up deposit address: %w", err)
 	}
 	return ok, nil

@@ -30,6 +30,10 @@ type Report struct {
 	UnbalancedEntries []string `json:"unbalanced_entries"`
 	// NegativeBalances: user accounts below zero, stored or derived.
 	NegativeBalances []string `json:"negative_balances"`
+	// HoldMismatches: user holds that differ from the gross of the
+	// withdrawals holding money, and withdrawals whose entries do not fit
+	// their status (filled by the WithdrawalCheck given to Check).
+	HoldMismatches []string `json:"hold_mismatches"`
 
 	Accounts int64         `json:"accounts"`
 	Entries  int64         `json:"entries"`
@@ -37,17 +41,36 @@ type Report struct {
 	Took     time.Duration `json:"-"`
 }
 
+// WithdrawalCheck compares the ledger's holds with the withdrawals that own
+// them (withdrawal.CheckHolds) and lists the mismatches. The ledger cannot
+// import the withdrawal module, so the caller hands it in.
+type WithdrawalCheck func(ctx context.Context, idb bun.IDB) ([]string, error)
+
 // Check recomputes every user balance from its postings and every entry's
-// sum, from one consistent snapshot (a read-only repeatable-read
+// sum, and runs the withdrawal checks given, from one consistent snapshot (a read-only repeatable-read
 // transaction when idb is a *bun.DB; the caller's snapshot when it is a
 // transaction). It reports problems; it never repairs anything.
-func Check(ctx context.Context, idb bun.IDB) (Report, error) {
+func Check(ctx context.Context, idb bun.IDB, withdrawals ...WithdrawalCheck) (Report, error) {
 	start := time.Now()
 	var r Report
 	run := func(ctx context.Context, tx bun.IDB) error {
 		var err error
-		r, err = check(ctx, tx)
-		return err
+		if r, err = check(ctx, tx); err != nil {
+			return err
+		}
+		var holds findings
+		for _, wc := range withdrawals {
+			list, err := wc(ctx, tx)
+			if err != nil {
+				return err
+			}
+			for _, s := range list {
+				holds.add(s)
+			}
+		}
+		r.HoldMismatches = holds.strings()
+		r.LedgerConsistent = r.LedgerConsistent && len(r.HoldMismatches) == 0
+		return nil
 	}
 	var err error
 	if d, ok := idb.(*bun.DB); ok {

@@ -106,8 +106,10 @@ type Deposits struct {
 
 // Payouts configures withdrawals.
 type Payouts struct {
-	LNPayoutTimeoutSeconds int `mapstructure:"ln_payout_timeout_seconds" env:"LN_PAYOUT_TIMEOUT_SECONDS" default:"3600" doc:"deadline for a Lightning payout before it is treated as stuck"`
-	AssumedTxVBytes        int `mapstructure:"assumed_tx_vbytes" env:"BTC_ASSUMED_TX_VBYTES" default:"141" doc:"assumed BTC payout size: fee = live fee rate x this"`
+	LNPayoutTimeoutSeconds int           `mapstructure:"ln_payout_timeout_seconds" env:"LN_PAYOUT_TIMEOUT_SECONDS" default:"3600" doc:"deadline for a Lightning payout before it is treated as stuck"`
+	AssumedTxVBytes        int           `mapstructure:"assumed_tx_vbytes" env:"BTC_ASSUMED_TX_VBYTES" default:"141" doc:"assumed BTC payout size: fee = live fee rate x this"`
+	FeeMode                string        `mapstructure:"fee_mode" env:"WITHDRAWAL_FEE_MODE" default:"deduct" doc:"deduct (the user receives the gross minus the fee) or absorb (the user receives the whole gross; the service pays the fee)"`
+	FeeRateTTL             time.Duration `mapstructure:"fee_rate_ttl" env:"BTC_FEE_RATE_TTL" default:"30s" doc:"how long a BTC fee-rate estimate read from the processor is reused for new withdrawals"`
 }
 
 // Production reports whether the deployment runs with real money.
@@ -212,6 +214,12 @@ func (c Config) Validate() error {
 	}
 	if c.Payouts.LNPayoutTimeoutSeconds < 60 {
 		add("LN_PAYOUT_TIMEOUT_SECONDS", "must be at least 60")
+	}
+	if c.Payouts.FeeMode != "deduct" && c.Payouts.FeeMode != "absorb" {
+		add("WITHDRAWAL_FEE_MODE", "must be deduct or absorb")
+	}
+	if c.Payouts.FeeRateTTL < 0 || c.Payouts.FeeRateTTL > 10*time.Minute {
+		add("BTC_FEE_RATE_TTL", "must be from 0s to 10m")
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {
 		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")

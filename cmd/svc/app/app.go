@@ -49,6 +49,7 @@ type App struct {
 	processorArea
 	auditArea
 	depositArea
+	withdrawalArea
 }
 
 // New connects to the database and builds every module. It does not start
@@ -78,6 +79,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"processor", a.initProcessor},
 		{"audit", a.initAudit},
 		{"deposits", a.initDeposits},
+		{"withdrawals", a.initWithdrawals},
 	} {
 		if err := step.init(ctx); err != nil {
 			d.Close()
@@ -114,6 +116,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesProcessor(r)
 	a.routesAudit(r)
 	a.routesDeposits(r)
+	a.routesWithdrawals(r)
 	httpapi.NotFound(app)
 	return app
 }
@@ -127,7 +130,7 @@ type Jobs struct {
 // Worker returns the River client that runs every job (not yet started).
 func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	j := &Jobs{Workers: river.NewWorkers()}
-	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits} {
+	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits, a.jobsWithdrawals} {
 		if err := add(j); err != nil {
 			return nil, err
 		}

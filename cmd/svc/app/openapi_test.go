@@ -20,14 +20,7 @@ import (
 // whoever adds a route removes its line here.
 var notYetImplemented = []string{
 	"GET /v1/admin/reconciliation",
-	"GET /v1/admin/withdrawals",
-	"GET /v1/users/{external_user_id}/withdrawals",
-	"GET /v1/withdrawals/{withdrawal_id}",
-	"POST /v1/admin/withdrawals/{id}/approve",
 	"POST /v1/admin/withdrawals/{id}/mark-broadcast",
-	"POST /v1/admin/withdrawals/{id}/reject",
-	"POST /v1/admin/withdrawals/{id}/release",
-	"POST /v1/withdrawals",
 }
 
 // shape reduces a path to its literal segments, so that fiber's

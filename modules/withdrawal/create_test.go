@@ -1,0 +1,206 @@
+package withdrawal_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/asset"
+	"svc/modules/withdrawal"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/config"
+)
+
+// TestCreateAutoApproved: a withdrawal under every gate is approved at
+// once with approval_mode auto, its gross held before the 201 returns; fee
+// and net stay null until submission; GET reads the same.
+func TestCreateAutoApproved(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "alice", asset.BTC, 100_000)
+	dest := p2wpkh(t, chain.Regtest, "alice-1")
+	w := e.create(t, "alice", asset.BTC, 40_000, dest)
+	require.Equal(t, withdrawal.StatusApproved, w.Status)
+	require.Equal(t, "auto", *w.ApprovalMode)
+	require.NotContains(t, w.raw, "approval_reason", "approval_reason is present only when a gate fired")
+	require.Nil(t, w.Fee)
+	require.Nil(t, w.AmountNet)
+	require.Equal(t, "0.00040000", w.AmountGross)
+	require.Equal(t, dest, w.DestinationAddress)
+	b := e.balance(t, "alice", asset.BTC)
+	require.Equal(t, "0.00060000", b.Available)
+	require.Equal(t, "0.00040000", b.Held)
+	require.Equal(t, "0.00100000", b.Total)
+	got := e.get(t, w.WithdrawalID)
+	require.Equal(t, w.View, got)
+	// The hold is in the user's history with the withdrawal id as source.
+	r := e.Get("/v1/users/alice/transactions?asset=BTC")
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Contains(t, string(r.Body), `"kind":"withdrawal_hold"`)
+	require.Contains(t, string(r.Body), w.WithdrawalID)
+}
+
+// TestCreateIdempotent: the same key and body replays the 201 with one
+// hold; a different body with the key is 422.
+func TestCreateIdempotent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "bob", asset.BTC, 100_000)
+	body := createBody{ExternalUserID: "bob", Asset: asset.BTC, Amount: "30000", Destination: p2wpkh(t, chain.Regtest, "bob")}
+	first := e.Do(apptestReq(body, "bob-key-1"))
+	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
+	again := e.Do(apptestReq(body, "bob-key-1"))
+	require.Equal(t, http.StatusCreated, again.Status)
+	require.Equal(t, string(first.Body), string(again.Body))
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	body.Amount = "30001"
+	other := e.Do(apptestReq(body, "bob-key-1"))
+	require.Equal(t, http.StatusUnprocessableEntity, other.Status)
+	require.Equal(t, "0.00030000", e.balance(t, "bob", asset.BTC).Held)
+}
+
+// TestCreateBodyModel: bad bodies are 422 field errors and change nothing.
+func TestCreateBodyModel(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "carol", asset.BTC, 100_000)
+	dest := p2wpkh(t, chain.Regtest, "carol")
+	long := strings.Repeat("u", 256)
+	for _, tc := range []struct {
+		name string
+		body any
+		loc  string
+	}{
+		{"no body", "", "body"},
+		{"not json", "{", "body"},
+		{"missing user", map[string]any{"asset": "BTC", "amount": "20000", "destination_address": dest}, "external_user_id"},
+		{"user too long", map[string]any{"external_user_id": long, "asset": "BTC", "amount": "20000", "destination_address": dest}, "external_user_id"},
+		{"empty user", map[string]any{"external_user_id": "", "asset": "BTC", "amount": "20000", "destination_address": dest}, "external_user_id"},
+		{"missing amount", map[string]any{"external_user_id": "carol", "asset": "BTC", "destination_address": dest}, "amount"},
+		{"amount number", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": 20000, "destination_address": dest}, "amount"},
+		{"amount decimal", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": "0.0002", "destination_address": dest}, "amount"},
+		{"amount zero", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": "0", "destination_address": dest}, "amount"},
+		{"amount negative", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": "-5", "destination_address": dest}, "amount"},
+		{"missing destination", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": "20000"}, "destination_address"},
+		{"destination too long", map[string]any{"external_user_id": "carol", "asset": "BTC", "amount": "20000", "destination_address": strings.Repeat("b", 2049)}, "destination_address"},
+		{"asset too long", map[string]any{"external_user_id": "carol", "asset": strings.Repeat("A", 33), "amount": "20000", "destination_address": dest}, "asset"},
+	} {
+		r := e.Post("/v1/withdrawals", tc.body)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.name, r.Body)
+		fe := fieldErrors(t, r)
+		require.Contains(t, joinLoc(fe), tc.loc, tc.name)
+	}
+	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)
+}
+
+func joinLoc(fe []map[string]any) string {
+	var out []string
+	for _, f := range fe {
+		for _, l := range f["loc"].([]any) {
+			if s, ok := l.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// TestCreateAssetRules: an unknown asset is 404, a disabled one 503.
+func TestCreateAssetRules(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "dave", asset.BTC, 100_000)
+	r := e.request("dave", "DOGE", 20_000, "x")
+	require.Equal(t, http.StatusNotFound, r.Status, string(r.Body))
+	_, err := e.App.Assets.SetEnabled(context.Background(), asset.BTC, false)
+	require.NoError(t, err)
+	r = e.request("dave", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "dave"))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	detail(t, r)
+	_, err = e.App.Assets.SetEnabled(context.Background(), asset.BTC, true)
+	require.NoError(t, err)
+}
+
+// TestCreateInsufficient: 402 when available is short, even though
+// available plus held would cover it; nothing is reserved.
+func TestCreateInsufficient(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "erin", asset.BTC, 100_000)
+	e.create(t, "erin", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "erin-1"))
+	r := e.request("erin", asset.BTC, 40_000, p2wpkh(t, chain.Regtest, "erin-2"))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "insufficient available BTC balance")
+	r = e.request("nobody", asset.BTC, 40_000, p2wpkh(t, chain.Regtest, "nobody"))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
+	b := e.balance(t, "erin", asset.BTC)
+	require.Equal(t, "0.00030000", b.Available)
+	require.Equal(t, "0.00070000", b.Held)
+	n, err := e.App.DB.Bun.NewSelect().Table("withdrawals").Count(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// TestCreateMinimumAndDust: below withdrawal_min is 422; with the minimum
+// out of the way, a net of 546 sat after the 282 sat estimate is refused
+// as dust and 547 accepted.
+func TestCreateMinimumAndDust(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "fay", asset.BTC, 1_000_000)
+	r := e.request("fay", asset.BTC, 9_999, p2wpkh(t, chain.Regtest, "fay"))
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "below the minimum withdrawal of 0.00010000 BTC")
+	e.limits(t, asset.BTC, asset.Limits{Min: n(0)})
+	const fee = 2 * 141 // the simulator's 2 sat/vB x BTC_ASSUMED_TX_VBYTES
+	r = e.request("fay", asset.BTC, 546+fee, p2wpkh(t, chain.Regtest, "fay"))
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "net amount of 546 sat")
+	require.Contains(t, detail(t, r), "dust limit of 546 sat")
+	r = e.request("fay", asset.BTC, fee, p2wpkh(t, chain.Regtest, "fay"))
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Equal(t, "0.00000000", e.balance(t, "fay", asset.BTC).Held, "nothing reserved by a refusal")
+	w := e.create(t, "fay", asset.BTC, 547+fee, p2wpkh(t, chain.Regtest, "fay"))
+	require.Equal(t, withdrawal.StatusApproved, w.Status)
+}
+
+// TestCreateFeeRateUnavailable: when the processor cannot give a fee rate
+// a BTC withdrawal is 503 and nothing is reserved; a retry with the same
+// key succeeds once it can. Flat-fee assets do not need the processor.
+func TestCreateFeeRateUnavailable(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "gus", asset.BTC, 100_000)
+	e.Sim.GoDown(btcpaysim.DownError)
+	body := createBody{ExternalUserID: "gus", Asset: asset.BTC, Amount: "30000", Destination: p2wpkh(t, chain.Regtest, "gus")}
+	r := e.Do(apptestReq(body, "gus-1"))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "nothing was reserved")
+	require.Equal(t, "0.00000000", e.balance(t, "gus", asset.BTC).Held)
+	e.Sim.Up()
+	r = e.Do(apptestReq(body, "gus-1"))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	require.Equal(t, "0.00030000", e.balance(t, "gus", asset.BTC).Held)
+}
+
+// TestFeeRateIsCached: a burst of withdrawals reads the processor's fee
+// rate once, and a new one after BTC_FEE_RATE_TTL.
+func TestFeeRateIsCached(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *config.Config) { c.Payouts.FeeRateTTL = time.Minute })
+	e.fund(t, "hal", asset.BTC, 1_000_000)
+	e.limits(t, asset.BTC, asset.Limits{Min: n(0)})
+	e.create(t, "hal", asset.BTC, 1_000, p2wpkh(t, chain.Regtest, "hal"))
+	// 5 sat/vB would make 1,000 sat dust; the cached 2 sat/vB does not.
+	require.NoError(t, e.Sim.SetFeeRate("5"))
+	e.create(t, "hal", asset.BTC, 1_000, p2wpkh(t, chain.Regtest, "hal"))
+	e.Clock.Advance(61 * time.Second)
+	r := e.request("hal", asset.BTC, 1_000, p2wpkh(t, chain.Regtest, "hal"))
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "estimated fee of 705 sat")
+}

@@ -1,0 +1,328 @@
+package withdrawal_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/btcsuite/btcd/btcec/v2/ecdsa"
+	"github.com/btcsuite/btcd/btcutil"
+	"github.com/btcsuite/btcd/btcutil/base58"
+	"github.com/btcsuite/btcd/chaincfg/chainhash"
+	"github.com/lightningnetwork/lnd/lnwire"
+	"github.com/lightningnetwork/lnd/zpay32"
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/apikey"
+	"svc/modules/asset"
+	"svc/modules/audit"
+	"svc/modules/event/eventtest"
+	"svc/modules/ledger"
+	"svc/modules/withdrawal"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/clock"
+	"svc/platform/config"
+	"svc/platform/money"
+)
+
+const hookSecret = "test-processor-webhook-secret"
+
+// env is the service against a simulated processor (which gives the BTC
+// fee rate: 2 sat/vB by default, so the estimate is 282 sat), on a fake
+// clock. Every scenario ends with the books checked.
+type env struct {
+	*apptest.Env
+	Sim    *btcpaysim.Sim
+	Clock  *clock.Fake
+	Svc    *withdrawal.Service
+	funded map[[2]string]int64 // (user, asset) -> credited in the test
+	fundMu sync.Mutex
+}
+
+func setup(t testing.TB, cfg ...func(*config.Config)) *env {
+	t.Helper()
+	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
+	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}}
+	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
+		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
+		c.Deposits.USDTPool = sim.TronPool()
+		for _, fn := range cfg {
+			fn(c)
+		}
+	}))
+	e.Svc = e.App.Withdrawals
+	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
+		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			e.requireBooks(t)
+		}
+	})
+	return e
+}
+
+// fund credits units to a user's available balance, as a settled deposit
+// would.
+func (e *env) fund(t testing.TB, user, code string, units int64) {
+	t.Helper()
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, user, units,
+		fmt.Sprintf("test-funding:%s:%s:%d:%d", user, code, units, len(e.funded)+int(time.Now().UnixNano()%1e9)), "test funding")
+	require.NoError(t, err)
+	e.funded[[2]string{user, code}] += units
+}
+
+// limits changes an asset's limits as an operator would.
+func (e *env) limits(t testing.TB, code string, l asset.Limits) {
+	t.Helper()
+	_, err := e.App.Assets.SetLimits(context.Background(), code, l, audit.CLI("test"))
+	require.NoError(t, err)
+}
+
+func n(v int64) *int64 { return &v }
+
+// requireBooks: the ledger is consistent and its holds match the open
+// withdrawals; every user's available plus held is what was funded (no
+// payout can complete yet), and the API says the same; every event fits
+// the published schema.
+func (e *env) requireBooks(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := ledger.Check(ctx, e.App.DB.Bun, withdrawal.CheckHolds)
+	require.NoError(t, err)
+	require.True(t, rep.LedgerConsistent, "ledger check: %+v", rep)
+	for k, units := range e.funded {
+		user, code := k[0], k[1]
+		var open int64
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("coalesce(sum(amount_gross), 0)").
+			Where("external_user_id = ? AND asset = ? AND status NOT IN ('refunded', 'confirmed')", user, code).Scan(ctx, &open))
+		b := e.balance(t, user, code)
+		dec := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}[code]
+		require.Equal(t, money.Format(units-open, dec), b.Available, "%s %s available", user, code)
+		require.Equal(t, money.Format(open, dec), b.Held, "%s %s held", user, code)
+	}
+	eventtest.RequireAllValid(t, e.App.DB.Bun)
+}
+
+type balance struct{ Asset, Available, Held, Total string }
+
+func (e *env) balance(t testing.TB, user, code string) balance {
+	t.Helper()
+	r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var b struct{ Balances []balance }
+	r.JSON(t, &b)
+	for _, x := range b.Balances {
+		if x.Asset == code {
+			return x
+		}
+	}
+	return balance{Asset: code, Available: "0", Held: "0", Total: "0"}
+}
+
+type createBody struct {
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Amount         string `json:"amount"`
+	Destination    string `json:"destination_address"`
+}
+
+// request posts a withdrawal.
+func (e *env) request(user, code string, units int64, dest string) *apptest.Response {
+	e.T.Helper()
+	return e.Post("/v1/withdrawals", createBody{ExternalUserID: user, Asset: code, Amount: fmt.Sprint(units), Destination: dest})
+}
+
+// created is a decoded 201 body.
+type created struct {
+	withdrawal.View
+	ApprovalReason *string `json:"approval_reason"`
+	raw            map[string]any
+}
+
+func (e *env) create(t testing.TB, user, code string, units int64, dest string) created {
+	t.Helper()
+	r := e.request(user, code, units, dest)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	var c created
+	r.JSON(t, &c)
+	c.raw = r.Map(t)
+	return c
+}
+
+func (e *env) get(t testing.TB, id string) withdrawal.View {
+	t.Helper()
+	r := e.Get("/v1/withdrawals/" + id)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var v withdrawal.View
+	r.JSON(t, &v)
+	return v
+}
+
+// admin reads a withdrawal's admin view through the admin list.
+func (e *env) admin(t testing.TB, id string) map[string]any {
+	t.Helper()
+	cursor := ""
+	for {
+		r := e.AdminGet("/v1/admin/withdrawals?limit=200" + cursor)
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var page struct {
+			Withdrawals []map[string]any `json:"withdrawals"`
+			NextCursor  *string          `json:"next_cursor"`
+		}
+		r.JSON(t, &page)
+		for _, w := range page.Withdrawals {
+			if w["withdrawal_id"] == id {
+				return w
+			}
+		}
+		if page.NextCursor == nil {
+			t.Fatalf("withdrawal %s is not in the admin list", id)
+		}
+		cursor = "&cursor=" + *page.NextCursor
+	}
+}
+
+// decide posts an operator decision with the admin key (or key).
+func (e *env) decide(id, action string, body any, key ...string) *apptest.Response {
+	e.T.Helper()
+	k := e.Admin
+	if len(key) > 0 {
+		k = key[0]
+	}
+	return e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/admin/withdrawals/" + id + "/" + action, Body: body, Key: k})
+}
+
+// detail decodes an error body's string detail.
+func detail(t testing.TB, r *apptest.Response) string {
+	t.Helper()
+	var b struct {
+		Detail json.RawMessage `json:"detail"`
+	}
+	r.JSON(t, &b)
+	var s string
+	require.NoError(t, json.Unmarshal(b.Detail, &s), "detail is a string: %s", r.Body)
+	return s
+}
+
+// fieldErrors decodes a 422 body's field errors.
+func fieldErrors(t testing.TB, r *apptest.Response) []map[string]any {
+	t.Helper()
+	var b struct {
+		Detail []map[string]any `json:"detail"`
+	}
+	r.JSON(t, &b)
+	require.NotEmpty(t, b.Detail, "field errors: %s", r.Body)
+	return b.Detail
+}
+
+// Destinations. seed makes each call's value distinct.
+func hash20(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:20] }
+func hash32(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:] }
+
+func p2wpkh(t testing.TB, n chain.Network, seed string) string {
+	t.Helper()
+	a, err := btcutil.NewAddressWitnessPubKeyHash(hash20(seed), n.Params())
+	require.NoError(t, err)
+	return a.EncodeAddress()
+}
+
+func p2tr(t testing.TB, n chain.Network, seed string) string {
+	t.Helper()
+	a, err := btcutil.NewAddressTaproot(hash32(seed), n.Params())
+	require.NoError(t, err)
+	return a.EncodeAddress()
+}
+
+func p2pkh(t testing.TB, n chain.Network, seed string) string {
+	t.Helper()
+	a, err := btcutil.NewAddressPubKeyHash(hash20(seed), n.Params())
+	require.NoError(t, err)
+	return a.EncodeAddress()
+}
+
+func p2sh(t testing.TB, n chain.Network, seed string) string {
+	t.Helper()
+	a, err := btcutil.NewAddressScriptHashFromHash(hash20(seed), n.Params())
+	require.NoError(t, err)
+	return a.EncodeAddress()
+}
+
+func tron(seed string) string { return base58.CheckEncode(hash20(seed), 0x41) }
+
+// bolt11 mints a signed invoice on n created at created, with sats (0: no
+// amount) and an expiry.
+func bolt11(t testing.TB, n chain.Network, created time.Time, sats int64, expiry time.Duration) string {
+	t.Helper()
+	key, err := btcec.NewPrivateKey()
+	require.NoError(t, err)
+	var hash, secret [32]byte
+	copy(hash[:], hash32(fmt.Sprint(created.UnixNano(), sats, expiry, time.Now().UnixNano())))
+	secret[0] = 0xcd
+	opts := []func(*zpay32.Invoice){zpay32.Description("test"), zpay32.PaymentAddr(secret), zpay32.Expiry(expiry)}
+	if sats > 0 {
+		opts = append(opts, zpay32.Amount(lnwire.MilliSatoshi(sats*1000)))
+	}
+	inv, err := zpay32.NewInvoice(n.Params(), hash, created, opts...)
+	require.NoError(t, err)
+	s, err := inv.Encode(zpay32.MessageSigner{SignCompact: func(msg []byte) ([]byte, error) {
+		return ecdsa.SignCompact(key, chainhash.HashB(msg), true), nil
+	}})
+	require.NoError(t, err)
+	return s
+}
+
+// auditRows returns the audit rows of a target, oldest first.
+func (e *env) auditRows(t testing.TB, target string) []audit.Entry {
+	t.Helper()
+	var out []audit.Entry
+	require.NoError(t, e.App.DB.Bun.NewSelect().Model(&out).Where("target = ?", target).Order("id").Scan(context.Background()))
+	return out
+}
+
+// mintAdmin mints another admin key (a second operator).
+func (e *env) mintAdmin(t testing.TB, label string) string {
+	t.Helper()
+	_, plain, err := e.App.Keys.Mint(context.Background(), mintParams(label))
+	require.NoError(t, err)
+	return plain
+}
+
+func mintParams(label string) apikey.MintParams {
+	return apikey.MintParams{Scope: apikey.ScopeAdmin, Label: label, Actor: audit.CLI("test")}
+}
+
+// apptestReq is a readwrite POST /v1/withdrawals with a chosen key.
+func apptestReq(body createBody, key string) apptest.Req {
+	return apptest.Req{Method: http.MethodPost, Path: "/v1/withdrawals", Body: body, Idem: key}
+}
+
+// settle spends a withdrawal's hold as a confirmed payout would.
+func settle(t testing.TB, e *env, id, user string, gross, net int64) {
+	t.Helper()
+	_, err := ledger.SettlePayout(context.Background(), e.App.DB.Bun, ledger.Settlement{Asset: asset.BTC, ExternalUserID: user,
+		SourceRef: id, Mode: ledger.FeeDeduct, Gross: gross, Net: net, ServiceFee: gross - net, NetworkFee: 0})
+	require.NoError(t, err)
+}
+
+// fundQuiet is fund, safe for concurrent use.
+func (e *env) fundQuiet(t testing.TB, user, code string, units int64) {
+	t.Helper()
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, user, units,
+		fmt.Sprintf("test-funding:%s:%s:%d", user, code, units), "test funding")
+	require.NoError(t, err)
+	e.fundMu.Lock()
+	e.funded[[2]string{user, code}] += units
+	e.fundMu.Unlock()
+}

@@ -1,0 +1,203 @@
+// Package withdrawal owns withdrawals up to the moment a payout is handed
+// to the processor: the request (destination, fee estimate, dust and
+// minimum, the hold and the approval gates in one transaction), the reads,
+// and the operators' decisions (approve, with four-eyes approval above a
+// per-asset threshold; reject; release with an attestation), each recorded
+// in the audit trail in its own transaction.
+//
+// # Creation
+//
+// Everything that can refuse a request is checked before anything is
+// reserved: the body (422 field errors), the asset (404 unknown, 503
+// disabled), the minimum, the destination for the deployment's network
+// (and never one of the service's own deposit or pool addresses), the fee
+// estimate (503 when the processor cannot give a BTC fee rate), dust, and a
+// BOLT11 invoice's life and amount. Then one transaction places the hold
+// (402 when available is short; held money never counts), evaluates the
+// gates, writes the row, the event and the idempotency key's response.
+// Nothing here calls the network inside a transaction: the fee rate is read
+// (and cached) before it.
+//
+// # Gates
+//
+// A withdrawal waits for an operator (pending_approval, approval_mode null
+// until decided, approval_reason naming every gate that fired) when it is
+// USDT_TRC20 (always sent by an operator), when its gross is above the
+// asset's withdrawal_auto_limit, when the asset's rolling 24-hour volume
+// including it is above withdrawal_daily_cap, or when the user's rolling
+// 24-hour total of the asset including it is above the asset's optional
+// withdrawal_user_daily_cap. Otherwise it is approved with approval_mode
+// auto.
+//
+// Both 24-hour totals count every withdrawal whose money has not been
+// returned: every status except rejected and refunded, so pending ones
+// count too and a burst cannot slip past the cap while the first ones wait
+// for an operator. The asset's volume is kept per minute by the database
+// (migration 0007). It is reserved before the withdrawal's transaction, in
+// one statement that is a transaction of its own and locks the asset's
+// window row only for that statement (escrow): concurrent requests of one
+// asset are decided strictly one after the other, so requests that
+// together cross the cap never auto-approve more than it allows, and yet
+// none waits for another's commit. A reservation whose withdrawal does not
+// commit is given back; one lost to a crash in between over-counts, which
+// errs on the operator's side. The user's total is read inside the
+// transaction after the hold, which locks the user's available balance
+// row, so the same user's requests are serialized too.
+//
+// # Decisions
+//
+// approve, reject and release lock the withdrawal's row, check its status
+// (409 otherwise) and commit the change, its ledger entry, the audit row
+// and the idempotency key's response together. Reject returns the hold at
+// once and the withdrawal reads refunded (the SPEC allows rejected or
+// refunded; refunded says where the money is). Release is the only way to
+// return a hold once a payout may exist; it stores the operator's
+// attestation. Above the asset's four-eyes threshold, approval needs two
+// different operators: the first approval is recorded and the withdrawal
+// stays pending_approval.
+package withdrawal
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/modules/event"
+	"svc/modules/ledger"
+	"svc/platform/btcpay"
+	"svc/platform/chain"
+	"svc/platform/fault"
+)
+
+// FeeRater gives the processor's live BTC fee-rate estimate in sat/vB
+// (*btcpay.Client).
+type FeeRater interface {
+	FeeRate(ctx context.Context, blockTarget int) (btcpay.Amount, error)
+}
+
+// Emitter writes outbound events inside a state change's transaction
+// (*event.Service).
+type Emitter interface {
+	Emit(ctx context.Context, tx bun.Tx, typ event.Type, data any) (event.Event, error)
+}
+
+// Completer stores a request's final response inside the transaction of
+// its effect (*idempotency.Record).
+type Completer interface {
+	CompleteTx(ctx context.Context, tx bun.IDB, status int, contentType string, body []byte) error
+}
+
+// Config is the withdrawal settings.
+type Config struct {
+	Network chain.Network
+	// FeeMode is deduct (the user pays the fee out of the gross) or absorb
+	// (the user receives the whole gross).
+	FeeMode ledger.FeeMode
+	// AssumedTxVBytes is the assumed size of a BTC payout: the fee estimate
+	// is the live fee rate times this.
+	AssumedTxVBytes int64
+	// FeeRateTTL is how long a fee rate read from the processor is reused.
+	FeeRateTTL time.Duration
+	// USDTPool are the processor's USDT deposit addresses, and HotWallet the
+	// TRON address USDT withdrawals are sent from: none of them is a
+	// destination.
+	USDTPool  []string
+	HotWallet string
+}
+
+// Service is the withdrawal module.
+type Service struct {
+	DB bun.IDB
+	// Fees is nil when no processor is configured: BTC withdrawals then
+	// answer 503 (no fee rate).
+	Fees   FeeRater
+	Events Emitter
+	Now    func() time.Time
+	Log    *slog.Logger
+	Config Config
+
+	rates rateCache
+}
+
+func (s *Service) assets() *asset.Store { return &asset.Store{DB: s.DB, Now: s.Now} }
+
+func (s *Service) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
+
+// Withdrawal is one row of withdrawals.
+type Withdrawal struct {
+	bun.BaseModel `bun:"table:withdrawals"`
+
+	ID                 uuid.UUID  `bun:"id,pk,type:uuid"`
+	ExternalUserID     string     `bun:"external_user_id"`
+	Asset              string     `bun:"asset"`
+	Status             Status     `bun:"status"`
+	Destination        string     `bun:"destination"`
+	AmountGross        int64      `bun:"amount_gross"`
+	FeeMode            string     `bun:"fee_mode"`
+	FeeEstimate        int64      `bun:"fee_estimate"`
+	Fee                *int64     `bun:"fee"`
+	AmountNet          *int64     `bun:"amount_net"`
+	ApprovalMode       *string    `bun:"approval_mode"`
+	ApprovalReason     *string    `bun:"approval_reason"`
+	VolumeMinute       time.Time  `bun:"volume_minute"`
+	PaymentHash        *string    `bun:"payment_hash"`
+	InvoiceExpiresAt   *time.Time `bun:"invoice_expires_at"`
+	Txid               *string    `bun:"txid"`
+	FailureReason      *string    `bun:"failure_reason"`
+	BackendRef         *string    `bun:"backend_ref"`
+	ApprovedBy         *string    `bun:"approved_by"`
+	RejectedBy         *string    `bun:"rejected_by"`
+	ReleasedBy         *string    `bun:"released_by"`
+	ReleaseAttestation *string    `bun:"release_attestation"`
+	IdempotencyKey     *string    `bun:"idempotency_key"`
+	CreatedAt          time.Time  `bun:"created_at"`
+	UpdatedAt          time.Time  `bun:"updated_at"`
+}
+
+// Approval is one row of withdrawal_approvals.
+type Approval struct {
+	bun.BaseModel `bun:"table:withdrawal_approvals"`
+
+	WithdrawalID uuid.UUID `bun:"withdrawal_id,pk,type:uuid"`
+	Actor        string    `bun:"actor,pk"`
+	ActorLabel   string    `bun:"actor_label"`
+	Note         *string   `bun:"note"`
+	CreatedAt    time.Time `bun:"created_at"`
+}
+
+// Approval modes.
+const (
+	ModeAuto   = "auto"
+	ModeManual = "manual"
+)
+
+// Errors. Their messages are what clients see.
+var (
+	ErrNotFound = fault.New(fault.NotFound, "withdrawal not found")
+	// ErrFeeUnavailable: the processor could not give a BTC fee rate; nothing
+	// was reserved.
+	ErrFeeUnavailable = fault.New(fault.Unavailable,
+		"the payment processor could not give a fee-rate estimate; nothing was reserved: retry with the same Idempotency-Key")
+	// ErrIllegalTransition: the action is not allowed from the withdrawal's
+	// current status.
+	ErrIllegalTransition = fault.New(fault.Conflict, "illegal transition from the withdrawal's current status")
+	// ErrSameOperator: four-eyes approval needs a second, different operator.
+	ErrSameOperator = fault.New(fault.Conflict, "this operator already approved the withdrawal; four-eyes approval needs a different operator")
+	// ErrKeyReused: an Idempotency-Key that created a withdrawal with other
+	// parameters (possible only after the key's record was pruned).
+	ErrKeyReused = fault.New(fault.Invalid, "this Idempotency-Key created a withdrawal with other parameters")
+	// ErrTakenOver: the request's Idempotency-Key was taken over by a newer
+	// attempt, which completes the operation.
+	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
+)

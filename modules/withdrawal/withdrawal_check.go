@@ -1,0 +1,78 @@
+package withdrawal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/ledger"
+)
+
+// CheckHolds compares the ledger's holds with the withdrawals that own
+// them: every user's user_hold balance equals the gross of their
+// withdrawals whose money is still held, and every withdrawal's ledger
+// entries fit its status (a hold always; a release exactly when refunded; a
+// settlement exactly when confirmed). It is a ledger.WithdrawalCheck.
+func CheckHolds(ctx context.Context, idb bun.IDB) ([]string, error) {
+	var out []string
+	var sums []struct {
+		User  string `bun:"u"`
+		Asset string `bun:"a"`
+		Open  int64  `bun:"open"`
+		Held  int64  `bun:"held"`
+	}
+	err := idb.NewRaw(`
+WITH open AS (SELECT external_user_id AS u, asset AS a, sum(amount_gross) AS g
+                FROM withdrawals WHERE status NOT IN ('confirmed', 'refunded', 'rejected') GROUP BY 1, 2),
+     held AS (SELECT owner AS u, asset AS a, balance AS b FROM ledger_accounts WHERE kind = 'user_hold' AND balance <> 0)
+SELECT coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS open, coalesce(h.b, 0) AS held
+  FROM open o FULL JOIN held h ON h.u = o.u AND h.a = o.a
+ WHERE coalesce(o.g, 0) <> coalesce(h.b, 0)
+ ORDER BY 1, 2`).Scan(ctx, &sums)
+	if err != nil {
+		return nil, fmt.Errorf("withdrawal: check holds: %w", err)
+	}
+	for _, s := range sums {
+		out = append(out, fmt.Sprintf("%s user_hold of %q is %d units, but its open withdrawals hold %d", s.Asset, s.User, s.Held, s.Open))
+	}
+	var rows []struct {
+		ID       string `bun:"id"`
+		Status   Status `bun:"status"`
+		Holds    int    `bun:"holds"`
+		Releases int    `bun:"releases"`
+		Settles  int    `bun:"settles"`
+		Right    bool   `bun:"right_amount"`
+	}
+	err = idb.NewRaw(`
+SELECT w.id::text AS id, w.status,
+       count(*) FILTER (WHERE e.kind = 'withdrawal_hold') AS holds,
+       count(*) FILTER (WHERE e.kind = 'withdrawal_release') AS releases,
+       count(*) FILTER (WHERE e.kind = 'payout_settle') AS settles,
+       coalesce(bool_or(e.kind = 'withdrawal_hold' AND EXISTS (
+           SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+            WHERE p.entry_id = e.id AND a.kind = 'user_hold' AND a.owner = w.external_user_id
+              AND a.asset = w.asset AND p.amount = w.amount_gross)), false) AS right_amount
+  FROM withdrawals w
+  LEFT JOIN ledger_entries e ON e.source_ref = w.id::text
+       AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_settle')
+ GROUP BY w.id, w.status
+HAVING count(*) FILTER (WHERE e.kind = 'withdrawal_hold') <> 1
+    OR (count(*) FILTER (WHERE e.kind = 'withdrawal_release') = 1) <> (w.status IN ('refunded', 'rejected'))
+    OR (count(*) FILTER (WHERE e.kind = 'payout_settle') = 1) <> (w.status = 'confirmed')
+    OR NOT coalesce(bool_or(e.kind = 'withdrawal_hold' AND EXISTS (
+           SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
+            WHERE p.entry_id = e.id AND a.kind = 'user_hold' AND a.owner = w.external_user_id
+              AND a.asset = w.asset AND p.amount = w.amount_gross)), false)
+ ORDER BY 1`).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("withdrawal: check withdrawal entries: %w", err)
+	}
+	for _, r := range rows {
+		out = append(out, fmt.Sprintf("withdrawal %s (%s): %d hold entries (amount right: %v), %d releases, %d settlements",
+			r.ID, r.Status, r.Holds, r.Right, r.Releases, r.Settles))
+	}
+	return out, nil
+}
+
+var _ ledger.WithdrawalCheck = CheckHolds

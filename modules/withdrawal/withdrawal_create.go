@@ -1,0 +1,237 @@
+package withdrawal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/modules/event"
+	"svc/modules/ledger"
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/idempotency"
+)
+
+// DustLimit is the SPEC's BTC dust limit: a net at or below it is refused.
+const DustLimit = 546
+
+// CreateParams describe a withdrawal request.
+type CreateParams struct {
+	ExternalUserID string
+	Asset          string
+	Amount         int64 // gross, smallest units, > 0
+	Destination    string
+	// IdempotencyKey is the request's key; empty for callers without one.
+	IdempotencyKey string
+}
+
+// Create checks a withdrawal request, then places the hold, evaluates the
+// gates and writes the withdrawal in one transaction (see the package doc).
+// It returns the 201 body, already stored as the key's response when rec is
+// given.
+func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
+	if p.IdempotencyKey != "" {
+		if w, ok, err := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); err != nil {
+			return CreatedView{}, nil, err
+		} else if ok {
+			return s.replay(ctx, w, p)
+		}
+	}
+	a, err := s.assets().Get(ctx, p.Asset)
+	if err != nil {
+		return CreatedView{}, nil, err // asset.ErrUnknown: 404
+	}
+	if !a.Enabled {
+		return CreatedView{}, nil, fmt.Errorf("%s: %w", a.Code, asset.ErrDisabled)
+	}
+	if p.Amount < a.WithdrawalMin {
+		return CreatedView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("amount %s %s is below the minimum withdrawal of %s %s",
+			a.Format(p.Amount), a.Code, a.Format(a.WithdrawalMin), a.Code))
+	}
+	now := s.now()
+	dest, err := s.destination(ctx, a, p.Destination, now)
+	if err != nil {
+		return CreatedView{}, nil, err
+	}
+	est, err := s.estimate(ctx, a, p.Amount)
+	switch {
+	case errors.Is(err, errFeeAboveAmount):
+		return CreatedView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("the fee of %s %s is not less than the amount %s %s: nothing would be sent",
+			a.Format(est.Fee), a.Code, a.Format(p.Amount), a.Code))
+	case err != nil:
+		return CreatedView{}, nil, err
+	}
+	if a.Code == asset.BTC && est.Net <= DustLimit {
+		return CreatedView{}, nil, fault.New(fault.Invalid, fmt.Sprintf(
+			"the net amount of %d sat (amount %d sat minus the estimated fee of %d sat) is at or below the dust limit of %d sat",
+			est.Net, p.Amount, est.Fee, DustLimit))
+	}
+	if dest.Invoice != nil {
+		if err := dest.Invoice.CheckAmount(est.Net); err != nil {
+			return CreatedView{}, nil, refused(err)
+		}
+	}
+
+	id, err := uuid.NewV7()
+	if err != nil {
+		return CreatedView{}, nil, fmt.Errorf("new withdrawal id: %w", err)
+	}
+	intent := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, Asset: a.Code, Destination: dest.Canonical,
+		AmountGross: p.Amount, FeeMode: string(s.Config.FeeMode), FeeEstimate: est.Fee,
+		VolumeMinute: now.Truncate(time.Minute), CreatedAt: now, UpdatedAt: now}
+	if p.IdempotencyKey != "" {
+		intent.IdempotencyKey = &p.IdempotencyKey
+	}
+	if dest.Invoice != nil {
+		intent.PaymentHash, intent.InvoiceExpiresAt = &dest.Invoice.PaymentHash, &dest.Invoice.ExpiresAt
+	}
+	// Gate (b) first, in a short transaction of its own: the asset's
+	// rolling volume including this withdrawal. It is given back below if
+	// the withdrawal does not commit.
+	total, err := windowReserve(ctx, s.DB, a.Code, p.Amount, now)
+	if err != nil {
+		return CreatedView{}, nil, err
+	}
+	var (
+		view CreatedView
+		body []byte
+	)
+	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		w := intent // the function may run again: start from the intent each time
+		if _, err := ledger.PlaceHold(ctx, tx, w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
+			if errors.Is(err, ledger.ErrInsufficientFunds) {
+				return fault.Wrap(fault.InsufficientFunds, fmt.Sprintf(
+					"insufficient available %s balance for a withdrawal of %s %s (money held by other withdrawals does not count)",
+					a.Code, a.Format(w.AmountGross), a.Code), err)
+			}
+			return err
+		}
+		var reasons []string
+		if a.Code == asset.USDTTRC20 {
+			reasons = append(reasons, reasonUSDT())
+		}
+		if w.AmountGross > a.WithdrawalAutoLimit {
+			reasons = append(reasons, reasonAutoLimit(a, w.AmountGross))
+		}
+		if total > a.WithdrawalDailyCap {
+			reasons = append(reasons, reasonDailyCap(a, total))
+		}
+		if a.WithdrawalUserDailyCap != nil {
+			// After the hold, which locks the user's available balance
+			// until commit: the same user's requests are serialized here.
+			sum, err := userTotal(ctx, tx, w.ExternalUserID, w.Asset, now)
+			if err != nil {
+				return err
+			}
+			if sum+w.AmountGross > *a.WithdrawalUserDailyCap {
+				reasons = append(reasons, reasonUserCap(a, sum+w.AmountGross))
+			}
+		}
+		s.decide(&w, reasons)
+		if err := insertNew(ctx, tx, w); err != nil {
+			return err
+		}
+		if w.Status == StatusPendingApproval {
+			if err := s.emitPending(ctx, tx, w, a); err != nil {
+				return err
+			}
+		}
+		view = renderCreated(w, a.Decimals)
+		var err error
+		if body, err = json.Marshal(view); err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		return rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body)
+	})
+	if err != nil {
+		s.giveBack(ctx, intent)
+	}
+	switch {
+	case errors.Is(err, idempotency.ErrLost):
+		return CreatedView{}, nil, ErrTakenOver
+	case p.IdempotencyKey != "" && db.IsUniqueViolation(err, "withdrawals_idempotency_key_key"):
+		// A taken-over attempt with the same key committed meanwhile.
+		if w, ok, rerr := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); rerr == nil && ok {
+			return s.replay(ctx, w, p)
+		}
+	}
+	if err != nil {
+		return CreatedView{}, nil, err
+	}
+	if view.Status == StatusPendingApproval {
+		s.log().Info("withdrawal: waiting for an operator", "withdrawal_id", view.WithdrawalID, "asset", view.Asset,
+			"reason", *view.ApprovalReason)
+	}
+	return view, body, nil
+}
+
+// giveBack returns the volume reserved for w, whose transaction failed,
+// once it is certain that the withdrawal does not exist: a commit whose
+// answer was lost may still have succeeded, and then the reservation is
+// its. When that cannot be told, the reservation stays (the cap errs on
+// the side of the operator) and the volume counts it until it leaves the
+// window.
+func (s *Service) giveBack(ctx context.Context, w Withdrawal) {
+	ctx = context.WithoutCancel(ctx)
+	exists, err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Where("id = ?", w.ID).Exists(ctx)
+	if err == nil && !exists {
+		err = windowSub(ctx, s.DB, w.Asset, w.VolumeMinute, w.AmountGross)
+	}
+	if err != nil {
+		s.log().Warn("withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
+			"withdrawal_id", w.ID, "asset", w.Asset, "error", err)
+	}
+}
+
+// decide sets the status from the gates that fired.
+func (s *Service) decide(w *Withdrawal, reasons []string) {
+	if len(reasons) == 0 {
+		w.Status, w.ApprovalMode, w.ApprovalReason = StatusApproved, ptr(ModeAuto), nil
+		return
+	}
+	r := strings.Join(reasons, "; ")
+	w.Status, w.ApprovalMode, w.ApprovalReason = StatusPendingApproval, nil, &r
+}
+
+func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a asset.Asset) error {
+	if s.Events == nil {
+		return nil
+	}
+	_, err := s.Events.Emit(ctx, tx, event.WithdrawalPendingApproval, event.WithdrawalPendingApprovalData{
+		WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset, Status: string(w.Status),
+		AmountGross: a.Format(w.AmountGross), ApprovalReason: *w.ApprovalReason,
+	})
+	if err != nil {
+		return fmt.Errorf("withdrawal %s: emit %s: %w", w.ID, event.WithdrawalPendingApproval, err)
+	}
+	return nil
+}
+
+// replay answers a retry whose key already created a withdrawal (the
+// idempotency record was pruned, or a takeover raced): the same
+// withdrawal as it is now.
+func (s *Service) replay(ctx context.Context, w Withdrawal, p CreateParams) (CreatedView, []byte, error) {
+	if w.ExternalUserID != p.ExternalUserID || w.Asset != p.Asset || w.AmountGross != p.Amount {
+		return CreatedView{}, nil, ErrKeyReused
+	}
+	dec, err := decimals(ctx, s.DB)
+	if err != nil {
+		return CreatedView{}, nil, err
+	}
+	v := renderCreated(w, dec[w.Asset])
+	body, err := json.Marshal(v)
+	return v, body, err
+}
+
+func ptr[T any](v T) *T { return &v }

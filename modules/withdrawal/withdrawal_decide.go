@@ -1,0 +1,246 @@
+package withdrawal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/modules/audit"
+	"svc/modules/ledger"
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/idempotency"
+	"svc/platform/money"
+)
+
+// Attestation length limits (SPEC Limits).
+const (
+	MinAttestation = 10
+	MaxAttestation = 2000
+	// MaxNote bounds an approve note and a reject reason.
+	MaxNote = 2000
+)
+
+// DecideParams name an operator decision.
+type DecideParams struct {
+	WithdrawalID uuid.UUID
+	Actor        audit.Actor
+	// Note is approve's optional note, Reason reject's optional reason and
+	// Attestation release's required statement.
+	Note, Reason *string
+	Attestation  string
+}
+
+// Approve records the actor's approval of a withdrawal pending approval.
+// It moves the withdrawal to approved, unless the asset's four-eyes
+// threshold needs another operator's approval first (ApprovalsNeeded > 0,
+// status unchanged). For USDT_TRC20 the fee and net are fixed here, and the
+// answer carries the exact amount the operator sends and the wallet to
+// send it from.
+func (s *Service) Approve(ctx context.Context, p DecideParams, rec Completer) (ApprovedView, []byte, error) {
+	if err := checkNote(p.Note, "note"); err != nil {
+		return ApprovedView{}, nil, err
+	}
+	var out ApprovedView
+	body, err := s.decideTx(ctx, p, audit.WithdrawalApprove, map[string]any{"note": p.Note}, rec,
+		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
+			if _, err := Next(w.Status, Approve); err != nil {
+				return nil, err
+			}
+			var prior []Approval
+			if err := tx.NewSelect().Model(&prior).Where("withdrawal_id = ?", w.ID).OrderExpr("created_at, actor").Scan(ctx); err != nil {
+				return nil, fmt.Errorf("read approvals of withdrawal %s: %w", w.ID, err)
+			}
+			for _, ap := range prior {
+				if ap.Actor == p.Actor.ID {
+					return nil, ErrSameOperator
+				}
+			}
+			now := s.now()
+			if _, err := tx.NewInsert().Model(&Approval{WithdrawalID: w.ID, Actor: p.Actor.ID, ActorLabel: p.Actor.Label,
+				Note: p.Note, CreatedAt: now}).Exec(ctx); err != nil {
+				return nil, fmt.Errorf("record approval of withdrawal %s: %w", w.ID, err)
+			}
+			needed := requiredApprovals(a, *w) - len(prior) - 1
+			if needed > 0 {
+				out = ApprovedView{AdminView: renderAdmin(*w, a.Decimals), ApprovalsNeeded: needed}
+				return out, nil
+			}
+			by := make([]string, 0, len(prior)+1)
+			for _, ap := range prior {
+				by = append(by, audit.Actor{ID: ap.Actor, Label: ap.ActorLabel}.String())
+			}
+			set := map[string]any{"approval_mode": ModeManual, "approved_by": strings.Join(append(by, p.Actor.String()), ", ")}
+			if a.Code == asset.USDTTRC20 {
+				// Sent by the operator now: this is the USDT submission, so the
+				// fee quoted at creation (the flat fee then) is fixed here.
+				est, err := netOf(ledger.FeeMode(w.FeeMode), w.AmountGross, w.FeeEstimate)
+				if err != nil {
+					return nil, fmt.Errorf("withdrawal %s: fee %d is not below the gross %d", w.ID, w.FeeEstimate, w.AmountGross)
+				}
+				set["fee"], set["amount_net"] = est.Fee, est.Net
+			}
+			if err := s.transit(ctx, tx, w, Approve, set); err != nil {
+				return nil, err
+			}
+			cur, err := getWithdrawal(ctx, tx, w.ID, false)
+			if err != nil {
+				return nil, err
+			}
+			out = ApprovedView{AdminView: renderAdmin(cur, a.Decimals)}
+			if a.Code == asset.USDTTRC20 {
+				out.AmountToSend = ptr(money.Format(*cur.AmountNet, a.Decimals))
+				if s.Config.HotWallet != "" {
+					out.SendFrom = ptr(s.Config.HotWallet)
+				}
+			}
+			return out, nil
+		})
+	if err != nil {
+		return ApprovedView{}, nil, err
+	}
+	return out, body, nil
+}
+
+// requiredApprovals is 2 above the asset's four-eyes threshold, else 1.
+// The threshold in force at approval counts, so lowering it also covers
+// withdrawals already waiting.
+func requiredApprovals(a asset.Asset, w Withdrawal) int {
+	if a.WithdrawalFourEyesThreshold != nil && w.AmountGross > *a.WithdrawalFourEyesThreshold {
+		return 2
+	}
+	return 1
+}
+
+// Reject rejects a withdrawal pending approval and returns its hold in the
+// same transaction: the withdrawal reads refunded, with rejected_by and the
+// reason as failure_reason.
+func (s *Service) Reject(ctx context.Context, p DecideParams, rec Completer) (AdminView, []byte, error) {
+	if err := checkNote(p.Reason, "reason"); err != nil {
+		return AdminView{}, nil, err
+	}
+	reason := "rejected by an operator"
+	if p.Reason != nil && strings.TrimSpace(*p.Reason) != "" {
+		reason = "rejected by an operator: " + strings.TrimSpace(*p.Reason)
+	}
+	var out AdminView
+	body, err := s.decideTx(ctx, p, audit.WithdrawalReject, map[string]any{"reason": p.Reason}, rec,
+		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
+			cur, err := s.returnHold(ctx, tx, w, Reject, "withdrawal rejected",
+				map[string]any{"rejected_by": p.Actor.String(), "failure_reason": reason, "approval_mode": ModeManual})
+			if err != nil {
+				return nil, err
+			}
+			out = renderAdmin(cur, a.Decimals)
+			return out, nil
+		})
+	if err != nil {
+		return AdminView{}, nil, err
+	}
+	return out, body, nil
+}
+
+// Release returns the hold of a withdrawal whose payout may exist, on the
+// operator's attestation that it did not and will not complete; the
+// attestation is stored on the withdrawal, which reads refunded.
+func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (AdminView, []byte, error) {
+	if n := utf8.RuneCountInString(p.Attestation); n < MinAttestation || n > MaxAttestation {
+		// The HTTP handler reports this as a field error before getting here.
+		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("attestation must have %d to %d characters", MinAttestation, MaxAttestation))
+	}
+	var out AdminView
+	body, err := s.decideTx(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, rec,
+		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
+			cur, err := s.returnHold(ctx, tx, w, Release, "withdrawal hold released by an operator",
+				map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation})
+			if err != nil {
+				return nil, err
+			}
+			out = renderAdmin(cur, a.Decimals)
+			return out, nil
+		})
+	if err != nil {
+		return AdminView{}, nil, err
+	}
+	return out, body, nil
+}
+
+// returnHold moves w to refunded by t, returning its hold to available and
+// taking it out of the asset's 24-hour volume.
+func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigger, memo string, set map[string]any) (Withdrawal, error) {
+	if _, err := Next(w.Status, t); err != nil {
+		return Withdrawal{}, err
+	}
+	if _, err := ledger.ReleaseHold(ctx, tx, w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), memo); err != nil {
+		if errors.Is(err, ledger.ErrHoldSettled) {
+			return Withdrawal{}, fault.Wrap(fault.Conflict, "the payout is confirmed and the money has left: its hold cannot be released", ErrIllegalTransition)
+		}
+		return Withdrawal{}, err
+	}
+	if err := windowSub(ctx, tx, w.Asset, w.VolumeMinute, w.AmountGross); err != nil {
+		return Withdrawal{}, err
+	}
+	if err := s.transit(ctx, tx, w, t, set); err != nil {
+		return Withdrawal{}, err
+	}
+	return getWithdrawal(ctx, tx, w.ID, false)
+}
+
+// decideTx runs one operator decision: it locks the withdrawal, runs fn,
+// records the audit row and completes the idempotency key with fn's answer
+// (200), all in one transaction.
+func (s *Service) decideTx(ctx context.Context, p DecideParams, action string, params map[string]any, rec Completer,
+	fn func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error)) ([]byte, error) {
+	if !p.Actor.Valid() {
+		return nil, fault.New(fault.Unauthenticated, "the operator is not known")
+	}
+	var body []byte
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		w, err := lockWithdrawal(ctx, tx, p.WithdrawalID)
+		if err != nil {
+			return err
+		}
+		a, err := (&asset.Store{DB: tx}).Get(ctx, w.Asset)
+		if err != nil {
+			return err
+		}
+		answer, err := fn(ctx, tx, &w, a)
+		if err != nil {
+			return err
+		}
+		params["withdrawal_id"] = w.ID.String()
+		if _, err := audit.Record(ctx, tx, s.now(), p.Actor, action, w.ID.String(), params); err != nil {
+			return err
+		}
+		if body, err = json.Marshal(answer); err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		return rec.CompleteTx(ctx, tx, http.StatusOK, "application/json", body)
+	})
+	if errors.Is(err, idempotency.ErrLost) {
+		return nil, ErrTakenOver
+	}
+	if err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+func checkNote(v *string, field string) error {
+	if v != nil && utf8.RuneCountInString(*v) > MaxNote {
+		return fault.Validation(fault.FieldError{Loc: []any{"body", field}, Type: "string_too_long",
+			Msg: fmt.Sprintf("String should have at most %d characters", MaxNote), Ctx: map[string]any{"max_length": MaxNote}})
+	}
+	return nil
+}

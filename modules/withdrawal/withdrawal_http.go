@@ -1,0 +1,272 @@
+package withdrawal
+
+import (
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+
+	"svc/modules/apikey"
+	"svc/platform/fault"
+	"svc/platform/httpapi"
+	"svc/platform/idempotency"
+	"svc/platform/money"
+)
+
+// Length limits of the SPEC.
+const (
+	MaxExternalUserID = 255
+	MaxAsset          = 32
+	MaxDestination    = 2048
+)
+
+// Routes registers the platform routes on the /v1 router (readwrite) and
+// the operator routes on the /v1/admin router; idem is the Idempotency-Key
+// middleware of the mutating routes.
+//
+//	POST /withdrawals                               201 Withdrawal (+ approval_reason)
+//	GET  /withdrawals/{withdrawal_id}               Withdrawal
+//	GET  /users/{external_user_id}/withdrawals      {withdrawals, next_cursor}, newest first
+//	GET  /admin/withdrawals?status=&limit=&cursor=  {withdrawals, next_cursor}, oldest first
+//	POST /admin/withdrawals/{id}/approve            approved withdrawal (+ amount_to_send)
+//	POST /admin/withdrawals/{id}/reject             admin withdrawal, refunded
+//	POST /admin/withdrawals/{id}/release            admin withdrawal, refunded
+func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
+	platform.Post("/withdrawals", idem, s.handleCreate)
+	platform.Get("/withdrawals/:withdrawal_id", s.handleGet)
+	platform.Get("/users/:external_user_id/withdrawals", s.handleList)
+	admin.Get("/withdrawals", s.handleAdminList)
+	admin.Post("/withdrawals/:id/approve", idem, s.handleApprove)
+	admin.Post("/withdrawals/:id/reject", idem, s.handleReject)
+	admin.Post("/withdrawals/:id/release", idem, s.handleRelease)
+}
+
+type createRequest struct {
+	ExternalUserID *string `json:"external_user_id"`
+	Asset          *string `json:"asset"`
+	Amount         *string `json:"amount"`
+	Destination    *string `json:"destination_address"`
+}
+
+func (s *Service) handleCreate(c *fiber.Ctx) error {
+	var req createRequest
+	if err := httpapi.DecodeBody(c, &req); err != nil {
+		return err
+	}
+	var f httpapi.Fields
+	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") {
+		f.Length(*req.ExternalUserID, 1, MaxExternalUserID, "body", "external_user_id")
+	}
+	if f.Required(req.Asset != nil, "body", "asset") {
+		f.Length(*req.Asset, 1, MaxAsset, "body", "asset")
+	}
+	var p CreateParams
+	if f.Required(req.Amount != nil, "body", "amount") {
+		n, err := money.ParseUnits(*req.Amount, true)
+		if err != nil {
+			f.Add([]any{"body", "amount"}, "value_error", "amount "+err.Error(), *req.Amount)
+		}
+		p.Amount = n
+	}
+	if f.Required(req.Destination != nil, "body", "destination_address") {
+		f.Length(*req.Destination, 1, MaxDestination, "body", "destination_address")
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	p.ExternalUserID, p.Asset, p.Destination = *req.ExternalUserID, *req.Asset, *req.Destination
+	var rec Completer
+	if r := idempotency.FromCtx(c); r != nil {
+		rec, p.IdempotencyKey = r, r.Key
+	}
+	_, body, err := s.Create(c.UserContext(), p, rec)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(fiber.StatusCreated).Send(body)
+}
+
+// idParam reads a path's withdrawal id; anything that is not one is an
+// unknown withdrawal (404).
+func idParam(c *fiber.Ctx, name string) (uuid.UUID, error) {
+	id, err := uuid.Parse(httpapi.Param(c, name))
+	if err != nil {
+		return uuid.Nil, ErrNotFound
+	}
+	return id, nil
+}
+
+func (s *Service) handleGet(c *fiber.Ctx) error {
+	id, err := idParam(c, "withdrawal_id")
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	w, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	vs, err := s.Views(ctx, []Withdrawal{w})
+	if err != nil {
+		return err
+	}
+	return c.JSON(vs[0])
+}
+
+// ListView is the API's withdrawal list.
+type ListView struct {
+	Withdrawals []View  `json:"withdrawals"`
+	NextCursor  *string `json:"next_cursor"`
+}
+
+// AdminListView is the API's admin withdrawal list.
+type AdminListView struct {
+	Withdrawals []AdminView `json:"withdrawals"`
+	NextCursor  *string     `json:"next_cursor"`
+}
+
+// cursorParam reads an optional withdrawal-id cursor.
+func cursorParam(c *fiber.Ctx) (*uuid.UUID, error) {
+	raw := c.Query("cursor")
+	if raw == "" && !c.Context().QueryArgs().Has("cursor") {
+		return nil, nil
+	}
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		return nil, ErrBadCursor
+	}
+	return &id, nil
+}
+
+func nextString(next *uuid.UUID) *string {
+	if next == nil {
+		return nil
+	}
+	s := next.String()
+	return &s
+}
+
+func (s *Service) handleList(c *fiber.Ctx) error {
+	user := httpapi.Param(c, "external_user_id")
+	var f httpapi.Fields
+	f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
+	limit, lerr := httpapi.QueryInt(c, "limit", DefaultListLimit, 1, MaxListLimit)
+	cursor, cerr := cursorParam(c)
+	if err := fault.MergeValidation(f.Err(), lerr, cerr); err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	ws, next, err := s.List(ctx, ListParams{ExternalUserID: user, Cursor: cursor, Limit: limit})
+	if err != nil {
+		return err
+	}
+	vs, err := s.Views(ctx, ws)
+	if err != nil {
+		return err
+	}
+	return c.JSON(ListView{Withdrawals: vs, NextCursor: nextString(next)})
+}
+
+func (s *Service) handleAdminList(c *fiber.Ctx) error {
+	statuses := make([]string, 0, len(Statuses()))
+	for _, st := range Statuses() {
+		statuses = append(statuses, string(st))
+	}
+	status, serr := httpapi.QueryEnum(c, "status", statuses...)
+	limit, lerr := httpapi.QueryInt(c, "limit", DefaultAdminLimit, 1, MaxAdminLimit)
+	cursor, cerr := cursorParam(c)
+	if err := fault.MergeValidation(serr, lerr, cerr); err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	ws, next, err := s.AdminList(ctx, AdminListParams{Status: Status(status), Cursor: cursor, Limit: limit})
+	if err != nil {
+		return err
+	}
+	vs, err := s.AdminViews(ctx, ws)
+	if err != nil {
+		return err
+	}
+	return c.JSON(AdminListView{Withdrawals: vs, NextCursor: nextString(next)})
+}
+
+type decideRequest struct {
+	Note        *string `json:"note"`
+	Reason      *string `json:"reason"`
+	Attestation *string `json:"attestation"`
+}
+
+// decideParams reads an operator decision's path and body. The body may be
+// empty for approve and reject ({} is implied).
+func decideParams(c *fiber.Ctx, bodyRequired bool) (DecideParams, decideRequest, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return DecideParams{}, decideRequest{}, err
+	}
+	var req decideRequest
+	if bodyRequired || len(c.BodyRaw()) > 0 {
+		if err := httpapi.DecodeBody(c, &req); err != nil {
+			return DecideParams{}, decideRequest{}, err
+		}
+	}
+	key, ok := apikey.FromCtx(c)
+	if !ok {
+		return DecideParams{}, decideRequest{}, apikey.ErrMissing
+	}
+	return DecideParams{WithdrawalID: id, Actor: apikey.ActorOf(key), Note: req.Note, Reason: req.Reason}, req, nil
+}
+
+func completer(c *fiber.Ctx) Completer {
+	if r := idempotency.FromCtx(c); r != nil {
+		return r
+	}
+	return nil
+}
+
+func sendJSON(c *fiber.Ctx, body []byte) error {
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(fiber.StatusOK).Send(body)
+}
+
+func (s *Service) handleApprove(c *fiber.Ctx) error {
+	p, _, err := decideParams(c, false)
+	if err != nil {
+		return err
+	}
+	_, body, err := s.Approve(c.UserContext(), p, completer(c))
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, body)
+}
+
+func (s *Service) handleReject(c *fiber.Ctx) error {
+	p, _, err := decideParams(c, false)
+	if err != nil {
+		return err
+	}
+	_, body, err := s.Reject(c.UserContext(), p, completer(c))
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, body)
+}
+
+func (s *Service) handleRelease(c *fiber.Ctx) error {
+	p, req, err := decideParams(c, true)
+	if err != nil {
+		return err
+	}
+	var f httpapi.Fields
+	if f.Required(req.Attestation != nil, "body", "attestation") {
+		f.Length(*req.Attestation, MinAttestation, MaxAttestation, "body", "attestation")
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	p.Attestation = *req.Attestation
+	_, body, err := s.Release(c.UserContext(), p, completer(c))
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, body)
+}

@@ -1,0 +1,137 @@
+package withdrawal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"svc/platform/fault"
+)
+
+// Status is a withdrawal's state (SPEC "States and transitions").
+type Status string
+
+// The withdrawal states.
+const (
+	StatusRequested       Status = "requested"        // transient: never stored by this service
+	StatusPendingApproval Status = "pending_approval" // waiting for an operator; held
+	StatusApproved        Status = "approved"         // cleared, waiting for the submitter; held
+	StatusRejected        Status = "rejected"         // not used: a rejection reads refunded
+	StatusSubmitting      Status = "submitting"       // being handed to the processor; held
+	StatusSubmitted       Status = "submitted"        // the processor accepted the payout; held
+	StatusBroadcast       Status = "broadcast"        // on chain, txid set; held
+	StatusConfirmed       Status = "confirmed"        // done, debited (terminal)
+	StatusFailed          Status = "failed"           // will not proceed; still held until released
+	StatusRefunded        Status = "refunded"         // hold returned (terminal)
+)
+
+// Statuses lists every state.
+func Statuses() []Status {
+	return []Status{StatusRequested, StatusPendingApproval, StatusApproved, StatusRejected, StatusSubmitting,
+		StatusSubmitted, StatusBroadcast, StatusConfirmed, StatusFailed, StatusRefunded}
+}
+
+// Valid reports one of the states.
+func (s Status) Valid() bool {
+	for _, x := range Statuses() {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Held reports a state in which the gross is still held.
+func (s Status) Held() bool {
+	switch s {
+	case StatusRefunded, StatusConfirmed, StatusRejected:
+		return false
+	}
+	return true
+}
+
+// Trigger is what moves a withdrawal.
+type Trigger string
+
+// The triggers of the transition table that this module fires.
+const (
+	Approve Trigger = "approve"
+	Reject  Trigger = "reject"
+	Release Trigger = "release"
+)
+
+// Transition is one row of the table.
+type Transition struct {
+	From    []Status
+	Trigger Trigger
+	To      Status
+}
+
+// transitions is the part of the SPEC's withdrawal table that operators
+// drive. Creation (new -> pending_approval or approved) is not a
+// transition of a stored row. Reject goes straight to refunded because
+// the hold is returned in the same transaction. Release is refused from
+// pending_approval (reject it instead), from submitting (the processor
+// call is in progress: its outcome decides) and from the terminal states.
+var transitions = []Transition{
+	{From: []Status{StatusPendingApproval}, Trigger: Approve, To: StatusApproved},
+	{From: []Status{StatusPendingApproval}, Trigger: Reject, To: StatusRefunded},
+	{From: []Status{StatusApproved, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
+}
+
+// Transitions returns a copy of the table (for documentation and tests).
+func Transitions() []Transition { return append([]Transition(nil), transitions...) }
+
+// Next returns the row that trigger t fires from status from, or an error
+// matching ErrIllegalTransition that says why.
+func Next(from Status, t Trigger) (Transition, error) {
+	for _, tr := range transitions {
+		if tr.Trigger != t {
+			continue
+		}
+		for _, f := range tr.From {
+			if f == from {
+				return tr, nil
+			}
+		}
+	}
+	why := ""
+	switch {
+	case t == Release && from == StatusPendingApproval:
+		why = ": no payout can exist yet; reject it instead"
+	case t == Release && from == StatusSubmitting:
+		why = ": the payout is being handed to the processor; wait until it is submitted or failed"
+	case from == StatusConfirmed:
+		why = ": the payout is confirmed and the money has left"
+	case from == StatusRefunded:
+		why = ": the hold was already returned"
+	case t == Approve || t == Reject:
+		why = ": only a withdrawal pending approval can be " + map[Trigger]string{Approve: "approved", Reject: "rejected"}[t]
+	}
+	return Transition{}, fault.Wrap(fault.Conflict, fmt.Sprintf("cannot %s a withdrawal that is %s%s", t, from, why), ErrIllegalTransition)
+}
+
+// transit moves w (locked by the caller's transaction) along the table,
+// setting the columns of set as well. The update is guarded on the status
+// the caller read.
+func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigger, set map[string]any) error {
+	tr, err := Next(w.Status, t)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	q := tx.NewUpdate().Model((*Withdrawal)(nil)).Set("status = ?, updated_at = ?", tr.To, now).
+		Where("id = ? AND status = ?", w.ID, w.Status)
+	for col, v := range set {
+		q = q.Set("? = ?", bun.Ident(col), v)
+	}
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("withdrawal %s: %s -> %s: %w", w.ID, w.Status, tr.To, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, w.Status), ErrIllegalTransition)
+	}
+	return nil
+}

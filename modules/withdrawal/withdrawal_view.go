@@ -1,0 +1,129 @@
+package withdrawal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/platform/money"
+	"svc/platform/timefmt"
+)
+
+// View is the API's Withdrawal (platform view).
+type View struct {
+	WithdrawalID       string  `json:"withdrawal_id"`
+	ExternalUserID     string  `json:"external_user_id"`
+	Asset              string  `json:"asset"`
+	Status             Status  `json:"status"`
+	DestinationAddress string  `json:"destination_address"`
+	AmountGross        string  `json:"amount_gross"`
+	Fee                *string `json:"fee"`
+	AmountNet          *string `json:"amount_net"`
+	ApprovalMode       *string `json:"approval_mode"`
+	Txid               *string `json:"txid"`
+	FailureReason      *string `json:"failure_reason"`
+	CreatedAt          string  `json:"created_at"`
+	UpdatedAt          string  `json:"updated_at"`
+}
+
+// CreatedView is the 201 body of creation: approval_reason is present only
+// when a gate sent the withdrawal to an operator.
+type CreatedView struct {
+	View
+	ApprovalReason *string `json:"approval_reason,omitempty"`
+}
+
+// AdminView is the API's admin Withdrawal.
+type AdminView struct {
+	View
+	ApprovedBy         *string `json:"approved_by"`
+	RejectedBy         *string `json:"rejected_by"`
+	ReleasedBy         *string `json:"released_by"`
+	ReleaseAttestation *string `json:"release_attestation"`
+	BackendRef         *string `json:"backend_ref"`
+	// ApprovalReason is beyond the SPEC's admin view: why it waited for an
+	// operator.
+	ApprovalReason *string `json:"approval_reason"`
+}
+
+// ApprovedView answers approve.
+type ApprovedView struct {
+	AdminView
+	// AmountToSend is, for USDT_TRC20, the exact net the operator sends
+	// off-service; null for other assets, which the service pays itself.
+	AmountToSend *string `json:"amount_to_send"`
+	// SendFrom is, for USDT_TRC20, the hot wallet to send from.
+	SendFrom *string `json:"send_from"`
+	// ApprovalsNeeded is how many more operators must approve (four-eyes);
+	// 0 once approved.
+	ApprovalsNeeded int `json:"approvals_needed"`
+}
+
+func fmtPtr(v *int64, decimals int) *string {
+	if v == nil {
+		return nil
+	}
+	s := money.Format(*v, decimals)
+	return &s
+}
+
+func render(w Withdrawal, decimals int) View {
+	return View{
+		WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset, Status: w.Status,
+		DestinationAddress: w.Destination, AmountGross: money.Format(w.AmountGross, decimals),
+		Fee: fmtPtr(w.Fee, decimals), AmountNet: fmtPtr(w.AmountNet, decimals), ApprovalMode: w.ApprovalMode,
+		Txid: w.Txid, FailureReason: w.FailureReason,
+		CreatedAt: timefmt.Format(w.CreatedAt), UpdatedAt: timefmt.Format(w.UpdatedAt),
+	}
+}
+
+func renderAdmin(w Withdrawal, decimals int) AdminView {
+	return AdminView{View: render(w, decimals), ApprovedBy: w.ApprovedBy, RejectedBy: w.RejectedBy,
+		ReleasedBy: w.ReleasedBy, ReleaseAttestation: w.ReleaseAttestation, BackendRef: w.BackendRef,
+		ApprovalReason: w.ApprovalReason}
+}
+
+func renderCreated(w Withdrawal, decimals int) CreatedView {
+	return CreatedView{View: render(w, decimals), ApprovalReason: w.ApprovalReason}
+}
+
+// decimals returns every asset's decimals by code.
+func decimals(ctx context.Context, idb bun.IDB) (map[string]int, error) {
+	all, err := (&asset.Store{DB: idb}).All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read assets: %w", err)
+	}
+	out := make(map[string]int, len(all))
+	for _, a := range all {
+		out[a.Code] = a.Decimals
+	}
+	return out, nil
+}
+
+// Views renders withdrawals (platform view).
+func (s *Service) Views(ctx context.Context, ws []Withdrawal) ([]View, error) {
+	dec, err := decimals(ctx, s.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]View, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, render(w, dec[w.Asset]))
+	}
+	return out, nil
+}
+
+// AdminViews renders withdrawals (admin view).
+func (s *Service) AdminViews(ctx context.Context, ws []Withdrawal) ([]AdminView, error) {
+	dec, err := decimals(ctx, s.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AdminView, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, renderAdmin(w, dec[w.Asset]))
+	}
+	return out, nil
+}
