@@ -97,6 +97,21 @@ func Hash(method, path string, body []byte) []byte {
 // caller now owns, a Stored response to replay, or an error (ErrMismatch,
 // ErrInFlight, or a database failure).
 func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte) (*Record, *Stored, error) {
+	// The common case, a new key, is one statement (idempotency_claim in
+	// migration 0008); a key seen before takes the transaction below.
+	if q, err := db.SQLOf(s.DB); err == nil {
+		if _, inTx := s.DB.(bun.Tx); !inTx {
+			tok := uuid.New()
+			var claimed bool
+			if err := q.QueryRowContext(ctx, "SELECT idempotency_claim($1, $2, $3, $4, $5, $6)",
+				key, method, path, hash, tok, s.Now().UTC()).Scan(&claimed); err != nil {
+				return nil, nil, fmt.Errorf("claim idempotency key: %w", err)
+			}
+			if claimed {
+				return &Record{Key: key, token: tok, store: s}, nil, nil
+			}
+		}
+	}
 	var (
 		rec    *Record
 		stored *Stored
