@@ -102,3 +102,30 @@ END {
   o = rate["onerow/deposit_spread", 32]; sh = rate["sharded16/deposit_spread", 32]
   if (d > 0 && o > 0 && sh > 0) printf "  system balances at 32 writers: derived %.0f, sharded(16) %.0f, one row %.0f entries/s\n", d, sh, o
 }' "$out/go"
+
+# 4. Withdrawal creation as a ratio of pgbench at the same client count, and
+# its target (50% of TPC-B at 32 clients).
+awk '
+/^BenchmarkCreateWithdrawal\// {
+  name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkCreateWithdrawal\//, "", name)
+  ops = 0; ref = 0; p99 = 0
+  for (i = 2; i <= NF; i++) {
+    if ($i == "ops/s") ops = $(i - 1)
+    if ($i == "tpcb_tps") ref = $(i - 1)
+    if ($i == "p99_ms") p99 = $(i - 1)
+  }
+  rows[++n] = name; rate[name] = ops; base[name] = ref; lat[name] = p99
+}
+END {
+  if (n == 0) exit
+  print ""
+  print "Withdrawal creation per second as a ratio of pgbench TPC-B (same server, same clients, run right before each case):"
+  printf "  %-28s %10s %10s %12s %7s\n", "case", "ops/s", "p99 ms", "pgbench tps", "ratio"
+  for (i = 1; i <= n; i++) {
+    k = rows[i]
+    r = (base[k] > 0) ? sprintf("%6.0f%%", 100 * rate[k] / base[k]) : "     -"
+    printf "  %-28s %10.0f %10.1f %12.0f %7s\n", k, rate[k], lat[k], base[k], r
+  }
+  c = rate["create/clients=32"]; t = base["create/clients=32"]
+  if (c > 0 && t > 0) printf "  withdrawal creation, 32 clients: %.0f%% of TPC-B (target 50%%): %s\n", 100 * c / t, (c >= 0.5 * t ? "met" : "NOT met")
+}' "$out/go"

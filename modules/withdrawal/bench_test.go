@@ -1,0 +1,175 @@
+package withdrawal_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/asset"
+	"svc/modules/ledger"
+	"svc/modules/withdrawal"
+	"svc/platform/chain"
+	"svc/platform/config"
+	"svc/platform/dbtest"
+	"svc/platform/idempotency"
+)
+
+const benchUsers = 2_000
+
+// BenchmarkCreateWithdrawal measures withdrawal creation per second and
+// its latency percentiles with 1 and 32 concurrent clients. Each operation
+// is what POST /v1/withdrawals does after the HTTP layer: the
+// Idempotency-Key claimed (its own transaction), the destination checked
+// (including the lookup of the service's own deposit addresses), the fee
+// estimated (the processor's fee rate, cached), and one transaction with
+// the hold, the gates (the asset's rolling 24-hour volume, locked per
+// asset), the row and the key's stored response. Every withdrawal is BTC,
+// from one of 2,000 funded users, and auto-approved: the busiest path, and
+// the one serialized per asset by the daily cap. With scripts/bench.sh,
+// pgbench TPC-B runs with as many clients right before each case.
+//
+// "hold_only" is the floor for comparison: each operation is only the
+// ledger's PlaceHold in a transaction of its own, the one write every
+// withdrawal creation must make.
+func BenchmarkCreateWithdrawal(b *testing.B) {
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("create/clients=%d", clients), func(b *testing.B) { benchCreate(b, clients, false) })
+	}
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("hold_only/clients=%d", clients), func(b *testing.B) { benchCreate(b, clients, true) })
+	}
+}
+
+func benchCreate(b *testing.B, clients int, holdOnly bool) {
+	ctx := context.Background()
+	e := setup(b, func(c *config.Config) {
+		c.Database.MaxConns = clients + 8
+		c.LogLevel = "error"
+	})
+	e.limits(b, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
+	fundMany(b, e, benchUsers, 1<<40)
+	dests := make([]string, 64)
+	for i := range dests {
+		dests[i] = p2wpkh(b, chain.Regtest, fmt.Sprint("bench-dest-", i))
+	}
+	dur := 10 * time.Second
+	if s := os.Getenv("LEDGER_BENCH_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(b, err, "LEDGER_BENCH_DURATION")
+		dur = d
+	}
+	_, err := e.App.DB.Bun.ExecContext(ctx, "VACUUM ANALYZE")
+	require.NoError(b, err)
+	tpcb := dbtest.PgbenchTPS(b, clients, dur)
+
+	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}
+	var (
+		seq     atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		lat     []time.Duration
+		errOnce sync.Once
+		firstEr error
+	)
+	b.ResetTimer()
+	start := time.Now()
+	deadline := start.Add(dur)
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, 4096)
+			for time.Now().Before(deadline) {
+				i := seq.Add(1)
+				p := withdrawal.CreateParams{ExternalUserID: fmt.Sprint("bench-", (int(i)*7919+w)%benchUsers), Asset: asset.BTC,
+					Amount: 20_000 + i%1000, Destination: dests[i%int64(len(dests))], IdempotencyKey: fmt.Sprint("bench-", i)}
+				t0 := time.Now()
+				var err error
+				if holdOnly {
+					_, err = ledger.PlaceHold(ctx, e.App.DB.Bun, asset.BTC, p.ExternalUserID, p.Amount, p.IdempotencyKey, "bench")
+				} else {
+					var rec *idempotency.Record
+					rec, _, err = idem.Begin(ctx, p.IdempotencyKey, http.MethodPost, "/v1/withdrawals", idempotency.Hash(http.MethodPost, "/v1/withdrawals", []byte(p.IdempotencyKey)))
+					if err == nil {
+						_, _, err = e.Svc.Create(ctx, p, rec)
+					}
+				}
+				if err != nil {
+					errOnce.Do(func() { firstEr = err })
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	require.NoError(b, firstEr)
+	require.NotEmpty(b, lat)
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	rate := float64(len(lat)) / elapsed.Seconds()
+	b.ReportMetric(rate, "ops/s")
+	b.ReportMetric(pct(0.50), "p50_ms")
+	b.ReportMetric(pct(0.99), "p99_ms")
+	if tpcb > 0 {
+		b.ReportMetric(tpcb, "tpcb_tps")
+		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")
+	}
+	if holdOnly {
+		// Holds without withdrawals: release them so that the money check
+		// every scenario ends with still holds.
+		releaseBenchHolds(b, e)
+	}
+}
+
+// releaseBenchHolds returns every hold the hold_only case placed.
+func releaseBenchHolds(b *testing.B, e *env) {
+	ctx := context.Background()
+	var holds []struct {
+		Ref   string `bun:"source_ref"`
+		Owner string `bun:"owner"`
+		Amt   int64  `bun:"amount"`
+	}
+	require.NoError(b, e.App.DB.Bun.NewRaw(`SELECT e.source_ref, a.owner, p.amount FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.kind = 'withdrawal_hold' AND a.kind = 'user_hold' AND e.source_ref LIKE 'bench-%'`).Scan(ctx, &holds))
+	for _, h := range holds {
+		_, err := ledger.ReleaseHold(ctx, e.App.DB.Bun, asset.BTC, h.Owner, h.Amt, h.Ref, "bench")
+		require.NoError(b, err)
+	}
+}
+
+// fundMany credits units to bench-0 ... bench-(users-1), 16 at a time.
+func fundMany(b *testing.B, e *env, users int, units int64) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				e.fundQuiet(b, fmt.Sprint("bench-", i), asset.BTC, units)
+			}
+		}()
+	}
+	for i := range users {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
