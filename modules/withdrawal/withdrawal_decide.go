@@ -131,21 +131,8 @@ func (s *Service) Reject(ctx context.Context, p DecideParams, rec Completer) (Ad
 	if p.Reason != nil && strings.TrimSpace(*p.Reason) != "" {
 		reason = "rejected by an operator: " + strings.TrimSpace(*p.Reason)
 	}
-	var out AdminView
-	body, err := s.decideTx(ctx, p, audit.WithdrawalReject, map[string]any{"reason": p.Reason}, rec,
-		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
-			cur, err := s.returnHold(ctx, tx, w, Reject, "withdrawal rejected",
-				map[string]any{"rejected_by": p.Actor.String(), "failure_reason": reason, "approval_mode": ModeManual})
-			if err != nil {
-				return nil, err
-			}
-			out = renderAdmin(cur, a.Decimals)
-			return out, nil
-		})
-	if err != nil {
-		return AdminView{}, nil, err
-	}
-	return out, body, nil
+	return s.refund(ctx, p, audit.WithdrawalReject, map[string]any{"reason": p.Reason}, Reject, "withdrawal rejected",
+		map[string]any{"rejected_by": p.Actor.String(), "failure_reason": reason, "approval_mode": ModeManual}, rec)
 }
 
 // Release returns the hold of a withdrawal whose payout may exist, on the
@@ -156,11 +143,18 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 		// The HTTP handler reports this as a field error before getting here.
 		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("attestation must have %d to %d characters", MinAttestation, MaxAttestation))
 	}
+	return s.refund(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, Release,
+		"withdrawal hold released by an operator", map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation}, rec)
+}
+
+// refund is a decision that returns the hold (reject, release): the
+// withdrawal becomes refunded with the columns of set.
+func (s *Service) refund(ctx context.Context, p DecideParams, action string, params map[string]any, t Trigger, memo string,
+	set map[string]any, rec Completer) (AdminView, []byte, error) {
 	var out AdminView
-	body, err := s.decideTx(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, rec,
+	body, err := s.decideTx(ctx, p, action, params, rec,
 		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
-			cur, err := s.returnHold(ctx, tx, w, Release, "withdrawal hold released by an operator",
-				map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation})
+			cur, err := s.returnHold(ctx, tx, w, t, memo, set)
 			if err != nil {
 				return nil, err
 			}
