@@ -204,3 +204,32 @@ func TestFeeRateIsCached(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "estimated fee of 705 sat")
 }
+
+// TestCreateAfterTheKeyWasPruned: once the Idempotency-Key's record is
+// gone (IDEMPOTENCY_RETENTION), a retry with the key still cannot make a
+// second withdrawal: it answers the first as it is now, even when the
+// balance would no longer cover it; other parameters with the key are 422.
+func TestCreateAfterTheKeyWasPruned(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pat", asset.BTC, 50_000)
+	body := createBody{ExternalUserID: "pat", Asset: asset.BTC, Amount: "40000", Destination: p2wpkh(t, chain.Regtest, "pat")}
+	first := e.Do(apptestReq(body, "pat-key"))
+	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
+	var v withdrawal.View
+	first.JSON(t, &v)
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'pat-key'")
+	require.NoError(t, err)
+	again := e.Do(apptestReq(body, "pat-key"))
+	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
+	var w withdrawal.View
+	again.JSON(t, &w)
+	require.Equal(t, v.WithdrawalID, w.WithdrawalID)
+	require.Equal(t, "0.00040000", e.balance(t, "pat", asset.BTC).Held, "one hold")
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'pat-key'")
+	require.NoError(t, err)
+	body.Amount = "5000"
+	other := e.Do(apptestReq(body, "pat-key"))
+	require.Equal(t, http.StatusUnprocessableEntity, other.Status, string(other.Body))
+	require.Contains(t, detail(t, other), "other parameters")
+}

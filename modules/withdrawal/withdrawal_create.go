@@ -37,14 +37,24 @@ type CreateParams struct {
 // gates and writes the withdrawal in one transaction (see the package doc).
 // It returns the 201 body, already stored as the key's response when rec is
 // given.
+//
+// A request whose Idempotency-Key already created a withdrawal (its record
+// was pruned, or a taken-over attempt committed first) cannot create a
+// second one: the key is unique on the row, so the transaction fails. Any
+// failure with a key therefore looks the key up and, when it finds the
+// withdrawal, answers it as it is now. The lookup runs only on failures, so
+// the common path does not pay for it.
 func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
-	if p.IdempotencyKey != "" {
-		if w, ok, err := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); err != nil {
-			return CreatedView{}, nil, err
-		} else if ok {
+	v, body, err := s.create(ctx, p, rec)
+	if err != nil && p.IdempotencyKey != "" && !errors.Is(err, ErrTakenOver) {
+		if w, ok, lerr := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); lerr == nil && ok {
 			return s.replay(ctx, w, p)
 		}
 	}
+	return v, body, err
+}
+
+func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
 	a, err := s.assets().Get(ctx, p.Asset)
 	if err != nil {
 		return CreatedView{}, nil, err // asset.ErrUnknown: 404
@@ -157,14 +167,8 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if err != nil {
 		s.giveBack(ctx, intent)
 	}
-	switch {
-	case errors.Is(err, idempotency.ErrLost):
+	if errors.Is(err, idempotency.ErrLost) {
 		return CreatedView{}, nil, ErrTakenOver
-	case p.IdempotencyKey != "" && db.IsUniqueViolation(err, "withdrawals_idempotency_key_key"):
-		// A taken-over attempt with the same key committed meanwhile.
-		if w, ok, rerr := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); rerr == nil && ok {
-			return s.replay(ctx, w, p)
-		}
 	}
 	if err != nil {
 		return CreatedView{}, nil, err

@@ -40,8 +40,7 @@ func lockWithdrawal(ctx context.Context, tx bun.Tx, id uuid.UUID) (Withdrawal, e
 	return getWithdrawal(ctx, tx, id, true)
 }
 
-// withdrawalByKey finds the withdrawal an Idempotency-Key created. Every
-// creation asks first, almost always for nothing, so the lookup is one
+// withdrawalByKey finds the withdrawal an Idempotency-Key created: one
 // parameterized statement (see db.Querier) that reads the row only when
 // there is one.
 func withdrawalByKey(ctx context.Context, idb bun.IDB, key string) (Withdrawal, bool, error) {
