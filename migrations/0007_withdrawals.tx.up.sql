@@ -111,6 +111,11 @@ DECLARE
     v_expired bigint;
     v_total   bigint;
 BEGIN
+    -- The service refuses larger withdrawals before it gets here; this keeps
+    -- the sums far from overflowing whatever calls it.
+    IF p_gross NOT BETWEEN 1 AND 1000000000000000 THEN
+        RAISE EXCEPTION 'withdrawal_window_add: gross % out of range', p_gross USING ERRCODE = 'numeric_value_out_of_range';
+    END IF;
     -- The update locks the asset's window row until the transaction ends:
     -- from here on, requests of this asset are serialized.
     UPDATE withdrawal_windows SET total = total + p_gross WHERE asset = p_asset

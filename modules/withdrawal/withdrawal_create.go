@@ -23,6 +23,12 @@ import (
 // DustLimit is the SPEC's BTC dust limit: a net at or below it is refused.
 const DustLimit = 546
 
+// MaxAmount bounds a withdrawal's gross, in smallest units, whatever the
+// asset: 10^15 is ten million BTC or a billion USDT, above any balance,
+// and keeps the rolling 24-hour volume (a sum of grosses) far from
+// overflowing even if reservations were never given back.
+const MaxAmount = 1_000_000_000_000_000
+
 // CreateParams describe a withdrawal request.
 type CreateParams struct {
 	ExternalUserID string
@@ -55,6 +61,9 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Cr
 }
 
 func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
+	if p.Amount <= 0 || p.Amount > MaxAmount {
+		return CreatedView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("amount must be from 1 to %d smallest units", int64(MaxAmount)))
+	}
 	a, err := s.assets().Get(ctx, p.Asset)
 	if err != nil {
 		return CreatedView{}, nil, err // asset.ErrUnknown: 404
@@ -113,8 +122,12 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	var (
 		view CreatedView
 		body []byte
+		// finished is true when the last attempt's work succeeded, so that
+		// an error after it came from COMMIT, whose outcome is unknown.
+		finished bool
 	)
 	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		finished = false
 		w := intent // the function may run again: start from the intent each time
 		if _, err := ledger.PlaceHold(ctx, tx, w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
 			if errors.Is(err, ledger.ErrInsufficientFunds) {
@@ -159,13 +172,23 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 		if body, err = json.Marshal(view); err != nil {
 			return err
 		}
-		if rec == nil {
-			return nil
+		if rec != nil {
+			if err := rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body); err != nil {
+				return err
+			}
 		}
-		return rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body)
+		finished = true
+		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && !finished:
+		// Rolled back for certain: the reservation is given back.
 		s.giveBack(ctx, intent)
+	case err != nil:
+		// The commit's outcome is unknown: the withdrawal may exist, and
+		// then the reservation is its own. It stays (the cap errs on the
+		// operator's side) and counts until it leaves the window.
+		s.log().Warn("withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", intent.ID, "error", err)
 	}
 	if errors.Is(err, idempotency.ErrLost) {
 		return CreatedView{}, nil, ErrTakenOver
@@ -180,22 +203,19 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	return view, body, nil
 }
 
-// giveBack returns the volume reserved for w, whose transaction failed,
-// once it is certain that the withdrawal does not exist: a commit whose
-// answer was lost may still have succeeded, and then the reservation is
-// its. When that cannot be told, the reservation stays (the cap errs on
-// the side of the operator) and the volume counts it until it leaves the
-// window.
+// giveBack returns the volume reserved for w, whose transaction rolled
+// back. It tries twice; when it cannot, the reservation stays (the cap errs
+// on the operator's side) and counts until it leaves the window.
 func (s *Service) giveBack(ctx context.Context, w Withdrawal) {
 	ctx = context.WithoutCancel(ctx)
-	exists, err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Where("id = ?", w.ID).Exists(ctx)
-	if err == nil && !exists {
-		err = windowSub(ctx, s.DB, w.Asset, w.VolumeMinute, w.AmountGross)
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		if err = windowSub(ctx, s.DB, w.Asset, w.VolumeMinute, w.AmountGross); err == nil {
+			return
+		}
 	}
-	if err != nil {
-		s.log().Warn("withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
-			"withdrawal_id", w.ID, "asset", w.Asset, "error", err)
-	}
+	s.log().Warn("withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
+		"withdrawal_id", w.ID, "asset", w.Asset, "error", err)
 }
 
 // decide sets the status from the gates that fired.
@@ -226,7 +246,8 @@ func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a as
 // idempotency record was pruned, or a takeover raced): the same
 // withdrawal as it is now.
 func (s *Service) replay(ctx context.Context, w Withdrawal, p CreateParams) (CreatedView, []byte, error) {
-	if w.ExternalUserID != p.ExternalUserID || w.Asset != p.Asset || w.AmountGross != p.Amount {
+	if w.ExternalUserID != p.ExternalUserID || w.Asset != p.Asset || w.AmountGross != p.Amount ||
+		w.Destination != s.canonical(w.Asset, p.Destination) {
 		return CreatedView{}, nil, ErrKeyReused
 	}
 	dec, err := decimals(ctx, s.DB)

@@ -139,6 +139,9 @@ func (s *Service) Reject(ctx context.Context, p DecideParams, rec Completer) (Ad
 // operator's attestation that it did not and will not complete; the
 // attestation is stored on the withdrawal, which reads refunded.
 func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (AdminView, []byte, error) {
+	if !storable(p.Attestation) {
+		return AdminView{}, nil, fault.New(fault.Invalid, "attestation must be valid UTF-8 text without NUL characters")
+	}
 	if n := utf8.RuneCountInString(p.Attestation); n < MinAttestation || n > MaxAttestation {
 		// The HTTP handler reports this as a field error before getting here.
 		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("attestation must have %d to %d characters", MinAttestation, MaxAttestation))
@@ -232,9 +235,16 @@ func (s *Service) decideTx(ctx context.Context, p DecideParams, action string, p
 }
 
 func checkNote(v *string, field string) error {
+	if v != nil && !storable(*v) {
+		return fault.Validation(fault.FieldError{Loc: []any{"body", field}, Type: "string_type",
+			Msg: "Input should be valid UTF-8 text without NUL characters"})
+	}
 	if v != nil && utf8.RuneCountInString(*v) > MaxNote {
 		return fault.Validation(fault.FieldError{Loc: []any{"body", field}, Type: "string_too_long",
 			Msg: fmt.Sprintf("String should have at most %d characters", MaxNote), Ctx: map[string]any{"max_length": MaxNote}})
 	}
 	return nil
 }
+
+// storable reports text PostgreSQL can store: valid UTF-8 without NUL.
+func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }

@@ -85,6 +85,26 @@ func (s *Service) destination(ctx context.Context, a asset.Asset, raw string, no
 	return d, nil
 }
 
+// canonical is raw as a destination of asset code would be stored, or raw
+// itself when it does not parse (then it matches no stored destination).
+func (s *Service) canonical(code, raw string) string {
+	switch code {
+	case asset.BTC:
+		if a, err := s.Config.Network.ParseBTCAddress(raw); err == nil {
+			return a.String()
+		}
+	case asset.BTCLN:
+		if inv, err := s.Config.Network.DecodeBOLT11(raw); err == nil {
+			return inv.String()
+		}
+	case asset.USDTTRC20:
+		if a, err := chain.ParseTronAddress(raw); err == nil {
+			return a.String()
+		}
+	}
+	return raw
+}
+
 func uniq(vs ...string) []string {
 	out := vs[:0:0]
 	for _, v := range vs {

@@ -62,7 +62,13 @@ func userTotal(ctx context.Context, idb bun.IDB, user, code string, now time.Tim
 // other's commits. idb must not be a transaction. The caller gives the
 // reservation back with windowSub when its withdrawal does not commit.
 func windowReserve(ctx context.Context, idb bun.IDB, code string, gross int64, now time.Time) (int64, error) {
-	q, err := db.SQLOf(idb)
+	// Only the pool: in a caller's transaction the reservation's
+	// asynchronous commit would cover the caller's writes too.
+	pool, ok := idb.(*bun.DB)
+	if !ok {
+		return 0, fmt.Errorf("withdrawal: the volume reservation needs its own transaction, not a %T", idb)
+	}
+	q, err := db.SQLOf(pool)
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,8 @@
 package withdrawal
 
 import (
+	"fmt"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 
@@ -52,21 +54,24 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		return err
 	}
 	var f httpapi.Fields
-	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") {
+	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") && f.Storable(*req.ExternalUserID, "body", "external_user_id") {
 		f.Length(*req.ExternalUserID, 1, MaxExternalUserID, "body", "external_user_id")
 	}
-	if f.Required(req.Asset != nil, "body", "asset") {
+	if f.Required(req.Asset != nil, "body", "asset") && f.Storable(*req.Asset, "body", "asset") {
 		f.Length(*req.Asset, 1, MaxAsset, "body", "asset")
 	}
 	var p CreateParams
 	if f.Required(req.Amount != nil, "body", "amount") {
 		n, err := money.ParseUnits(*req.Amount, true)
-		if err != nil {
+		switch {
+		case err != nil:
 			f.Add([]any{"body", "amount"}, "value_error", "amount "+err.Error(), *req.Amount)
+		case n > MaxAmount:
+			f.Add([]any{"body", "amount"}, "less_than_equal", fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), *req.Amount)
 		}
 		p.Amount = n
 	}
-	if f.Required(req.Destination != nil, "body", "destination_address") {
+	if f.Required(req.Destination != nil, "body", "destination_address") && f.Storable(*req.Destination, "body", "destination_address") {
 		f.Length(*req.Destination, 1, MaxDestination, "body", "destination_address")
 	}
 	if err := f.Err(); err != nil {
@@ -148,7 +153,9 @@ func nextString(next *uuid.UUID) *string {
 func (s *Service) handleList(c *fiber.Ctx) error {
 	user := httpapi.Param(c, "external_user_id")
 	var f httpapi.Fields
-	f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
+	if f.Storable(user, "path", "external_user_id") {
+		f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
+	}
 	limit, lerr := httpapi.QueryInt(c, "limit", DefaultListLimit, 1, MaxListLimit)
 	cursor, cerr := cursorParam(c)
 	if err := fault.MergeValidation(f.Err(), lerr, cerr); err != nil {
@@ -207,6 +214,18 @@ func decideParams(c *fiber.Ctx, bodyRequired bool) (DecideParams, decideRequest,
 		if err := httpapi.DecodeBody(c, &req); err != nil {
 			return DecideParams{}, decideRequest{}, err
 		}
+	}
+	var f httpapi.Fields
+	for _, v := range []struct {
+		name string
+		s    *string
+	}{{"note", req.Note}, {"reason", req.Reason}, {"attestation", req.Attestation}} {
+		if v.s != nil {
+			f.Storable(*v.s, "body", v.name)
+		}
+	}
+	if err := f.Err(); err != nil {
+		return DecideParams{}, decideRequest{}, err
 	}
 	key, ok := apikey.FromCtx(c)
 	if !ok {

@@ -99,8 +99,10 @@ func Hash(method, path string, body []byte) []byte {
 func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte) (*Record, *Stored, error) {
 	// The common case, a new key, is one statement (idempotency_claim in
 	// migration 0008); a key seen before takes the transaction below.
-	if q, err := db.SQLOf(s.DB); err == nil {
-		if _, inTx := s.DB.(bun.Tx); !inTx {
+	// Only on the pool: in a caller's transaction the claim's asynchronous
+	// commit would cover the caller's writes too.
+	if pool, ok := s.DB.(*bun.DB); ok {
+		if q, err := db.SQLOf(pool); err == nil {
 			tok := uuid.New()
 			var claimed bool
 			if err := q.QueryRowContext(ctx, "SELECT idempotency_claim($1, $2, $3, $4, $5, $6)",
