@@ -60,6 +60,8 @@ CREATE INDEX withdrawals_user ON withdrawals (external_user_id, created_at DESC,
 -- The admin list, oldest first, whole or by status.
 CREATE INDEX withdrawals_created ON withdrawals (created_at, id);
 CREATE INDEX withdrawals_status ON withdrawals (status, created_at, id);
+-- A transaction pays one withdrawal: a txid reported twice is refused.
+CREATE UNIQUE INDEX withdrawals_txid ON withdrawals (asset, txid) WHERE txid IS NOT NULL;
 
 -- One row per operator approval. Four-eyes approval needs two rows by two
 -- different operators; (withdrawal_id, actor) makes the same operator

@@ -12,7 +12,7 @@ if [ -z "${BTCPAY_URL:-}" ]; then
   # The simulator also plays the platform's webhook receiver, unless a real
   # PLATFORM_WEBHOOK_URL is given.
   [ -z "${PLATFORM_WEBHOOK_URL:-}" ] && sim_args+=(--platform-secret "${PLATFORM_WEBHOOK_SECRET:-local-platform-secret}")
-  # BTCPAY_URL, BTCPAY_API_KEY, BTCPAY_STORE_ID, TRONGRID_URL, USDT_POOL_ADDRESSES
+  # BTCPAY_URL, BTCPAY_API_KEY, BTCPAY_STORE_ID, TRONGRID_URL, TRON_HOT_WALLET, USDT_POOL_ADDRESSES
   eval "$(bin/svc simulator "${sim_args[@]}" --print-env)"
   bin/svc simulator "${sim_args[@]}" \
     --webhook-url "http://localhost:$PORT/webhooks/processor" \

@@ -15,7 +15,7 @@ import (
 // the operators' decisions, as the /v1/admin/withdrawals endpoints do. The
 // decisions need --as NAME: they are recorded as made by cli:NAME.
 func adminWithdrawalsCmd() *cobra.Command {
-	ws := &cobra.Command{Use: "withdrawals", Short: "Withdrawals: list, show, approve, reject, release"}
+	ws := &cobra.Command{Use: "withdrawals", Short: "Withdrawals: list, show, approve, reject, release, mark-broadcast"}
 
 	var (
 		status, cursor string
@@ -218,7 +218,25 @@ complete. The attestation is stored on the withdrawal, which reads refunded.`,
 	release.Flags().StringVar(&attestation, "attestation", "", "what you checked: no payout exists or can still complete (10 to 2000 characters)")
 	_ = release.MarkFlagRequired("attestation")
 
-	ws.AddCommand(list, show, approve, reject, release)
+	var txid string
+	markBroadcast := decide("mark-broadcast ID --as NAME --txid TXID", "Report the USDT_TRC20 transfer you sent for an approved withdrawal",
+		`After approving a USDT_TRC20 withdrawal and sending the printed amount from the hot wallet yourself,
+report the transaction. The service reads it from the TRON node and checks it against the withdrawal
+(the USDT contract, the hot wallet as sender, the destination, the net amount, a successful receipt,
+one Transfer event); any mismatch is refused and named. The withdrawal becomes broadcast, and
+confirmed once its block is solidified.`,
+		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
+			v, _, err := s.MarkBroadcast(cmd.Context(), p, txid, nil)
+			if err != nil {
+				return nil, "", err
+			}
+			return v, fmt.Sprintf("withdrawal %s is %s with transaction %s; it is confirmed once its block is solidified",
+				v.WithdrawalID, v.Status, dashIfNil(v.Txid)), nil
+		})
+	markBroadcast.Flags().StringVar(&txid, "txid", "", "the TRON transaction id of the transfer you sent")
+	_ = markBroadcast.MarkFlagRequired("txid")
+
+	ws.AddCommand(list, show, approve, reject, release, markBroadcast)
 	return ws
 }
 

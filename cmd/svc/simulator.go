@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/btcsuite/btcd/btcutil/base58"
 	"github.com/spf13/cobra"
 
 	"svc/platform/btcpay"
@@ -53,7 +55,11 @@ func newSimulatorCmd() *cobra.Command {
 				{"USDT_POOL_ADDRESSES", strings.Join(btcpaysim.DefaultTronPool(20), ",")},
 			}
 			if withTron {
-				env = append(env, [2]string{"TRONGRID_URL", base + tronPrefix})
+				// The hot wallet USDT withdrawals are sent from: a fixed
+				// address the simulator's node knows nothing special about;
+				// the operator's transfer is recorded with POST
+				// /tron/sim/transfers (docs/withdrawals.md).
+				env = append(env, [2]string{"TRONGRID_URL", base + tronPrefix}, [2]string{"TRON_HOT_WALLET", devHotWallet()})
 			}
 			if platformSecret != "" {
 				env = append(env, [2]string{"PLATFORM_WEBHOOK_URL", base + platformPrefix + "/webhooks"},
@@ -141,4 +147,11 @@ func mirrorOnTron(node *tronsim.Sim) func(btcpaysim.USDTTransfer) {
 		balances[to] += amount
 		node.SetUSDTBalance(to, balances[to])
 	}
+}
+
+// devHotWallet is the TRON hot wallet of a local run: a fixed, valid
+// address derived from a label, owned by nobody.
+func devHotWallet() string {
+	h := sha256.Sum256([]byte("svc simulator hot wallet"))
+	return base58.CheckEncode(h[:20], 0x41)
 }

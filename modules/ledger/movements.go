@@ -107,6 +107,38 @@ func RecordPayoutBroadcast(ctx context.Context, idb bun.IDB, asset string, amoun
 	return out, err
 }
 
+// ReverseBroadcast undoes the payout_broadcast of the withdrawal sourceRef
+// when an operator attested that its transfer did not happen (it was
+// released): what the broadcast moved from custody to in-flight goes back
+// (a correction entry whose source_ref is "broadcast-reversal:" and the
+// withdrawal's). It posts nothing, and reports false, when there was no
+// broadcast; a settled payout is ErrHoldSettled.
+func ReverseBroadcast(ctx context.Context, idb bun.IDB, asset, sourceRef, memo string) (Posted, bool, error) {
+	var (
+		out    Posted
+		posted bool
+	)
+	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
+		st, err := lockHold(ctx, tx, sourceRef)
+		if err != nil {
+			return err
+		}
+		if !st.broadcast || st.inFlight <= 0 {
+			return nil
+		}
+		if st.settled {
+			return fmt.Errorf("ledger: reverse broadcast %s: %w", sourceRef, ErrHoldSettled)
+		}
+		out, err = Correct(ctx, tx, asset, []Line{
+			{Account: System(Custody), Amount: -st.inFlight},
+			{Account: System(InFlight), Amount: st.inFlight},
+		}, "broadcast-reversal:"+sourceRef, memo)
+		posted = err == nil
+		return err
+	})
+	return out, posted, err
+}
+
 // FeeMode says who bears a payout's fee.
 type FeeMode string
 

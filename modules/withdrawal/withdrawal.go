@@ -114,8 +114,12 @@ type Service struct {
 	DB bun.IDB
 	// Fees is nil when no processor is configured: BTC withdrawals then
 	// answer 503 (no fee rate).
-	Fees   FeeRater
+	Fees FeeRater
+	// Tron reads USDT_TRC20 transfers for mark-broadcast and their
+	// confirmation; nil when no TRON node is configured.
+	Tron   TronNode
 	Events Emitter
+	Alerts Alerter
 	Now    func() time.Time
 	Log    *slog.Logger
 	Config Config

@@ -182,6 +182,11 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 		}
 		return Withdrawal{}, err
 	}
+	// A released broadcast: its transfer did not happen (the operator
+	// attests it), so what the broadcast put in flight is back in custody.
+	if _, _, err := ledger.ReverseBroadcast(ctx, tx, w.Asset, w.ID.String(), memo); err != nil {
+		return Withdrawal{}, err
+	}
 	if err := windowSub(ctx, tx, w.Asset, w.VolumeMinute, w.AmountGross); err != nil {
 		return Withdrawal{}, err
 	}

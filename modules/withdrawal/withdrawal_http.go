@@ -31,6 +31,7 @@ const (
 //	POST /admin/withdrawals/{id}/approve            approved withdrawal (+ amount_to_send)
 //	POST /admin/withdrawals/{id}/reject             admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/release            admin withdrawal, refunded
+//	POST /admin/withdrawals/{id}/mark-broadcast     admin withdrawal, broadcast (USDT_TRC20)
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	platform.Post("/withdrawals", idem, s.handleCreate)
 	platform.Get("/withdrawals/:withdrawal_id", s.handleGet)
@@ -39,6 +40,7 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	admin.Post("/withdrawals/:id/approve", idem, s.handleApprove)
 	admin.Post("/withdrawals/:id/reject", idem, s.handleReject)
 	admin.Post("/withdrawals/:id/release", idem, s.handleRelease)
+	admin.Post("/withdrawals/:id/mark-broadcast", idem, s.handleMarkBroadcast)
 }
 
 type createRequest struct {
@@ -200,6 +202,7 @@ type decideRequest struct {
 	Note        *string `json:"note"`
 	Reason      *string `json:"reason"`
 	Attestation *string `json:"attestation"`
+	Txid        *string `json:"txid"`
 }
 
 // decideParams reads an operator decision's path and body. The body may be
@@ -219,7 +222,7 @@ func decideParams(c *fiber.Ctx, bodyRequired bool) (DecideParams, decideRequest,
 	for _, v := range []struct {
 		name string
 		s    *string
-	}{{"note", req.Note}, {"reason", req.Reason}, {"attestation", req.Attestation}} {
+	}{{"note", req.Note}, {"reason", req.Reason}, {"attestation", req.Attestation}, {"txid", req.Txid}} {
 		if v.s != nil {
 			f.Storable(*v.s, "body", v.name)
 		}
@@ -284,6 +287,25 @@ func (s *Service) handleRelease(c *fiber.Ctx) error {
 	}
 	p.Attestation = *req.Attestation
 	_, body, err := s.Release(c.UserContext(), p, completer(c))
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, body)
+}
+
+func (s *Service) handleMarkBroadcast(c *fiber.Ctx) error {
+	p, req, err := decideParams(c, true)
+	if err != nil {
+		return err
+	}
+	var f httpapi.Fields
+	if f.Required(req.Txid != nil, "body", "txid") {
+		f.Length(*req.Txid, MinTxid, MaxTxid, "body", "txid")
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	_, body, err := s.MarkBroadcast(c.UserContext(), p, *req.Txid, completer(c))
 	if err != nil {
 		return err
 	}

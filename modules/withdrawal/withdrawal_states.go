@@ -59,6 +59,11 @@ const (
 	Approve Trigger = "approve"
 	Reject  Trigger = "reject"
 	Release Trigger = "release"
+	// MarkBroadcast: an operator reports the USDT_TRC20 transfer they sent,
+	// verified on chain.
+	MarkBroadcast Trigger = "mark-broadcast"
+	// Confirm: the payout is final (for USDT_TRC20, its block solidified).
+	Confirm Trigger = "confirm"
 )
 
 // Transition is one row of the table.
@@ -78,6 +83,8 @@ var transitions = []Transition{
 	{From: []Status{StatusPendingApproval}, Trigger: Approve, To: StatusApproved},
 	{From: []Status{StatusPendingApproval}, Trigger: Reject, To: StatusRefunded},
 	{From: []Status{StatusApproved, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
+	{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
+	{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
 }
 
 // Transitions returns a copy of the table (for documentation and tests).
@@ -108,6 +115,8 @@ func Next(from Status, t Trigger) (Transition, error) {
 		why = ": the hold was already returned"
 	case t == Approve || t == Reject:
 		why = ": only a withdrawal pending approval can be " + map[Trigger]string{Approve: "approved", Reject: "rejected"}[t]
+	case t == MarkBroadcast:
+		why = ": only an approved USDT_TRC20 withdrawal awaits an off-service send"
 	}
 	return Transition{}, fault.Wrap(fault.Conflict, fmt.Sprintf("cannot %s a withdrawal that is %s%s", t, from, why), ErrIllegalTransition)
 }

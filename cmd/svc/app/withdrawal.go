@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/riverqueue/river"
+
+	"svc/jobs"
 	"svc/modules/ledger"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
@@ -28,7 +31,7 @@ func (a *App) initWithdrawals(context.Context) error {
 		}
 	}
 	a.Withdrawals = &withdrawal.Service{
-		DB: a.DB.Bun, Events: a.Events, Now: a.Clock.Now, Log: a.Log,
+		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
 		Config: withdrawal.Config{
 			Network: n, FeeMode: ledger.FeeMode(c.Payouts.FeeMode), AssumedTxVBytes: int64(c.Payouts.AssumedTxVBytes),
 			FeeRateTTL: c.Payouts.FeeRateTTL, USDTPool: c.Deposits.USDTPool, HotWallet: c.Tron.HotWallet,
@@ -39,11 +42,23 @@ func (a *App) initWithdrawals(context.Context) error {
 	if a.BTCPay != nil {
 		a.Withdrawals.Fees = a.BTCPay
 	}
+	if a.Tron != nil {
+		a.Withdrawals.Tron = a.Tron
+	}
 	return nil
 }
 
 // routesWithdrawals registers the withdrawal endpoints (docs/withdrawals.md).
 func (a *App) routesWithdrawals(r Routers) { a.Withdrawals.Routes(r.Platform, r.Admin, r.Idem) }
 
-// jobsWithdrawals adds nothing yet: payout submission is the next step.
-func (a *App) jobsWithdrawals(*Jobs) error { return nil }
+// jobsWithdrawals adds the confirmation of USDT_TRC20 transfers reported
+// with mark-broadcast (when a TRON node is configured). Payout submission
+// through the processor is the next step.
+func (a *App) jobsWithdrawals(j *Jobs) error {
+	if a.Tron == nil {
+		return nil
+	}
+	river.AddWorker(j.Workers, &withdrawal.ConfirmUSDTWorker{Service: a.Withdrawals})
+	j.Periodic = append(j.Periodic, jobs.Periodic(withdrawal.USDTConfirmEvery, withdrawal.ConfirmUSDTArgs{}))
+	return nil
+}

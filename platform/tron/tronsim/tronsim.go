@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,6 +243,14 @@ func (s *Sim) SetTokenBalance(contract, addr chain.TronAddress, units int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tokens[[2]chain.TronAddress{contract, addr}] = units
+}
+
+// Forget drops a transaction, as a node does when the block that held it
+// is reorganised away and it is never re-included.
+func (s *Sim) Forget(txid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.txs, strings.ToLower(txid))
 }
 
 // SetMode changes how the node answers; Up brings it back.

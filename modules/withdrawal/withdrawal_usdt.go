@@ -1,0 +1,333 @@
+package withdrawal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/alert"
+	"svc/modules/asset"
+	"svc/modules/audit"
+	"svc/modules/event"
+	"svc/modules/ledger"
+	"svc/platform/chain"
+	"svc/platform/db"
+	"svc/platform/fault"
+	"svc/platform/tron"
+)
+
+// TronNode reads TRON transactions and blocks (*tron.Client).
+type TronNode interface {
+	Transaction(ctx context.Context, txid string) (*tron.Transaction, error)
+	SolidBlock(ctx context.Context) (tron.Block, error)
+	USDTContract() chain.TronAddress
+}
+
+// Alerter raises operator alerts (*alert.Service).
+type Alerter interface {
+	Raise(ctx context.Context, idb bun.IDB, p alert.Params) (alert.Alert, bool, error)
+}
+
+// Txid length limits (SPEC Limits).
+const (
+	MinTxid = 16
+	MaxTxid = 128
+)
+
+// USDTConfirmEvery is how often broadcast USDT_TRC20 withdrawals are
+// checked for a solidified block.
+const USDTConfirmEvery = time.Minute
+
+// Errors of mark-broadcast.
+var (
+	ErrNoTronNode  = fault.New(fault.Unavailable, "the TRON node is not configured (TRONGRID_URL): USDT_TRC20 transfers cannot be verified")
+	ErrNoHotWallet = fault.New(fault.Unavailable,
+		"TRON_HOT_WALLET is not configured: the sender of a USDT_TRC20 transfer cannot be verified")
+	ErrTronUnavailable = fault.New(fault.Unavailable,
+		"the TRON node is unreachable or its answer was unusable; retry with the same Idempotency-Key")
+)
+
+// mismatch is the 422 of a transfer that does not pay the withdrawal.
+func mismatch(field, format string, args ...any) error {
+	return fault.New(fault.Invalid, "mark-broadcast refused: "+field+": "+fmt.Sprintf(format, args...))
+}
+
+// MarkBroadcast records that the operator sent an approved USDT_TRC20
+// withdrawal off-service in transaction p.Txid. The transaction is read
+// from the TRON node (before any database transaction) and checked against
+// the withdrawal, never against anything else in the request: the
+// configured USDT contract, the sender (the hot wallet), a successful
+// receipt, and exactly one Transfer event of the net amount from the hot
+// wallet to the destination. Then, in one transaction with the row
+// locked: broadcast, the txid, the ledger's payout_broadcast (the net from
+// custody to in-flight), withdrawal.broadcast, the audit row and the key's
+// answer. The worker confirms it once its block is solidified
+// (ConfirmUSDT).
+func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string, rec Completer) (AdminView, []byte, error) {
+	txid = strings.TrimSpace(txid)
+	if n := utf8.RuneCountInString(txid); n < MinTxid || n > MaxTxid || !storable(txid) {
+		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("txid must have %d to %d characters", MinTxid, MaxTxid))
+	}
+	w, err := s.Get(ctx, p.WithdrawalID)
+	if err != nil {
+		return AdminView{}, nil, err
+	}
+	if w.Asset != asset.USDTTRC20 {
+		return AdminView{}, nil, fault.Wrap(fault.Conflict, fmt.Sprintf(
+			"withdrawal %s is %s, which the service pays itself: only USDT_TRC20 withdrawals are sent off-service", w.ID, w.Asset), ErrIllegalTransition)
+	}
+	if _, err := Next(w.Status, MarkBroadcast); err != nil {
+		return AdminView{}, nil, err
+	}
+	if s.Tron == nil {
+		return AdminView{}, nil, ErrNoTronNode
+	}
+	if s.Config.HotWallet == "" {
+		return AdminView{}, nil, ErrNoHotWallet
+	}
+	tx, err := s.Tron.Transaction(ctx, txid)
+	switch {
+	case errors.Is(err, tron.ErrNotFound):
+		return AdminView{}, nil, mismatch("txid", "transaction %s is not known to the TRON node; report it once it is broadcast", txid)
+	case errors.Is(err, tron.ErrRefused):
+		return AdminView{}, nil, mismatch("txid", "%q is not a TRON transaction id", txid)
+	case err != nil:
+		return AdminView{}, nil, fault.Wrap(fault.Unavailable, ErrTronUnavailable.Message, err)
+	}
+	if err := s.verifyTransfer(w, tx); err != nil {
+		return AdminView{}, nil, err
+	}
+	var out AdminView
+	body, err := s.decideTx(ctx, p, audit.WithdrawalMarkBroadcast, map[string]any{"txid": tx.ID}, rec,
+		func(ctx context.Context, tx2 bun.Tx, cur *Withdrawal, a asset.Asset) (any, error) {
+			if _, err := Next(cur.Status, MarkBroadcast); err != nil {
+				return nil, err
+			}
+			if cur.AmountNet == nil || *cur.AmountNet != *w.AmountNet || cur.Destination != w.Destination {
+				return nil, fault.New(fault.Conflict, "the withdrawal changed while its transfer was checked; retry")
+			}
+			var other uuid.UUID
+			err := tx2.NewSelect().Model((*Withdrawal)(nil)).Column("id").
+				Where("asset = ? AND txid = ?", cur.Asset, tx.ID).Scan(ctx, &other)
+			switch {
+			case err == nil:
+				return nil, mismatch("txid", "transaction %s was already reported for withdrawal %s", tx.ID, other)
+			case !db.IsNoRows(err):
+				return nil, err
+			}
+			if _, err := ledger.RecordPayoutBroadcast(ctx, tx2, cur.Asset, *cur.AmountNet, cur.ID.String(),
+				"USDT_TRC20 transfer "+tx.ID); err != nil {
+				return nil, err
+			}
+			if err := s.transit(ctx, tx2, cur, MarkBroadcast, map[string]any{"txid": tx.ID}); err != nil {
+				return nil, err
+			}
+			done, err := getWithdrawal(ctx, tx2, cur.ID, false)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.emitPayout(ctx, tx2, event.WithdrawalBroadcast, done, a); err != nil {
+				return nil, err
+			}
+			out = renderAdmin(done, a.Decimals)
+			return out, nil
+		})
+	if err != nil {
+		if db.IsUniqueViolation(err, "withdrawals_txid") {
+			return AdminView{}, nil, mismatch("txid", "transaction %s was already reported for another withdrawal", tx.ID)
+		}
+		return AdminView{}, nil, err
+	}
+	return out, body, nil
+}
+
+// verifyTransfer checks that tx pays w exactly; the refusal names the
+// field and both values.
+func (s *Service) verifyTransfer(w Withdrawal, tx *tron.Transaction) error {
+	usdt := s.Tron.USDTContract()
+	hot, err := chain.ParseTronAddress(s.Config.HotWallet)
+	if err != nil {
+		return fmt.Errorf("TRON_HOT_WALLET: %w", err)
+	}
+	dest, err := chain.ParseTronAddress(w.Destination)
+	if err != nil {
+		return fmt.Errorf("withdrawal %s destination: %w", w.ID, err)
+	}
+	if w.AmountNet == nil {
+		return fmt.Errorf("withdrawal %s is approved without a net amount", w.ID)
+	}
+	net := *w.AmountNet
+	switch {
+	case tx.Pending:
+		return mismatch("receipt", "transaction %s is not in a block yet; report it once it is", tx.ID)
+	case tx.ContractType != "TriggerSmartContract" || tx.Contract != usdt:
+		return mismatch("contract", "the transaction calls %s (%s), not the USDT contract %s", tx.Contract, tx.ContractType, usdt)
+	case tx.Owner != hot:
+		return mismatch("sender", "the transaction was signed by %s, not the hot wallet %s", tx.Owner, hot)
+	case !tx.Succeeded():
+		return mismatch("receipt", "the transaction did not succeed (result %q %s)", tx.Result, tx.ResMessage)
+	}
+	transfers := tx.TransfersOf(usdt)
+	if len(transfers) != 1 {
+		return mismatch("transfer", "the transaction emitted %d USDT Transfer events, not exactly one", len(transfers))
+	}
+	t := transfers[0]
+	switch {
+	case t.From != hot:
+		return mismatch("sender", "the Transfer is from %s, not the hot wallet %s", t.From, hot)
+	case t.To != dest:
+		return mismatch("recipient", "the Transfer is to %s, not the destination %s", t.To, dest)
+	case t.Amount != net:
+		return mismatch("amount", "the Transfer moved %s USDT_TRC20, not the net %s", fmtUnits(t.Amount), fmtUnits(net))
+	}
+	return nil
+}
+
+func fmtUnits(units int64) string { return asset.Asset{Decimals: 6}.Format(units) }
+
+// emitPayout writes withdrawal.broadcast or withdrawal.completed for w.
+func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w Withdrawal, a asset.Asset) error {
+	if s.Events == nil {
+		return nil
+	}
+	fee, net := a.Format(derefInt(w.Fee)), a.Format(derefInt(w.AmountNet))
+	var data any
+	switch typ {
+	case event.WithdrawalBroadcast:
+		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid)}
+	case event.WithdrawalCompleted:
+		data = event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid}
+	default:
+		return fmt.Errorf("withdrawal: no payout event %s", typ)
+	}
+	if _, err := s.Events.Emit(ctx, tx, typ, data); err != nil {
+		return fmt.Errorf("withdrawal %s: emit %s: %w", w.ID, typ, err)
+	}
+	return nil
+}
+
+func derefInt(v *int64) int64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+func derefStr(v *string) string {
+	if v == nil {
+		return ""
+	}
+	return *v
+}
+
+// ConfirmUSDT settles every broadcast USDT_TRC20 withdrawal whose transfer
+// is in a solidified block: confirmed, the hold spent (payout_settle: the
+// gross leaves the hold, the service fee becomes fee income, the net
+// leaves in-flight), withdrawal.completed. A transfer the node no longer
+// shows as successful raises one operator alert and stays broadcast: only
+// an operator, who can see the chain, decides (release with an
+// attestation). It returns how many it confirmed.
+func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
+	if s.Tron == nil {
+		return 0, nil
+	}
+	var open []Withdrawal
+	if err := s.DB.NewSelect().Model(&open).Where("status = ? AND asset = ?", StatusBroadcast, asset.USDTTRC20).
+		OrderExpr("created_at, id").Limit(500).Scan(ctx); err != nil {
+		return 0, fmt.Errorf("list broadcast USDT withdrawals: %w", err)
+	}
+	if len(open) == 0 {
+		return 0, nil
+	}
+	solid, err := s.Tron.SolidBlock(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the solidified TRON block: %w", err)
+	}
+	confirmed := 0
+	for _, w := range open {
+		tx, err := s.Tron.Transaction(ctx, derefStr(w.Txid))
+		switch {
+		case errors.Is(err, tron.ErrNotFound) || (err == nil && !tx.Pending && !tx.Succeeded()):
+			s.alertMissing(ctx, w, err)
+			continue
+		case err != nil:
+			s.log().Warn("withdrawal: read USDT transfer", "withdrawal_id", w.ID, "error", err)
+			continue
+		case tx.Pending || tx.BlockNumber > solid.Number:
+			continue // not final yet
+		}
+		ok, err := s.settle(ctx, w.ID, "USDT_TRC20 transfer "+tx.ID+" solidified")
+		if err != nil {
+			return confirmed, err
+		}
+		if ok {
+			confirmed++
+		}
+	}
+	return confirmed, nil
+}
+
+// settle moves a broadcast withdrawal to confirmed and spends its hold, in
+// one transaction; false when it was no longer broadcast.
+func (s *Service) settle(ctx context.Context, id uuid.UUID, memo string) (bool, error) {
+	done := false
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		done = false
+		w, err := lockWithdrawal(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if w.Status != StatusBroadcast {
+			return nil
+		}
+		a, err := (&asset.Store{DB: tx}).Get(ctx, w.Asset)
+		if err != nil {
+			return err
+		}
+		if w.Fee == nil || w.AmountNet == nil {
+			return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
+		}
+		if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.ExternalUserID,
+			SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
+			ServiceFee: *w.Fee, Memo: memo}); err != nil {
+			return err
+		}
+		if err := s.transit(ctx, tx, &w, Confirm, nil); err != nil {
+			return err
+		}
+		cur, err := getWithdrawal(ctx, tx, w.ID, false)
+		if err != nil {
+			return err
+		}
+		if err := s.emitPayout(ctx, tx, event.WithdrawalCompleted, cur, a); err != nil {
+			return err
+		}
+		done = true
+		return nil
+	})
+	return done, err
+}
+
+// alertMissing raises, once per withdrawal, the alert that its reported
+// transfer is no longer a successful transaction on the node.
+func (s *Service) alertMissing(ctx context.Context, w Withdrawal, cause error) {
+	if s.Alerts == nil {
+		return
+	}
+	detail := fmt.Sprintf("USDT_TRC20 withdrawal %s was marked broadcast with transaction %s, which the TRON node no longer shows as a successful transfer", w.ID, derefStr(w.Txid))
+	if cause != nil {
+		detail += " (" + cause.Error() + ")"
+	}
+	detail += ". It stays broadcast and held: check the chain; if the transfer did not happen, release it with an attestation."
+	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: "withdrawal.usdt_transfer_missing", Subject: w.ID.String(), Detail: detail}); err != nil {
+		s.log().Error("withdrawal: raise alert", "withdrawal_id", w.ID, "error", err)
+	}
+}
