@@ -50,12 +50,14 @@ func TestRandomWithdrawals(t *testing.T) {
 	var mu sync.Mutex
 	dests := map[string]chain.TronAddress{}
 
-	create := func(user, code string) {
-		amount := int64(1_000 + rng.IntN(150_000))
-		dest := p2wpkh(t, chain.Regtest, fmt.Sprint("rnd", rng.IntN(1000)))
+	// create sends one request; r1 and r2 are drawn by the caller (the
+	// generator is not safe for the burst's goroutines).
+	create := func(user, code string, r1, r2 int) {
+		amount := int64(1_000 + r1%150_000)
+		dest := p2wpkh(t, chain.Regtest, fmt.Sprint("rnd", r2))
 		if code == asset.USDTTRC20 {
-			amount = int64(10_000_000 + rng.IntN(30_000_000))
-			a, err := chain.ParseTronAddress(tron(fmt.Sprint("rnd", rng.IntN(1000))))
+			amount = int64(10_000_000 + r1%30_000_000)
+			a, err := chain.ParseTronAddress(tron(fmt.Sprint("rnd", r2)))
 			require.NoError(t, err)
 			dest = a.String()
 		}
@@ -90,13 +92,14 @@ func TestRandomWithdrawals(t *testing.T) {
 			}
 			u.fund(t, user, code, units)
 		case op < 40:
-			create(user, code)
+			create(user, code, rng.IntN(1<<30), rng.IntN(1000))
 		case op < 48: // a parallel burst
 			var wg sync.WaitGroup
 			for i := 0; i < 6; i++ {
 				wg.Add(1)
 				bu, bc := users[rng.IntN(len(users))], []string{asset.BTC, asset.USDTTRC20}[rng.IntN(2)]
-				go func() { defer wg.Done(); create(bu, bc) }()
+				r1, r2 := rng.IntN(1<<30), rng.IntN(1000)
+				go func() { defer wg.Done(); create(bu, bc, r1, r2) }()
 			}
 			wg.Wait()
 		case op < 62:
