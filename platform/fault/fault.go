@@ -12,6 +12,8 @@ package fault
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -47,10 +49,32 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.cause != nil {
-		return e.Message + ": " + e.cause.Error()
+	msg := e.Message
+	// Field errors say what is wrong; the command line and logs show them
+	// (the HTTP body lists them itself).
+	for i, f := range e.Fields {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		msg += sep + f.where() + f.Msg
 	}
-	return e.Message
+	if e.cause != nil {
+		return msg + ": " + e.cause.Error()
+	}
+	return msg
+}
+
+// where renders a field error's location as "body.note: ".
+func (f FieldError) where() string {
+	parts := make([]string, 0, len(f.Loc))
+	for _, l := range f.Loc {
+		parts = append(parts, fmt.Sprint(l))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, ".") + ": "
 }
 
 func (e *Error) Unwrap() error { return e.cause }

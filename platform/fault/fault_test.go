@@ -21,3 +21,10 @@ func TestMergeValidation(t *testing.T) {
 }
 
 func wrapped(err error) error { return errors.Join(errors.New("context"), err) }
+
+func TestValidationErrorNamesItsFields(t *testing.T) {
+	t.Parallel()
+	err := Validation(FieldError{Loc: []any{"body", "note"}, Msg: "String should have at most 2000 characters"},
+		FieldError{Loc: []any{"query", "limit"}, Msg: "Input should be a valid integer"})
+	require.Equal(t, "request does not fit the model: body.note: String should have at most 2000 characters; query.limit: Input should be a valid integer", err.Error())
+}
