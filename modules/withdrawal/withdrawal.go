@@ -3,7 +3,9 @@
 // minimum, the hold and the approval gates in one transaction), the reads,
 // and the operators' decisions (approve, with four-eyes approval above a
 // per-asset threshold; reject; release with an attestation), each recorded
-// in the audit trail in its own transaction.
+// in the audit trail in its own transaction, and the whole USDT_TRC20 path
+// (sent by an operator, reported with mark-broadcast, verified on the TRON
+// node, confirmed once solidified: withdrawal_usdt.go).
 //
 // # Creation
 //
