@@ -58,6 +58,8 @@ func TestCreateRefusesBadRequests(t *testing.T) {
 		{"amount negative", map[string]any{"external_user_id": "u", "asset": "BTC", "expected_amount": "-5"}, http.StatusUnprocessableEntity, "expected_amount"},
 		{"amount a number", map[string]any{"external_user_id": "u", "asset": "BTC", "expected_amount": 5}, http.StatusUnprocessableEntity, "expected_amount"},
 		{"unknown asset", map[string]any{"external_user_id": "u", "asset": "DOGE"}, http.StatusNotFound, ""},
+		{"NUL in the user", map[string]any{"external_user_id": "u\u0000v", "asset": "BTC"}, http.StatusUnprocessableEntity, "external_user_id"},
+		{"NUL in the asset", map[string]any{"external_user_id": "u", "asset": "BT\u0000C"}, http.StatusUnprocessableEntity, "asset"},
 	}
 	for _, tt := range tests {
 		r := e.Post("/v1/deposits", tt.body)
@@ -71,6 +73,8 @@ func TestCreateRefusesBadRequests(t *testing.T) {
 
 	r := e.Do(apptest.Req{Method: "POST", Path: "/v1/deposits", Body: createBody{ExternalUserID: "u", Asset: "BTC"}, Idem: "-"})
 	require.Equal(t, http.StatusBadRequest, r.Status, "no Idempotency-Key")
+	r = e.Get("/v1/users/u%00v/deposits")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "a NUL in the path: %s", r.Body)
 }
 
 // Rule 5: USDT answers 503 until its payment method is discovered.

@@ -50,10 +50,10 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		return err
 	}
 	var f httpapi.Fields
-	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") {
+	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") && f.Storable(*req.ExternalUserID, "body", "external_user_id") {
 		f.Length(*req.ExternalUserID, 1, MaxExternalUserID, "body", "external_user_id")
 	}
-	if f.Required(req.Asset != nil, "body", "asset") {
+	if f.Required(req.Asset != nil, "body", "asset") && f.Storable(*req.Asset, "body", "asset") {
 		f.Length(*req.Asset, 1, MaxAsset, "body", "asset")
 	}
 	p := CreateParams{}
@@ -133,7 +133,9 @@ type ListView struct {
 func (s *Service) handleList(c *fiber.Ctx) error {
 	user := httpapi.Param(c, "external_user_id")
 	var f httpapi.Fields
-	f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
+	if f.Storable(user, "path", "external_user_id") {
+		f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
+	}
 	limit, lerr := httpapi.QueryInt(c, "limit", DefaultListLimit, 1, MaxListLimit)
 	p := ListParams{ExternalUserID: user, Limit: limit}
 	var cerr error
