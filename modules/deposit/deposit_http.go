@@ -201,6 +201,9 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if f.Required(req.Action != nil, "body", "action") && *req.Action != ActionCredit && *req.Action != ActionDismiss {
 		f.Add([]any{"body", "action"}, "enum", "Input should be 'credit' or 'dismiss'", *req.Action)
 	}
+	if req.PaymentID != nil {
+		f.Storable(*req.PaymentID, "body", "payment_id")
+	}
 	if err := f.Err(); err != nil {
 		return err
 	}

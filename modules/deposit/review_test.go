@@ -267,6 +267,10 @@ func TestResolveRefusals(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status)
 	unknown := "no-such-payment"
 	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &unknown}).Status)
+	nul := "pay\u0000ment"
+	r0 := e.resolve(t, v.DepositID, map[string]any{"action": "credit", "payment_id": nul})
+	require.Equal(t, http.StatusUnprocessableEntity, r0.Status, string(r0.Body))
+	require.Contains(t, string(r0.Body), `"loc":["body","payment_id"]`, "a field error names it")
 
 	// The processor down: 503, nothing credited; the same key completes.
 	e.Sim.GoDown(btcpaysim.DownError)
