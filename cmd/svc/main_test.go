@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -194,4 +196,40 @@ func TestAdminAudit(t *testing.T) {
 	require.ErrorContains(t, err, "--limit")
 	_, err = run(t, "admin", "audit", "--cursor", "0")
 	require.ErrorContains(t, err, "--cursor")
+}
+
+// TestServeRefusesAnUnmigratedDatabase: svc api and svc worker on a
+// database svc migrate never ran say so and exit, instead of answering
+// /healthz ok and 500 on every call.
+func TestServeRefusesAnUnmigratedDatabase(t *testing.T) {
+	ctx := context.Background()
+	admin := dbtest.AdminURL(t)
+	name := fmt.Sprintf("t_empty_%d", time.Now().UnixNano())
+	d, err := db.Open(ctx, admin, 2)
+	require.NoError(t, err)
+	_, err = d.Pool.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = d.Pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		d.Close()
+	})
+	u, err := url.Parse(admin)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	t.Setenv("DATABASE_URL", u.String())
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	for _, name := range []string{"api", "worker"} {
+		// Bounded: without the check the command would serve until stopped.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		cmd := newRootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{name})
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		require.ErrorContains(t, err, "the database is not migrated", name)
+		require.ErrorContains(t, err, "run `svc migrate`", name)
+	}
 }

@@ -28,6 +28,9 @@ func newAPICmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
+			if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+				return err
+			}
 			srv := a.HTTP()
 			ln, err := net.Listen("tcp", fmt.Sprintf(":%d", a.Cfg.HTTP.Port))
 			if err != nil {
@@ -60,6 +63,9 @@ func newWorkerCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
+			if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+				return err
+			}
 			w, err := a.Worker(queue.WorkerParams{})
 			if err != nil {
 				return err

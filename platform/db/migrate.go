@@ -61,3 +61,50 @@ func Migrate(ctx context.Context, d *DB, fsys fs.FS, log *slog.Logger) error {
 	}
 	return nil
 }
+
+// Pending returns the names of the service's migrations in fsys that the
+// database has not applied, in order; every one when it has never been
+// migrated. The api and the worker refuse to start while any is pending,
+// and /readyz reports it.
+func Pending(ctx context.Context, d *DB, fsys fs.FS) ([]string, error) {
+	ms := migrate.NewMigrations()
+	if err := ms.Discover(fsys); err != nil {
+		return nil, fmt.Errorf("migrations: discover: %w", err)
+	}
+	var exists bool
+	if err := d.Bun.NewRaw("SELECT to_regclass('bun_migrations') IS NOT NULL").Scan(ctx, &exists); err != nil {
+		return nil, fmt.Errorf("migrations: read applied: %w", err)
+	}
+	var names []string
+	if !exists {
+		for _, m := range ms.Sorted() {
+			names = append(names, m.Name)
+		}
+		return names, nil
+	}
+	all, err := migrate.NewMigrator(d.Bun, ms).MigrationsWithStatus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read applied: %w", err)
+	}
+	for _, m := range all.Unapplied() {
+		names = append(names, m.Name)
+	}
+	return names, nil
+}
+
+// notMigrated says what is missing and what to do.
+func notMigrated(pending []string) error {
+	return fmt.Errorf("the database is not migrated: %d migration(s) not applied (the first: %s); run `svc migrate`", len(pending), pending[0])
+}
+
+// RequireMigrated fails with a clear error when any migration is pending.
+func RequireMigrated(ctx context.Context, d *DB, fsys fs.FS) error {
+	pending, err := Pending(ctx, d, fsys)
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		return notMigrated(pending)
+	}
+	return nil
+}

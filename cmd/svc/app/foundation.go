@@ -8,8 +8,10 @@ import (
 	"github.com/riverqueue/river"
 
 	"svc/jobs"
+	"svc/migrations"
 	"svc/modules/asset"
 	"svc/modules/health"
+	"svc/platform/db"
 	"svc/platform/idempotency"
 	"svc/platform/openapi"
 )
@@ -25,6 +27,10 @@ func (a *App) initFoundation(context.Context) error {
 	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now}
 	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now}
 	a.Health = &health.Service{DB: a.DB.Bun, Version: Version, Now: a.Clock.Now, StaleAfter: a.Cfg.Worker.StaleAfter}
+	// The schema: every migration this build knows is applied.
+	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "schema", Run: func(ctx context.Context) error {
+		return db.RequireMigrated(ctx, a.DB, migrations.FS)
+	}})
 	return nil
 }
 

@@ -57,6 +57,15 @@ func TestReadyzFollowsTheWorkerHeartbeat(t *testing.T) {
 	}, "the worker's first heartbeat")
 	r = e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"})
 	require.Equal(t, "ready", r.Map(t)["status"])
+	require.Contains(t, string(r.Body), `"name":"schema","status":"ok"`)
+
+	// A migration this build knows that the database has not applied (a
+	// deployment that skipped svc migrate) degrades readiness, named.
+	_, err := e.App.DB.Pool.Exec(context.Background(), "DELETE FROM bun_migrations WHERE name = (SELECT max(name) FROM bun_migrations)")
+	require.NoError(t, err)
+	r = e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Contains(t, string(r.Body), `"name":"schema","status":"degraded","detail":"the database is not migrated: 1 migration(s) not applied`)
 }
 
 func TestAuthMatrix(t *testing.T) {
