@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -202,21 +201,7 @@ func TestAdminAudit(t *testing.T) {
 // database svc migrate never ran say so and exit, instead of answering
 // /healthz ok and 500 on every call.
 func TestServeRefusesAnUnmigratedDatabase(t *testing.T) {
-	ctx := context.Background()
-	admin := dbtest.AdminURL(t)
-	name := fmt.Sprintf("t_empty_%d", time.Now().UnixNano())
-	d, err := db.Open(ctx, admin, 2)
-	require.NoError(t, err)
-	_, err = d.Pool.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = d.Pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		d.Close()
-	})
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	t.Setenv("DATABASE_URL", u.String())
+	t.Setenv("DATABASE_URL", dbtest.NewEmptyURL(t))
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
 	for _, name := range []string{"api", "worker"} {

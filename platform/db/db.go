@@ -36,6 +36,10 @@ func Open(ctx context.Context, url string, maxConns int) (*DB, error) {
 		pcfg.MaxConns = int32(maxConns)
 	}
 	pcfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	// bun writes values into the SQL text as literals; with
+	// standard_conforming_strings off, backslashes in them would be escapes
+	// and quoting unsafe. Pinned for every connection, and checked below.
+	pcfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
@@ -45,6 +49,11 @@ func Open(ctx context.Context, url string, maxConns int) (*DB, error) {
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	var scs string
+	if err := pool.QueryRow(pingCtx, "SHOW standard_conforming_strings").Scan(&scs); err != nil || scs != "on" {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: standard_conforming_strings must be on (the server says %q): string literals would not be safe", scs)
 	}
 	sqldb := stdlib.OpenDBFromPool(pool)
 	return &DB{Pool: pool, SQL: sqldb, Bun: bun.NewDB(sqldb, pgdialect.New())}, nil

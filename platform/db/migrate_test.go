@@ -2,9 +2,7 @@ package db_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"testing"
 
@@ -18,39 +16,7 @@ import (
 
 // emptyDatabase creates a database with nothing in it (not from the
 // migrated template) and returns its URL.
-func emptyDatabase(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	admin := dbtest.AdminURL(t)
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("t_empty_%d", rngID(t))
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
-}
-
-func rngID(t *testing.T) int64 {
-	var n int64
-	for _, c := range t.Name() {
-		n = n*31 + int64(c)
-	}
-	if n < 0 {
-		n = -n
-	}
-	return n % 1_000_000_000
-}
+func emptyDatabase(t *testing.T) string { t.Helper(); return dbtest.NewEmptyURL(t) }
 
 func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 	t.Parallel()
@@ -93,4 +59,26 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 	require.NoError(t, db.Migrate(ctx, d, migrations.FS, log), "running again is a no-op")
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM bun_migrations").Scan(&applied))
 	require.Equal(t, sqlFiles, applied)
+}
+
+// TestStandardConformingStringsIsPinned: bun writes values as literals,
+// so a database configured with standard_conforming_strings off must not
+// change how they are read: every connection pins it on.
+func TestStandardConformingStringsIsPinned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := emptyDatabase(t)
+	conn, err := pgx.Connect(ctx, u)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ALTER ROLE CURRENT_USER IN DATABASE "+conn.Config().Database+" SET standard_conforming_strings = off")
+	require.NoError(t, err)
+	conn.Close(ctx)
+	d, err := db.Open(ctx, u, 2)
+	require.NoError(t, err)
+	defer d.Close()
+	var scs, back string
+	require.NoError(t, d.Bun.NewRaw("SHOW standard_conforming_strings").Scan(ctx, &scs))
+	require.Equal(t, "on", scs)
+	require.NoError(t, d.Bun.NewRaw("SELECT ?", `a\'b`).Scan(ctx, &back))
+	require.Equal(t, `a\'b`, back, "a backslash in a value stays a backslash")
 }

@@ -161,3 +161,29 @@ func randHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// NewEmptyURL returns the URL of a new database with nothing in it (not
+// cloned from the migrated template), dropped when the test ends: what a
+// deployment that never ran svc migrate sees.
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := AdminURL(t)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("dbtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	name := "t_empty_" + randHex(8)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("dbtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	})
+	return withDatabase(admin, name)
+}
