@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -18,11 +19,18 @@ import (
 // DecodeBody parses the JSON body into dst (a struct whose optional and
 // required fields are pointers). A body that is not a JSON object, or a
 // field of the wrong JSON type, is a 422 field error at ["body", field].
-// Unknown fields are ignored.
+// Unknown fields are ignored, but a key given twice, or a field's name in
+// another case ("External_User_Id"), is a 422 too: Go's decoder would take
+// the last value and match names without regard to case, so a check made
+// upstream on the first value, or on the exact name, would not be what the
+// service acts on.
 func DecodeBody(c *fiber.Ctx, dst any) error {
 	body := c.BodyRaw()
 	if len(bytes.TrimSpace(body)) == 0 {
 		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Field required", Type: "missing"})
+	}
+	if err := strictKeys(body, dst); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(dst); err != nil {
@@ -37,6 +45,54 @@ func DecodeBody(c *fiber.Ctx, dst any) error {
 	}
 	if dec.More() {
 		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Body has data after the JSON object", Type: "json_invalid"})
+	}
+	return nil
+}
+
+// strictKeys refuses, in a top-level JSON object, a key given twice and a
+// key that names one of dst's fields in another case. Anything that is not
+// an object is left to the decoder's own error.
+func strictKeys(body []byte, dst any) error {
+	names := map[string]string{} // lower case -> the exact name
+	if t := reflect.TypeOf(dst); t != nil && t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		for i := 0; i < t.Elem().NumField(); i++ {
+			name, _, _ := strings.Cut(t.Elem().Field(i).Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				names[strings.ToLower(name)] = name
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	var fields []fault.FieldError
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil
+		}
+		switch exact, known := names[strings.ToLower(key)]; {
+		case seen[key]:
+			fields = append(fields, fault.FieldError{Loc: []any{"body", key}, Type: "duplicate_key",
+				Msg: "Key given more than once: send each field once"})
+		case known && exact != key:
+			fields = append(fields, fault.FieldError{Loc: []any{"body", key}, Type: "field_name",
+				Msg: "Field names are case-sensitive: this field is " + exact})
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	if len(fields) > 0 {
+		return fault.Validation(fields...)
 	}
 	return nil
 }

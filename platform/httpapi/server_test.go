@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -52,5 +53,42 @@ func TestErrorShapes(t *testing.T) {
 		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), tc.path)
 		require.Equal(t, tc.retry, resp.Header.Get("Retry-After"), tc.path)
 		require.NotEmpty(t, resp.Header.Get(httpapi.RequestIDHeader), tc.path)
+	}
+}
+
+// TestDecodeBodyIsStrictAboutKeys: a key given twice, or a field's name in
+// another case, is a 422 field error naming it; unknown fields are still
+// ignored.
+func TestDecodeBodyIsStrictAboutKeys(t *testing.T) {
+	t.Parallel()
+	app := httpapi.New(httpapi.Options{Log: slog.New(slog.DiscardHandler)})
+	app.Post("/", func(c *fiber.Ctx) error {
+		var req struct {
+			User  *string `json:"external_user_id"`
+			Asset *string `json:"asset"`
+		}
+		if err := httpapi.DecodeBody(c, &req); err != nil {
+			return err
+		}
+		return c.JSON(fiber.Map{"user": req.User, "asset": req.Asset})
+	})
+	for _, tc := range []struct {
+		body, want string
+		status     int
+	}{
+		{`{"external_user_id":"alice","asset":"BTC"}`, `{"user":"alice","asset":"BTC"}`, 200},
+		{`{"external_user_id":"alice","asset":"BTC","extra":1}`, `{"user":"alice","asset":"BTC"}`, 200},
+		{`{"external_user_id":"alice","external_user_id":"mallory"}`,
+			`{"detail":[{"loc":["body","external_user_id"],"msg":"Key given more than once: send each field once","type":"duplicate_key"}]}`, 422},
+		{`{"External_User_Id":"mallory","asset":"BTC"}`,
+			`{"detail":[{"loc":["body","External_User_Id"],"msg":"Field names are case-sensitive: this field is external_user_id","type":"field_name"}]}`, 422},
+	} {
+		req := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := app.Test(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, tc.status, resp.StatusCode, tc.body)
+		require.JSONEq(t, tc.want, string(b), tc.body)
 	}
 }
