@@ -7,8 +7,11 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,3 +129,35 @@ func IsCheckViolation(err error, constraint string) bool {
 
 // IsNoRows reports sql.ErrNoRows.
 func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// IsConnectionLoss reports an error that means the database could not be
+// reached or the connection broke (a restart, a failover, a terminated
+// backend): a dependency unavailable, not a bug. The request may be
+// retried with the same Idempotency-Key.
+func IsConnectionLoss(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// 08: connection exception; 57P01-57P03: shutdown, crash shutdown,
+		// cannot connect now.
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	// pgconn's own words for a connection that broke under a query; a bare
+	// io.EOF from elsewhere is not taken for one.
+	msg := err.Error()
+	for _, s := range []string{"failed to receive message", "failed to write", "failed to send", "conn closed", "failed to connect"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/gofiber/fiber/v2/middleware/requestid"
 
+	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -118,7 +119,12 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return c.Status(fe.Code).JSON(fiber.Map{"detail": msg})
 		}
 		var e *fault.Error
-		if !errors.As(err, &e) || e.Kind == fault.Internal {
+		if (!errors.As(err, &e) || e.Kind == fault.Internal) && db.IsConnectionLoss(err) {
+			// The database went away under the request (a restart, a
+			// failover): a dependency, retryable with the same key.
+			e = fault.Wrap(fault.Unavailable, "the database is unreachable or the connection was lost; retry with the same Idempotency-Key", err)
+		}
+		if e == nil || e.Kind == fault.Internal {
 			log.Error("request failed", "error", err, "method", c.Method(), "path", c.Path(),
 				"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
 			return c.Status(fiber.StatusInternalServerError).JSON(fiber.Map{"detail": "internal error"})

@@ -1,0 +1,33 @@
+package db_test
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"svc/platform/db"
+)
+
+func TestIsConnectionLoss(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("look up API key: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{&pgconn.PgError{Code: "08006"}, true},
+		{&pgconn.PgError{Code: "23505"}, false},
+		{fmt.Errorf("x: %w", driver.ErrBadConn), true},
+		{errors.New("failed to receive message: unexpected EOF"), true},
+		{io.ErrUnexpectedEOF, false},
+		{errors.New("something else"), false},
+		{nil, false},
+	} {
+		require.Equal(t, tc.want, db.IsConnectionLoss(tc.err), "%v", tc.err)
+	}
+}
