@@ -32,11 +32,11 @@ func newAPICmd() *cobra.Command {
 				return err
 			}
 			srv := a.HTTP()
-			ln, err := net.Listen("tcp", fmt.Sprintf(":%d", a.Cfg.HTTP.Port))
+			ln, err := net.Listen("tcp", a.Cfg.HTTP.ListenAddr())
 			if err != nil {
-				return fmt.Errorf("PORT %d: %w", a.Cfg.HTTP.Port, err)
+				return fmt.Errorf("HTTP_LISTEN_HOST/PORT %s: %w", a.Cfg.HTTP.ListenAddr(), err)
 			}
-			a.Log.Info("api listening", "port", a.Cfg.HTTP.Port, "version", version)
+			a.Log.Info("api listening", "address", ln.Addr().String(), "version", version)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Listener(ln) }()
 			select {

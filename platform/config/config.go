@@ -10,8 +10,10 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,7 +36,8 @@ type Config struct {
 
 // HTTP configures the API listener.
 type HTTP struct {
-	Port            int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on (all interfaces)"`
+	Port            int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on"`
+	ListenHost      string        `mapstructure:"listen_host" env:"HTTP_LISTEN_HOST" default:"" doc:"address svc api listens on: empty for every interface (containers), 127.0.0.1 for this machine only (make run)"`
 	BodyLimitBytes  int           `mapstructure:"body_limit_bytes" env:"HTTP_BODY_LIMIT_BYTES" default:"1048576" doc:"largest request body accepted, in bytes"`
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" default:"15s" doc:"how long a SIGTERM waits for in-flight requests and jobs"`
 	IdempotencyTTL  time.Duration `mapstructure:"idempotency_ttl" env:"IDEMPOTENCY_RETENTION" default:"168h" doc:"how long idempotency records are kept (at least 7 days)"`
@@ -128,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.Port < 1 || c.HTTP.Port > 65535 {
 		add("PORT", "must be a port number from 1 to 65535")
+	}
+	if h := c.HTTP.ListenHost; h != "" && h != "localhost" && net.ParseIP(h) == nil {
+		add("HTTP_LISTEN_HOST", "must be empty, localhost or an IP address")
 	}
 	if c.HTTP.BodyLimitBytes < 1024 {
 		add("HTTP_BODY_LIMIT_BYTES", "must be at least 1024")
@@ -229,13 +235,24 @@ func (c Config) Validate() error {
 	}
 	if c.Production() {
 		// The local simulator's well-known values must never guard real money.
-		for env, v := range map[string]string{"BTCPAY_API_KEY": c.BTCPay.APIKey, "PROCESSOR_WEBHOOK_SECRET": c.BTCPay.WebhookSecret} {
+		for env, v := range map[string]string{"BTCPAY_API_KEY": c.BTCPay.APIKey, "PROCESSOR_WEBHOOK_SECRET": c.BTCPay.WebhookSecret,
+			"PLATFORM_WEBHOOK_SECRET": c.Webhooks.Secret} {
 			if _, dev := devSecrets[v]; dev {
-				add(env, "is the local simulator's value; production needs its own secret")
+				add(env, "is the local run's value; production needs its own secret")
 			}
 		}
 		if c.Webhooks.Secret != "" && len(c.Webhooks.Secret) < 16 {
 			add("PLATFORM_WEBHOOK_SECRET", "must be at least 16 characters in production")
+		}
+		if c.BTCPay.URL != "" && len(c.BTCPay.WebhookSecret) < 16 {
+			add("PROCESSOR_WEBHOOK_SECRET", "must be at least 16 characters in production")
+		}
+		// Keys and signed payloads travel on these: https, except to this
+		// machine itself.
+		for env, u := range map[string]string{"BTCPAY_URL": c.BTCPay.URL, "TRONGRID_URL": c.Tron.URL, "PLATFORM_WEBHOOK_URL": c.Webhooks.URL} {
+			if u != "" && !secureURL(u) {
+				add(env, "must be https:// in production (http:// only to a loopback address)")
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -245,7 +262,24 @@ func (c Config) Validate() error {
 }
 
 // devSecrets are the values make run and the simulator use.
-var devSecrets = map[string]struct{}{"simulator-api-key": {}, "local-webhook-secret": {}}
+var devSecrets = map[string]struct{}{"simulator-api-key": {}, "local-webhook-secret": {}, "local-platform-secret": {}}
+
+// secureURL reports an https URL, or an http one to a loopback address.
+func secureURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	if u.Scheme == "https" {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return u.Scheme == "http"
+	}
+	ip := net.ParseIP(host)
+	return u.Scheme == "http" && ip != nil && ip.IsLoopback()
+}
 
 func validPrefix(p string) bool {
 	if len(p) < 2 || len(p) > 16 {
@@ -263,3 +297,6 @@ func httpURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
+
+// ListenAddr is the address svc api listens on.
+func (h HTTP) ListenAddr() string { return net.JoinHostPort(h.ListenHost, strconv.Itoa(h.Port)) }

@@ -51,6 +51,7 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"BITCOIN_NETWORK", "moonnet", "BITCOIN_NETWORK"},
 		{"PORT", "eighty", "PORT"},
 		{"PORT", "70000", "PORT"},
+		{"HTTP_LISTEN_HOST", "every interface", "HTTP_LISTEN_HOST"},
 		{"WORKER_STALE_AFTER", "1s", "WORKER_STALE_AFTER"},
 		{"SHUTDOWN_TIMEOUT", "soon", "SHUTDOWN_TIMEOUT"},
 		{"LIGHTNING_ENABLED", "maybe", "LIGHTNING_ENABLED"},
@@ -109,4 +110,54 @@ func TestDefaultsAreTheTagDefaults(t *testing.T) {
 	require.Equal(t, "MediumSpeed", d.BTCPay.SpeedPolicy)
 	require.Empty(t, d.Database.URL)
 	require.Empty(t, d.Deposits.USDTPool)
+}
+
+// TestLocalRunListensOnLoopback: make run's configuration listens on this
+// machine only (it prints an admin key); without it, every interface.
+func TestLocalRunListensOnLoopback(t *testing.T) {
+	baseEnv(t)
+	cfg, err := load("../../configs/local.yaml")
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:8080", cfg.HTTP.ListenAddr())
+	cfg, err = load("")
+	require.NoError(t, err)
+	require.Equal(t, ":8080", cfg.HTTP.ListenAddr())
+}
+
+// TestProductionRefusesWeakSettings: in production the processor, the
+// TRON node and the platform are reached over https (http only to
+// loopback), and the webhook secrets are long and not the local run's.
+func TestProductionRefusesWeakSettings(t *testing.T) {
+	good := map[string]string{
+		"SVC_ENV": "production", "API_KEY_MODE": "live",
+		"BTCPAY_URL": "https://btcpay.example", "BTCPAY_API_KEY": "a-real-api-key", "BTCPAY_STORE_ID": "s",
+		"PROCESSOR_WEBHOOK_SECRET": "0123456789abcdef-ingress",
+		"TRONGRID_URL":             "https://api.trongrid.io",
+		"PLATFORM_WEBHOOK_URL":     "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET": "0123456789abcdef-platform",
+	}
+	set := func(t *testing.T, over map[string]string) error {
+		baseEnv(t)
+		for k, v := range good {
+			t.Setenv(k, v)
+		}
+		for k, v := range over {
+			t.Setenv(k, v)
+		}
+		_, err := load("")
+		return err
+	}
+	require.NoError(t, set(t, nil))
+	require.NoError(t, set(t, map[string]string{"BTCPAY_URL": "http://127.0.0.1:8090", "TRONGRID_URL": "http://localhost:8090/tron"}),
+		"http to this machine is allowed")
+	for _, tc := range []struct{ env, value string }{
+		{"BTCPAY_URL", "http://btcpay.example"},
+		{"TRONGRID_URL", "http://api.trongrid.io"},
+		{"PLATFORM_WEBHOOK_URL", "http://platform.example/hooks"},
+		{"PROCESSOR_WEBHOOK_SECRET", "x"},
+		{"PLATFORM_WEBHOOK_SECRET", "local-platform-secret"},
+	} {
+		err := set(t, map[string]string{tc.env: tc.value})
+		require.Error(t, err, tc.env)
+		require.Contains(t, err.Error(), tc.env)
+	}
 }
