@@ -76,6 +76,9 @@ var (
 	ErrInvalid   = fault.New(fault.Unauthenticated, "invalid, revoked or expired API key")
 	ErrScope     = fault.New(fault.Forbidden, "this API key's scope does not allow this call")
 	ErrNotFound  = fault.New(fault.NotFound, "no such API key")
+	// ErrLiveDatabase: minting a test key where live keys exist (the CLI
+	// run without API_KEY_MODE=live against a live database).
+	ErrLiveDatabase = fault.New(fault.Invalid, "this database holds live keys: a test key is refused here; set API_KEY_MODE=live (and SVC_ENV=production) to mint a live one")
 )
 
 // Store mints, lists, revokes and authenticates keys.
@@ -114,6 +117,17 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 	}
 	if _, err := ParseScope(string(p.Scope)); err != nil {
 		return Key{}, "", err
+	}
+	if s.Mode == "test" {
+		// A test key minted into a database that holds live keys would be
+		// a credential on a live deployment run without API_KEY_MODE.
+		live, err := s.DB.NewSelect().Model((*Key)(nil)).Where("mode = 'live' AND revoked_at IS NULL").Exists(ctx)
+		if err != nil {
+			return Key{}, "", fmt.Errorf("mint: %w", err)
+		}
+		if live {
+			return Key{}, "", ErrLiveDatabase
+		}
 	}
 	if p.Label = strings.TrimSpace(p.Label); p.Label == "" || len(p.Label) > 200 {
 		return Key{}, "", fmt.Errorf("label must be 1 to 200 characters")
@@ -205,6 +219,11 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Key, error)
 	}
 	now := s.Now().UTC()
 	if k.RevokedAt != nil || (k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)) {
+		return Key{}, ErrInvalid
+	}
+	// A key of the other mode (a test key from a restored staging dump on a
+	// live deployment, or the reverse) is not a credential here.
+	if s.Mode != "" && k.Mode != s.Mode {
 		return Key{}, ErrInvalid
 	}
 	// last_used_at is advisory: refresh it at most once a minute so a busy

@@ -52,7 +52,7 @@ type Database struct {
 // APIKeys configures the format of minted API keys.
 type APIKeys struct {
 	Prefix string `mapstructure:"prefix" env:"API_KEY_PREFIX" default:"svc" doc:"product prefix of API keys (lowercase letters and digits)"`
-	Mode   string `mapstructure:"mode" env:"API_KEY_MODE" default:"test" doc:"live or test: the middle part of newly minted keys"`
+	Mode   string `mapstructure:"mode" env:"API_KEY_MODE" default:"test" doc:"live or test: the middle part of newly minted keys; keys of the other mode do not authenticate, and no test key is minted where live keys exist"`
 }
 
 // Worker configures svc worker.

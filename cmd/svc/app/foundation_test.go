@@ -141,3 +141,22 @@ func TestUnknownRouteIs404WithDetail(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, r.Status)
 	require.Equal(t, map[string]any{"detail": "not found"}, r.Map(t))
 }
+
+// TestKeyModeMustMatchTheDeployment: a key of the other mode is not a
+// credential (a test key from a staging dump on a live deployment, or the
+// reverse: 401), and a test key is not minted into a database that holds
+// live keys.
+func TestKeyModeMustMatchTheDeployment(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t) // API_KEY_MODE=test
+	ctx := context.Background()
+	live := &apikey.Store{DB: e.App.DB.Bun, Prefix: e.App.Cfg.APIKeys.Prefix, Mode: "live", Now: time.Now}
+	_, liveKey, err := live.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "from a live deployment", Actor: audit.CLI("test")})
+	require.NoError(t, err)
+	r := e.Do(apptest.Req{Method: "GET", Path: "/v1/assets", Key: liveKey})
+	require.Equal(t, http.StatusUnauthorized, r.Status, string(r.Body))
+	_, err = live.Authenticate(ctx, e.RW)
+	require.ErrorIs(t, err, apikey.ErrInvalid, "and a test key on a live deployment")
+	_, _, err = e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test", Actor: audit.CLI("test")})
+	require.ErrorIs(t, err, apikey.ErrLiveDatabase)
+}
