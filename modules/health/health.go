@@ -1,10 +1,18 @@
 // Package health answers /healthz (is this process and its database alive)
 // and /readyz (can the service do its work: database, worker heartbeat, and
 // the components other areas register, such as the processor).
+//
+// /readyz needs no key, so it must not be a way to make the service call
+// its upstreams (with their API keys) at the caller's pace, nor show their
+// error text (host names, upstream messages) to anyone: each registered
+// component's result is reused for CacheFor, and an Upstream component's
+// failure is answered in general words and logged in full.
 package health
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,10 +20,27 @@ import (
 )
 
 // Check is one readiness component. It returns nil when ok, or an error
-// whose text becomes the component's detail.
+// whose text becomes the component's detail, unless Upstream is set: then
+// the detail is general and the error is logged.
 type Check struct {
-	Name string
-	Run  func(ctx context.Context) error
+	Name     string
+	Run      func(ctx context.Context) error
+	Upstream bool
+	// Classify, for an Upstream component, may name the kind of failure in
+	// words safe to show anyone (e.g. the HTTP status of a refusal); ""
+	// keeps the general text.
+	Classify func(error) string
+}
+
+// upstreamDetail is what an anonymous caller learns of a failing upstream.
+const upstreamDetail = "unreachable or refusing the service's requests (details in the service's logs)"
+
+// cached is the last result of one component.
+type cached struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+	ok  bool
 }
 
 // Component is one entry of the readiness body.
@@ -32,6 +57,39 @@ type Service struct {
 	Now        func() time.Time
 	StaleAfter time.Duration // worker heartbeat age that counts as degraded
 	Checks     []Check       // extra components (processor, tron_node, ...)
+	// CacheFor is how long a registered component's result is reused; 0
+	// asks on every request.
+	CacheFor time.Duration
+	Log      *slog.Logger
+
+	cacheMu sync.Mutex
+	cache   map[string]*cached
+}
+
+// run returns ch's result, from the cache when it is fresh; concurrent
+// callers of a stale component wait for one run.
+func (s *Service) run(ctx context.Context, ch Check) error {
+	if s.CacheFor <= 0 {
+		return ch.Run(ctx)
+	}
+	s.cacheMu.Lock()
+	if s.cache == nil {
+		s.cache = map[string]*cached{}
+	}
+	c := s.cache[ch.Name]
+	if c == nil {
+		c = &cached{}
+		s.cache[ch.Name] = c
+	}
+	s.cacheMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.ok && now.Sub(c.at) < s.CacheFor {
+		return c.err
+	}
+	c.err, c.at, c.ok = ch.Run(ctx), now, true
+	return c.err
 }
 
 // Beat records that worker id is alive.
@@ -74,12 +132,21 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 			var detail string
 			detail, err = s.worker(ctx)
 			comps[i].Detail = &detail // the SPEC shows the worker's detail even when ok
-		} else {
-			err = ch.Run(ctx)
+		} else if ch.Run != nil {
+			err = s.run(ctx, ch)
 		}
 		if err != nil {
 			ready = false
 			msg := err.Error()
+			if ch.Upstream {
+				s.logger().Warn("readiness: component degraded", "component", ch.Name, "error", err)
+				msg = upstreamDetail
+				if ch.Classify != nil {
+					if kind := ch.Classify(err); kind != "" {
+						msg = kind + " (details in the service's logs)"
+					}
+				}
+			}
 			comps[i].Status, comps[i].Detail = "degraded", &msg
 		}
 	}
@@ -87,6 +154,13 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "degraded", "components": comps})
 	}
 	return c.JSON(fiber.Map{"status": "ready", "components": comps})
+}
+
+func (s *Service) logger() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
 }
 
 type staleError string

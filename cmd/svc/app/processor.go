@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/riverqueue/river"
 
@@ -38,7 +40,7 @@ func (a *App) initProcessor(context.Context) error {
 			return err
 		}
 		a.Tron = c
-		a.Health.Checks = append(a.Health.Checks, health.Check{Name: "tron_node", Run: c.Ping})
+		a.Health.Checks = append(a.Health.Checks, health.Check{Name: "tron_node", Run: c.Ping, Upstream: true})
 	}
 	b := a.Cfg.BTCPay
 	if b.URL == "" {
@@ -53,7 +55,7 @@ func (a *App) initProcessor(context.Context) error {
 	a.Ingress = &ingress.Service{DB: a.DB.Bun, Inserter: a.Inserter, Secret: b.WebhookSecret, StoreID: b.StoreID,
 		Now: a.Clock.Now, Log: a.Log}
 	a.Discovery = &discovery.Service{Processor: c, Assets: a.Assets, LightningEnabled: a.Cfg.Chain.LightningEnabled, Log: a.Log}
-	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "processor", Run: func(ctx context.Context) error {
+	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "processor", Upstream: true, Classify: refusal, Run: func(ctx context.Context) error {
 		// A cheap authenticated, store-scoped call: it proves the URL, the
 		// key and the key's access to the store.
 		_, err := c.StorePaymentMethods(ctx, true)
@@ -86,4 +88,15 @@ func (a *App) jobsProcessor(j *Jobs) error {
 			&river.PeriodicJobOpts{ID: discovery.Args{}.Kind(), RunOnStart: true}))
 	}
 	return nil
+}
+
+// refusal names a processor's refusal by its HTTP status (a wrong key is a
+// 401), which tells an operator what to fix without showing the
+// processor's own text.
+func refusal(err error) string {
+	var re *btcpay.RefusedError
+	if errors.As(err, &re) {
+		return fmt.Sprintf("refusing the service's requests (HTTP %d)", re.Status)
+	}
+	return ""
 }

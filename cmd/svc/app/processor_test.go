@@ -92,3 +92,31 @@ func TestProcessorOffWithoutURL(t *testing.T) {
 	require.NotContains(t, comps, "processor")
 	require.NotContains(t, comps, "tron_node")
 }
+
+// TestReadinessIsCachedAndSaysLittle: /readyz needs no key, so a burst of
+// it reaches the upstreams once per READYZ_CACHE_TTL, and a failing
+// upstream's error text (its host, its message) stays in the logs.
+func TestReadinessIsCachedAndSaysLittle(t *testing.T) {
+	t.Parallel()
+	node := tronsim.Start(t)
+	e := apptest.New(t, apptest.WithConfig(func(c *config.Config) {
+		c.Tron.URL, c.Tron.Timeout = node.URL, 500*time.Millisecond
+		c.HTTP.ReadyzCacheTTL = time.Minute
+	}))
+	before := node.Calls("/wallet/getnowblock")
+	for i := 0; i < 20; i++ {
+		readiness(t, e)
+	}
+	require.Equal(t, 1, node.Calls("/wallet/getnowblock")-before, "one call for twenty requests")
+
+	e2 := apptest.New(t, apptest.WithConfig(func(c *config.Config) {
+		c.Tron.URL, c.Tron.Timeout = node.URL, 500*time.Millisecond
+	}))
+	node.SetMode(tronsim.Errors)
+	defer node.SetMode(tronsim.Up)
+	status, comps := readiness(t, e2)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Equal(t, "degraded", comps["tron_node"].Status)
+	require.NotContains(t, *comps["tron_node"].Detail, "127.0.0.1", "no upstream address in the anonymous answer")
+	require.Contains(t, *comps["tron_node"].Detail, "details in the service's logs")
+}

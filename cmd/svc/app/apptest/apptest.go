@@ -74,6 +74,7 @@ func Config(dbURL string) config.Config {
 	c.Database.URL = dbURL
 	c.Chain.Network, c.Chain.LightningEnabled = "regtest", true
 	c.HTTP.ShutdownTimeout = 5 * time.Second
+	c.HTTP.ReadyzCacheTTL = 0 // readiness tests watch components change at once
 	c.Worker.HeartbeatInterval, c.Worker.StaleAfter, c.Worker.Concurrency = time.Second, 30*time.Second, 10
 	c.Webhooks.Timeout, c.BTCPay.Timeout, c.Tron.Timeout = 2*time.Second, 2*time.Second, 2*time.Second
 	return c
