@@ -55,11 +55,22 @@ func TestDiscoveryTurnsUSDTOnAndOff(t *testing.T) {
 	require.ElementsMatch(t, []discovery.Change{{Asset: asset.BTCLN, Enabled: true}, {Asset: asset.USDTTRC20, Enabled: true}}, res.Changes)
 	require.Equal(t, []string{asset.BTC, asset.BTCLN, asset.USDTTRC20}, listed(t, e))
 
-	// The store drops USDT-TRON and Lightning: both are disabled, not deleted.
+	// The store drops USDT-TRON and Lightning: one answer without them
+	// changes nothing (a store being reconfigured, a partial answer); the
+	// third in a row disables both, not deleting them, with an alert each.
 	sim.SetPaymentMethods(btcpay.MethodBTCChain)
+	for i := 1; i < discovery.DefaultMissesToDisable; i++ {
+		res, err = e.App.Discovery.Run(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.Changes, "miss %d", i)
+		require.Equal(t, []string{asset.BTC, asset.BTCLN, asset.USDTTRC20}, listed(t, e))
+	}
 	res, err = e.App.Discovery.Run(ctx)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []discovery.Change{{Asset: asset.BTCLN, Enabled: false}, {Asset: asset.USDTTRC20, Enabled: false}}, res.Changes)
+	n, err := e.App.DB.Bun.NewSelect().Table("operator_alerts").Where("type = 'asset.disabled_by_discovery'").Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
 	require.Equal(t, []string{asset.BTC}, listed(t, e))
 	a, err := e.App.Assets.Get(ctx, asset.USDTTRC20)
 	require.NoError(t, err)
@@ -75,11 +86,17 @@ func TestDiscoveryTurnsUSDTOnAndOff(t *testing.T) {
 	require.Empty(t, res.Changes)
 	require.Equal(t, []string{asset.BTC, asset.USDTTRC20}, listed(t, e))
 
-	// Without BTC-CHAIN even BTC goes.
+	// Without BTC-CHAIN even BTC goes, after the same misses, and not
+	// silently.
 	sim.SetPaymentMethods(btcpay.MethodUSDTTron)
-	_, err = e.App.Discovery.Run(ctx)
-	require.NoError(t, err)
+	for i := 0; i < discovery.DefaultMissesToDisable; i++ {
+		_, err = e.App.Discovery.Run(ctx)
+		require.NoError(t, err)
+	}
 	require.Equal(t, []string{asset.USDTTRC20}, listed(t, e))
+	n, err = e.App.DB.Bun.NewSelect().Table("operator_alerts").Where("type = 'asset.disabled_by_discovery' AND subject LIKE 'BTC %'").Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 }
 
 func TestLightningNeedsTheDeploymentsOptIn(t *testing.T) {

@@ -21,12 +21,16 @@ type Balance struct {
 // Total is available plus held.
 func (b Balance) Total() int64 { return b.Available + b.Held }
 
-// Balances returns the user's balances in every enabled asset, by asset
-// code; a user the ledger has never seen has zeros. They are the
+// Balances returns the user's balances, by asset code, in every enabled
+// asset and in every asset the user has an account in, enabled or not: an
+// asset turned off (discovery found no payment method for it, an operator
+// is reconfiguring the store) stops taking deposits, but the money in it
+// is still the user's and never disappears from the answer. A user the
+// ledger has never seen has zeros in the enabled assets. They are the
 // materialized balances, which the same statement as every posting keeps
 // equal to the postings.
 func Balances(ctx context.Context, idb bun.IDB, externalUserID string) ([]Balance, error) {
-	assets, err := (&asset.Store{DB: idb}).Enabled(ctx)
+	assets, err := (&asset.Store{DB: idb}).All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
 	}
@@ -46,6 +50,7 @@ SELECT asset, kind, balance FROM ledger_accounts
 		kind  AccountKind
 	}
 	got := map[key]int64{}
+	has := map[string]bool{}
 	for rows.Next() {
 		var (
 			k   key
@@ -55,13 +60,17 @@ SELECT asset, kind, balance FROM ledger_accounts
 			return nil, fmt.Errorf("ledger: balances: %w", err)
 		}
 		got[k] = bal
+		has[k.asset] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
 	}
-	out := make([]Balance, len(assets))
-	for i, a := range assets {
-		out[i] = Balance{Asset: a, Available: got[key{a.Code, UserAvailable}], Held: got[key{a.Code, UserHold}]}
+	out := make([]Balance, 0, len(assets))
+	for _, a := range assets {
+		if !a.Enabled && !has[a.Code] {
+			continue
+		}
+		out = append(out, Balance{Asset: a, Available: got[key{a.Code, UserAvailable}], Held: got[key{a.Code, UserHold}]})
 	}
 	return out, nil
 }

@@ -74,18 +74,31 @@ func TestBalancesHTTP(t *testing.T) {
 	}
 	b := get()
 	require.Equal(t, user, b.ExternalUserID)
-	require.Len(t, b.Balances, 1, "USDT_TRC20 is disabled: not listed although the user has some")
+	require.Len(t, b.Balances, 2, "USDT_TRC20 is disabled, but the user's money in it is listed")
+	require.Equal(t, "BTC", b.Balances[0].Asset)
 	require.Equal(t, "1.49987655", b.Balances[0].Available)
 	require.Equal(t, "0.00012345", b.Balances[0].Held)
 	require.Equal(t, "1.50000000", b.Balances[0].Total)
-
-	_, err = (&asset.Store{DB: d, Now: e.App.Clock.Now}).SetEnabled(ctx, asset.USDTTRC20, true)
-	require.NoError(t, err)
-	b = get()
-	require.Len(t, b.Balances, 2)
 	require.Equal(t, "USDT_TRC20", b.Balances[1].Asset)
 	require.Equal(t, "2.500000", b.Balances[1].Available, "six decimals for USDT")
 	require.Equal(t, "0.000000", b.Balances[1].Held)
+
+	// Discovery turns BTC off (one empty answer from the processor): the
+	// money does not disappear from the answer.
+	_, err = (&asset.Store{DB: d, Now: e.App.Clock.Now}).SetEnabled(ctx, asset.BTC, false)
+	require.NoError(t, err)
+	b = get()
+	require.Len(t, b.Balances, 2)
+	require.Equal(t, "1.50000000", b.Balances[0].Total)
+	_, err = (&asset.Store{DB: d, Now: e.App.Clock.Now}).SetEnabled(ctx, asset.BTC, true)
+	require.NoError(t, err)
+	// An enabled asset the user never touched is listed with zeros.
+	_, err = (&asset.Store{DB: d, Now: e.App.Clock.Now}).SetEnabled(ctx, asset.BTCLN, true)
+	require.NoError(t, err)
+	b = get()
+	require.Len(t, b.Balances, 3)
+	require.Equal(t, "BTC_LN", b.Balances[1].Asset)
+	require.Equal(t, "0.00000000", b.Balances[1].Total)
 
 	t.Run("TooLongUserID", func(t *testing.T) {
 		r := e.Get("/v1/users/" + strings.Repeat("x", 256) + "/balances")

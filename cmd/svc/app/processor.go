@@ -54,7 +54,8 @@ func (a *App) initProcessor(context.Context) error {
 	a.BTCPay = c
 	a.Ingress = &ingress.Service{DB: a.DB.Bun, Inserter: a.Inserter, Secret: b.WebhookSecret, StoreID: b.StoreID,
 		Now: a.Clock.Now, Log: a.Log}
-	a.Discovery = &discovery.Service{Processor: c, Assets: a.Assets, LightningEnabled: a.Cfg.Chain.LightningEnabled, Log: a.Log}
+	a.Discovery = &discovery.Service{Processor: c, Assets: a.Assets, LightningEnabled: a.Cfg.Chain.LightningEnabled, Log: a.Log,
+		MissesToDisable: discovery.DefaultMissesToDisable, Alerts: a.Alerts}
 	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "processor", Upstream: true, Classify: refusal, Run: func(ctx context.Context) error {
 		// A cheap authenticated, store-scoped call: it proves the URL, the
 		// key and the key's access to the store.
