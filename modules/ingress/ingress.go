@@ -23,10 +23,6 @@ import (
 	"svc/platform/queue"
 )
 
-// DefaultMaxBody bounds the size of a delivery. BTCPay's events are a few
-// kilobytes; the metadata we put on invoices is small.
-const DefaultMaxBody = 64 << 10
-
 // Headers that may carry the signature.
 const (
 	HeaderProcessorSig = "Processor-Sig"
@@ -87,7 +83,6 @@ type Service struct {
 	Inserter queue.Inserter
 	Secret   string // the ingress HMAC secret
 	StoreID  string // the processor store this deployment uses
-	MaxBody  int    // 0: DefaultMaxBody
 	Now      func() time.Time
 	Log      *slog.Logger
 
@@ -96,13 +91,6 @@ type Service struct {
 	// Set them before the worker starts.
 	Invoices InvoiceHandler
 	Payouts  PayoutHandler
-}
-
-func (s *Service) maxBody() int {
-	if s.MaxBody > 0 {
-		return s.MaxBody
-	}
-	return DefaultMaxBody
 }
 
 func (s *Service) log() *slog.Logger {

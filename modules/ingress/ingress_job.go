@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -71,4 +72,24 @@ func (s *Service) dispatch(ctx context.Context, d Delivery, ev btcpay.WebhookEve
 			State: ev.PayoutState, At: ev.Timestamp.Time})
 	}
 	return nil
+}
+
+// PruneArgs asks for processed deliveries past INGRESS_RETENTION to be
+// deleted (hourly).
+type PruneArgs struct{}
+
+// Kind is the job kind.
+func (PruneArgs) Kind() string { return "processor_webhook_prune" }
+
+// PruneWorker runs Service.Prune.
+type PruneWorker struct {
+	river.WorkerDefaults[PruneArgs]
+	Service   *Service
+	Retention time.Duration
+}
+
+// Work prunes.
+func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
+	_, err := w.Service.Prune(ctx, w.Service.Now().Add(-w.Retention))
+	return err
 }

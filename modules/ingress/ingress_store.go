@@ -95,3 +95,16 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// Prune deletes the deliveries handed over (processed) before cutoff and
+// returns how many. Deliveries not yet processed are kept whatever their
+// age. A delivery BTCPay repeats after its row was pruned is stored and
+// processed again, which the idempotent reconcile makes harmless.
+func (s *Service) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := s.DB.NewDelete().Model((*Delivery)(nil)).
+		Where("processed_at IS NOT NULL AND received_at < ?", cutoff).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ingress: prune: %w", err)
+	}
+	return res.RowsAffected()
+}

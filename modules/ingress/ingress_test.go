@@ -111,7 +111,9 @@ func TestSignaturesAndBodies(t *testing.T) {
 			status: 200, ack: "ignored", reason: "subscribes"},
 		{name: "AnotherStore", body: b.event(t, map[string]any{"storeId": "SomeoneElsesStore"}), status: 200, ack: "ignored", reason: "another store"},
 		{name: "NoStore", body: b.event(t, map[string]any{"storeId": nil}), status: 200, ack: "ignored", reason: "another store"},
-		{name: "TooLarge", body: b.event(t, map[string]any{"metadata": map[string]any{"orderId": strings.Repeat("x", ingress.DefaultMaxBody)}}), status: 413},
+		// A validly signed delivery larger than 64 KiB is taken (BTCPay does
+		// not retry a 413).
+		{name: "Large", body: b.event(t, map[string]any{"metadata": map[string]any{"orderId": strings.Repeat("x", 100<<10)}}), status: 200, ack: "accepted"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,8 +141,8 @@ func TestSignaturesAndBodies(t *testing.T) {
 		})
 	}
 	// Only the accepted deliveries were stored (ProcessorSig, UpperCaseHex,
-	// and `body`, which was accepted twice under its two headers).
-	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM processor_webhooks"))
+	// Large, and `body`, which was accepted twice under its two headers).
+	require.Equal(t, 4, b.count(t, "SELECT count(*) FROM processor_webhooks"))
 }
 
 func TestAcceptedDeliveryIsStoredOnceWithItsJob(t *testing.T) {
@@ -308,6 +310,28 @@ func TestWithoutHandlersDeliveriesAreMarkedProcessed(t *testing.T) {
 	apptest.Eventually(t, 10*time.Second, func() bool {
 		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NOT NULL AND payout_id = 'po1'") == 1
 	}, "marked processed")
+}
+
+// TestPruneKeepsWhatIsNotProcessed: processed deliveries older than the
+// retention are deleted; recent ones and unprocessed ones of any age stay.
+func TestPruneKeepsWhatIsNotProcessed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, id := range []string{"old-done", "old-open", "new-done"} {
+		body := b.event(t, map[string]any{"invoiceId": id})
+		require.Equal(t, 200, b.post(body, signed(body)).Status)
+	}
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	_, err := b.e.App.DB.Bun.ExecContext(ctx, "UPDATE processor_webhooks SET received_at = ? WHERE invoice_id LIKE 'old-%'", old)
+	require.NoError(t, err)
+	_, err = b.e.App.DB.Bun.ExecContext(ctx, "UPDATE processor_webhooks SET processed_at = now() WHERE invoice_id LIKE '%-done'")
+	require.NoError(t, err)
+	n, err := b.e.App.Ingress.Prune(ctx, time.Now().Add(-30*24*time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE invoice_id = 'old-done'"))
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE invoice_id IN ('old-open', 'new-done')"))
 }
 
 func TestIngressIsOffWithoutProcessor(t *testing.T) {

@@ -36,12 +36,13 @@ type Config struct {
 
 // HTTP configures the API listener.
 type HTTP struct {
-	Port            int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on"`
-	ListenHost      string        `mapstructure:"listen_host" env:"HTTP_LISTEN_HOST" default:"" doc:"address svc api listens on: empty for every interface (containers), 127.0.0.1 for this machine only (make run)"`
-	BodyLimitBytes  int           `mapstructure:"body_limit_bytes" env:"HTTP_BODY_LIMIT_BYTES" default:"1048576" doc:"largest request body accepted, in bytes"`
-	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" default:"15s" doc:"how long a SIGTERM waits for in-flight requests and jobs"`
-	ReadyzCacheTTL  time.Duration `mapstructure:"readyz_cache_ttl" env:"READYZ_CACHE_TTL" default:"5s" doc:"how long /readyz reuses a component's result (it needs no key, so it must not call the processor and the TRON node at the caller's pace)"`
-	IdempotencyTTL  time.Duration `mapstructure:"idempotency_ttl" env:"IDEMPOTENCY_RETENTION" default:"168h" doc:"how long idempotency records are kept (at least 7 days)"`
+	Port             int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on"`
+	ListenHost       string        `mapstructure:"listen_host" env:"HTTP_LISTEN_HOST" default:"" doc:"address svc api listens on: empty for every interface (containers), 127.0.0.1 for this machine only (make run)"`
+	BodyLimitBytes   int           `mapstructure:"body_limit_bytes" env:"HTTP_BODY_LIMIT_BYTES" default:"1048576" doc:"largest request body accepted, in bytes"`
+	ShutdownTimeout  time.Duration `mapstructure:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" default:"15s" doc:"how long a SIGTERM waits for in-flight requests and jobs"`
+	IngressRetention time.Duration `mapstructure:"ingress_retention" env:"INGRESS_RETENTION" default:"720h" doc:"how long processed processor webhook deliveries are kept (unprocessed ones are kept until processed)"`
+	ReadyzCacheTTL   time.Duration `mapstructure:"readyz_cache_ttl" env:"READYZ_CACHE_TTL" default:"5s" doc:"how long /readyz reuses a component's result (it needs no key, so it must not call the processor and the TRON node at the caller's pace)"`
+	IdempotencyTTL   time.Duration `mapstructure:"idempotency_ttl" env:"IDEMPOTENCY_RETENTION" default:"168h" doc:"how long idempotency records are kept (at least 7 days)"`
 }
 
 // Database configures the PostgreSQL connection.
@@ -138,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.BodyLimitBytes < 1024 {
 		add("HTTP_BODY_LIMIT_BYTES", "must be at least 1024")
+	}
+	if c.HTTP.IngressRetention < 24*time.Hour {
+		add("INGRESS_RETENTION", "must be at least 24h")
 	}
 	if c.HTTP.ReadyzCacheTTL < 0 || c.HTTP.ReadyzCacheTTL > 5*time.Minute {
 		add("READYZ_CACHE_TTL", "must be from 0s to 5m")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/riverqueue/river"
 
+	"svc/jobs"
 	"svc/modules/discovery"
 	"svc/modules/health"
 	"svc/modules/ingress"
@@ -78,6 +80,8 @@ func (a *App) routesProcessorPublic(r Routers) {
 func (a *App) jobsProcessor(j *Jobs) error {
 	if a.Ingress != nil {
 		river.AddWorker(j.Workers, &ingress.Worker{Service: a.Ingress})
+		river.AddWorker(j.Workers, &ingress.PruneWorker{Service: a.Ingress, Retention: a.Cfg.HTTP.IngressRetention})
+		j.Periodic = append(j.Periodic, jobs.Periodic(time.Hour, ingress.PruneArgs{}))
 	}
 	if a.Discovery != nil {
 		river.AddWorker(j.Workers, &discovery.Worker{Service: a.Discovery})
