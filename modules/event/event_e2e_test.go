@@ -203,7 +203,7 @@ func TestAdminEventsListAndRedeliver(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, e.Get("/v1/admin/events").Status, "a readwrite key is not enough")
 
 	path := func(id string) string { return "/v1/admin/events/" + id + "/redeliver" }
-	for _, id := range []string{"not-a-uuid", oldest.PublicID(), uuid.NewString()} {
+	for _, id := range []string{"not-a-uuid", "evt_zz", event.PublicID(uuid.New()), uuid.NewString()} {
 		r := e.AdminPost(path(id), nil)
 		require.Equal(t, http.StatusNotFound, r.Status, id)
 		require.Equal(t, "event not found", r.Map(t)["detail"])
@@ -232,8 +232,8 @@ func TestAdminEventsListAndRedeliver(t *testing.T) {
 	require.Zero(t, got.Attempts)
 	require.Len(t, deliveryJobs(t, e.App.DB.Bun, oldest.ID), jobsBefore+1, "one fresh job")
 
-	r = e.AdminPost(path(oldest.ID.String()), nil)
-	require.Equal(t, http.StatusConflict, r.Status, "no longer dead")
+	r = e.AdminPost(path(oldest.PublicID()), nil)
+	require.Equal(t, http.StatusConflict, r.Status, "no longer dead: found by the evt_ id the list shows too")
 	require.Len(t, listEvents(t, e, ""), 3, "events are never deleted")
 }
 

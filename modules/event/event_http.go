@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
@@ -52,8 +51,9 @@ type RedeliverResponse struct {
 //	GET  /events?status=&limit=          {events: [Record]}, newest first
 //	POST /events/{event_id}/redeliver    {id, status}
 //
-// event_id is the raw uuid (raw_id). Anything that names no event, a
-// malformed uuid included, is 404; an event that is not dead is 409.
+// event_id is the raw uuid (raw_id) or the evt_ id the list and the
+// payloads show. Anything that names no event, a malformed id included, is
+// 404; an event that is not dead is 409.
 func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
 	admin.Get("/events", s.handleList)
 	admin.Post("/events/:event_id/redeliver", idem, s.handleRedeliver)
@@ -78,7 +78,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 
 func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	raw := httpapi.Param(c, "event_id")
-	id, err := uuid.Parse(raw)
+	id, err := ParseID(raw)
 	if err != nil {
 		return ErrNotFound // no event has that id
 	}
