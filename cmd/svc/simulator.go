@@ -43,10 +43,9 @@ func newSimulatorCmd() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "simulator",
-		Short: "Run the BTCPay Server and TronGrid simulator (local use only)",
+		Short: "Run the BTCPay Server and TronGrid simulator: a test double for local runs and tests, never for real money",
 		Long: "Serves BTCPay's Greenfield API (and, under /tron, a TRON node's API) from memory, sends signed\n" +
 			"webhooks, and is driven through its control API under /_sim/ (see docs/simulator.md).",
-		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base := "http://" + addr

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+
+	"svc/platform/fault"
 )
 
 const localsKey = "apikey"
@@ -13,17 +15,24 @@ const localsKey = "apikey"
 // header, never from the query string.
 func (s *Store) Require(need Scope) fiber.Handler {
 	return func(c *fiber.Ctx) error {
+		// A 401 says how to authenticate (RFC 9110 section 11.6.1).
+		challenge := func(err error) error {
+			if fault.KindOf(err) == fault.Unauthenticated {
+				c.Set(fiber.HeaderWWWAuthenticate, "Bearer")
+			}
+			return err
+		}
 		h := c.Get(fiber.HeaderAuthorization)
 		if h == "" {
-			return ErrMissing
+			return challenge(ErrMissing)
 		}
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-			return ErrMalformed
+			return challenge(ErrMalformed)
 		}
 		k, err := s.Authenticate(c.UserContext(), strings.TrimSpace(token))
 		if err != nil {
-			return err
+			return challenge(err)
 		}
 		if !k.Scope.Allows(need) {
 			return ErrScope

@@ -41,6 +41,11 @@ func DecodeBody(c *fiber.Ctx, dst any) error {
 				Type: jsonKind(te.Type.String()) + "_type",
 			})
 		}
+		if errors.As(err, &te) {
+			// The whole body has the wrong type: say which, not Go's name
+			// for the request model.
+			return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Body must be a JSON object, not " + te.Value, Type: "model_type"})
+		}
 		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Body is not a valid JSON object: " + err.Error(), Type: "json_invalid"})
 	}
 	if dec.More() {

@@ -80,6 +80,7 @@ func TestDecodeBodyIsStrictAboutKeys(t *testing.T) {
 		{`{"external_user_id":"alice","asset":"BTC","extra":1}`, `{"user":"alice","asset":"BTC"}`, 200},
 		{`{"external_user_id":"alice","external_user_id":"mallory"}`,
 			`{"detail":[{"loc":["body","external_user_id"],"msg":"Key given more than once: send each field once","type":"duplicate_key"}]}`, 422},
+		{`["alice"]`, `{"detail":[{"loc":["body"],"msg":"Body must be a JSON object, not array","type":"model_type"}]}`, 422},
 		{`{"External_User_Id":"mallory","asset":"BTC"}`,
 			`{"detail":[{"loc":["body","External_User_Id"],"msg":"Field names are case-sensitive: this field is external_user_id","type":"field_name"}]}`, 422},
 	} {

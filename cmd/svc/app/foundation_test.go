@@ -114,6 +114,9 @@ func TestAuthMatrix(t *testing.T) {
 			}
 			r := e.Do(apptest.Req{Method: "GET", Path: tc.path, Key: "-", Header: h})
 			require.Equal(t, tc.want, r.Status, string(r.Body))
+			if tc.want == 401 {
+				require.Equal(t, "Bearer", r.Header.Get("WWW-Authenticate"), "a 401 says how to authenticate")
+			}
 			if tc.want >= 400 {
 				detail, ok := r.Map(t)["detail"].(string)
 				require.True(t, ok, "body is {detail: string}: %s", r.Body)
