@@ -46,7 +46,7 @@ func newSimulatorCmd() *cobra.Command {
 		Short: "Run the BTCPay Server and TronGrid simulator: a test double for local runs and tests, never for real money",
 		Long: "Serves BTCPay's Greenfield API (and, under /tron, a TRON node's API) from memory, sends signed\n" +
 			"webhooks, and is driven through its control API under /_sim/ (see docs/simulator.md).",
-		Args:   cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base := "http://" + addr
 			env := [][2]string{
