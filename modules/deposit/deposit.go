@@ -189,6 +189,12 @@ type Payment struct {
 	UpdatedAt       time.Time  `bun:"updated_at"`
 }
 
+// ReasonNoExpectedAmount: a payment to a pooled (USDT) deposit created
+// without expected_amount. The pool's addresses are shared over time, so
+// only the amount tells this user's payment from a late one of the
+// address's previous holder; without it an operator decides.
+const ReasonNoExpectedAmount = "the deposit has no expected_amount: on a shared USDT pool address only the amount attributes a payment, so an operator decides"
+
 // markedStatus is the processor_status of the row that records the value
 // of an invoice marked settled by hand, credited by an operator.
 const markedStatus = "Marked"

@@ -397,6 +397,8 @@ func (s *Service) classify(d Deposit, a asset.Asset, inv btcpay.Invoice, grace [
 				reasons = append(reasons, "the payment is worth nothing after the processor's fee")
 			} else if reason := s.outsideTolerance(d, a, units); reason != "" {
 				reasons = append(reasons, reason)
+			} else if pooled(d.Asset) && d.AmountExpected == nil {
+				reasons = append(reasons, ReasonNoExpectedAmount)
 			}
 		}
 	}

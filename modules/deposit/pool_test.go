@@ -240,3 +240,23 @@ func TestUSDTAmountTolerance(t *testing.T) {
 		}
 	}
 }
+
+// A USDT deposit created without expected_amount cannot attribute a
+// payment on a shared pool address (it may be the previous holder's late
+// one): every payment to it waits for an operator, who can credit it.
+func TestUSDTWithoutExpectedAmountGoesToReview(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "una", "USDT_TRC20", nil)
+	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"10"}, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.False(t, v.Payments[0].Credited)
+	ev := e.events(t, "deposit.review_required", v.DepositID)
+	require.Len(t, ev, 1)
+	require.Equal(t, deposit.ReasonNoExpectedAmount, ev[0]["review_reason"])
+	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, deposit.StatusSettled, e.deposit(t, v.DepositID).Status)
+}
