@@ -29,6 +29,9 @@ func DecodeBody(c *fiber.Ctx, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Field required", Type: "missing"})
 	}
+	if !jsonContent(c.Get(fiber.HeaderContentType)) {
+		return fiber.NewError(fiber.StatusUnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
+	}
 	if err := strictKeys(body, dst); err != nil {
 		return err
 	}
@@ -52,6 +55,18 @@ func DecodeBody(c *fiber.Ctx, dst any) error {
 		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Body has data after the JSON object", Type: "json_invalid"})
 	}
 	return nil
+}
+
+// jsonContent accepts application/json (with parameters, or any +json
+// type) and a missing Content-Type; a form, text or XML is refused, so a
+// body is never taken for JSON by accident.
+func jsonContent(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
 // strictKeys refuses, in a top-level JSON object, a key given twice and a

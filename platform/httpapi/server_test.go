@@ -93,3 +93,31 @@ func TestDecodeBodyIsStrictAboutKeys(t *testing.T) {
 		require.JSONEq(t, tc.want, string(b), tc.body)
 	}
 }
+
+// TestDecodeBodyWantsJSON: a body sent as a form, text or XML is 415; JSON
+// with parameters, a +json type, or no Content-Type is read.
+func TestDecodeBodyWantsJSON(t *testing.T) {
+	t.Parallel()
+	app := httpapi.New(httpapi.Options{Log: slog.New(slog.DiscardHandler)})
+	app.Post("/", func(c *fiber.Ctx) error {
+		var req struct {
+			User *string `json:"external_user_id"`
+		}
+		if err := httpapi.DecodeBody(c, &req); err != nil {
+			return err
+		}
+		return c.JSON(fiber.Map{"user": req.User})
+	})
+	for ct, want := range map[string]int{
+		"application/json": 200, "application/json; charset=utf-8": 200, "application/vnd.api+json": 200, "": 200,
+		"text/plain": 415, "application/x-www-form-urlencoded": 415, "application/xml": 415,
+	} {
+		req := httptest.NewRequest("POST", "/", strings.NewReader(`{"external_user_id":"alice"}`))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		resp, err := app.Test(req)
+		require.NoError(t, err)
+		require.Equal(t, want, resp.StatusCode, ct)
+	}
+}
