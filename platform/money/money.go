@@ -28,10 +28,16 @@ func Format(units int64, scale int) string {
 
 // ParseDecimal converts a decimal string (display units, as the processor
 // sends) to smallest units of an asset with the given scale. It refuses
-// amounts with more significant decimals than scale (ErrNotWhole), negative
+// amounts with more significant decimals than scale or more than 19
+// significant digits (ErrNotWhole: never rounded), negative
 // amounts and anything that overflows int64.
 func ParseDecimal(s string, scale int) (int64, error) {
 	s = strings.TrimSpace(s)
+	// The decimal type holds 19 significant digits and rounds longer
+	// inputs: refuse them instead, so nothing is ever rounded.
+	if significantDigits(s) > 19 {
+		return 0, fmt.Errorf("amount %q has more than 19 significant digits: %w", s, ErrNotWhole)
+	}
 	d, err := decimal.Parse(s)
 	if err != nil {
 		return 0, fmt.Errorf("parse amount %q: %w", s, err)
@@ -63,6 +69,21 @@ func ParseDecimal(s string, scale int) (int64, error) {
 		return 0, fmt.Errorf("amount %q is too large", s)
 	}
 	return whole, nil
+}
+
+// significantDigits counts the digits of s's mantissa without leading
+// zeros, and without trailing zeros after a decimal point ("0.0012300" has
+// 3, "1200" has 4).
+func significantDigits(s string) int {
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.TrimLeft(s, "+-")
+	intPart, frac, dot := strings.Cut(s, ".")
+	if dot {
+		frac = strings.TrimRight(frac, "0")
+	}
+	return len(strings.TrimLeft(intPart+frac, "0"))
 }
 
 // ParseUnits parses a request's integer string of smallest units. It accepts

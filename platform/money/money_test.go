@@ -96,3 +96,21 @@ func FuzzParseDecimal(f *testing.F) {
 		}
 	})
 }
+
+// TestParseDecimalNeverRounds: more significant digits than the decimal
+// type holds are refused, not rounded.
+func TestParseDecimalNeverRounds(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"0.10000000000000000001", "1.000000000000000000001", "12345678901234567890.1"} {
+		_, err := ParseDecimal(s, 8)
+		if err == nil {
+			t.Fatalf("%q was accepted", s)
+		}
+	}
+	for s, want := range map[string]int64{"0.10000000000000000000": 10_000_000, "1.5": 150_000_000, "0.00000001": 1} {
+		got, err := ParseDecimal(s, 8)
+		if err != nil || got != want {
+			t.Fatalf("%q: %d, %v; want %d", s, got, err, want)
+		}
+	}
+}
