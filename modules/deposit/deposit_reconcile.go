@@ -284,10 +284,20 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	}
 	switch {
 	case len(reviews) > 0 && d.Status == StatusDismissed:
-		s.log().Error("deposit: money arrived for a dismissed deposit", "deposit_id", d.ID, "reason", reviews[0].reason)
-		if err := s.raise(ctx, tx, alert.Params{Type: AlertPaymentAfterDismiss, Subject: d.ID.String(),
-			Detail: fmt.Sprintf("Deposit %s was dismissed, and then: %s. Nothing was credited; decide by hand (a ledger correction).", d.ID, reviews[0].reason)}); err != nil {
-			return err
+		// One alert per payment (and one for the invoice itself): an alert
+		// acknowledged for the first payment must not hide the next.
+		for _, item := range reviews {
+			subject, what := d.ID.String()+":invoice", "the invoice"
+			if item.payment >= 0 {
+				p := rows[item.payment]
+				subject, what = d.ID.String()+":"+p.PaymentID, fmt.Sprintf("payment %s of %s", p.PaymentID, p.Amount)
+			}
+			s.log().Error("deposit: money arrived for a dismissed deposit", "deposit_id", d.ID, "subject", subject, "reason", item.reason)
+			if err := s.raise(ctx, tx, alert.Params{Type: AlertPaymentAfterDismiss, Subject: subject,
+				Detail: fmt.Sprintf("Deposit %s was dismissed, and then %s: %s. Nothing was credited; decide by hand (a ledger correction).",
+					d.ID, what, item.reason)}); err != nil {
+				return err
+			}
 		}
 	case len(reviews) > 0:
 		if err := s.toReview(ctx, tx, &d, reviews[0], rows, a); err != nil {

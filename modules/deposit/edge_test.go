@@ -129,7 +129,18 @@ func TestPaymentAfterDismissalIsRaised(t *testing.T) {
 	require.Equal(t, deposit.StatusDismissed, v.Status)
 	require.Len(t, v.Payments, 2)
 	require.Equal(t, "0.00000000", v.AmountCredited)
-	require.Equal(t, []string{v.DepositID}, e.alerts(t, deposit.AlertPaymentAfterDismiss))
+	require.Equal(t, []string{v.DepositID + ":" + v.Payments[1].PaymentID}, e.alerts(t, deposit.AlertPaymentAfterDismiss))
+
+	// Acknowledged, and then another payment: it is raised too (one alert
+	// per payment, not one per deposit ever).
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "UPDATE operator_alerts SET acknowledged_at = now(), acknowledged_by = 'ops'")
+	require.NoError(t, err)
+	_, err = e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Len(t, v.Payments, 3)
+	require.ElementsMatch(t, []string{v.DepositID + ":" + v.Payments[1].PaymentID, v.DepositID + ":" + v.Payments[2].PaymentID},
+		e.alerts(t, deposit.AlertPaymentAfterDismiss))
 }
 
 // The processor unreachable during a reconcile: an error (the ingress job
