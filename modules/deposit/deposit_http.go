@@ -168,7 +168,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 
 func (s *Service) handleReview(c *fiber.Ctx) error {
 	limit, err := httpapi.QueryInt(c, "limit", DefaultReviewLimit, 1, MaxReviewLimit)
-	if err != nil {
+	if err := fault.MergeValidation(err, httpapi.OnlyQuery(c, "limit")); err != nil {
 		return err
 	}
 	ctx := c.UserContext()
@@ -226,7 +226,7 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 
 func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {
 	limit, err := httpapi.QueryInt(c, "limit", DefaultReviewLimit, 1, MaxReviewLimit)
-	if err != nil {
+	if err := fault.MergeValidation(err, httpapi.OnlyQuery(c, "limit")); err != nil {
 		return err
 	}
 	alerts, err := s.WalletAlerts(c.UserContext(), limit)

@@ -304,9 +304,14 @@ func TestReviewQueue(t *testing.T) {
 	require.Equal(t, []string{first.DepositID, second.DepositID}, ids(e.reviewQueue(t, "")), "oldest first")
 	require.Equal(t, []string{first.DepositID}, ids(e.reviewQueue(t, "?limit=1")))
 	require.Len(t, e.reviewQueue(t, "?limit=200"), 2)
-	for _, bad := range []string{"?limit=0", "?limit=201", "?limit=abc", "?limit=-1"} {
+	for _, bad := range []string{"?limit=0", "?limit=201", "?limit=abc", "?limit=-1", "?limt=10", "?status=review"} {
 		r := e.AdminGet("/v1/admin/deposits/review" + bad)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, bad)
+	}
+	for _, path := range []string{"/v1/admin/wallet-alerts?limt=5", "/v1/admin/events?stauts=dead", "/v1/admin/withdrawals?stauts=pending_approval"} {
+		r := e.AdminGet(path)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "a misspelt filter is refused, not ignored: %s", path)
+		require.Contains(t, string(r.Body), `"type":"extra_forbidden"`, path)
 	}
 	require.Equal(t, http.StatusForbidden, e.Get("/v1/admin/deposits/review").Status)
 	require.NoError(t, e.Svc.Reconcile(context.Background(), uuid.MustParse(first.DepositID)))

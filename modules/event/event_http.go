@@ -62,7 +62,7 @@ func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
 func (s *Service) handleList(c *fiber.Ctx) error {
 	status, serr := httpapi.QueryEnum(c, "status", string(StatusPending), string(StatusDelivered), string(StatusDead))
 	limit, lerr := httpapi.QueryInt(c, "limit", 50, 1, 200)
-	if err := fault.MergeValidation(serr, lerr); err != nil {
+	if err := fault.MergeValidation(serr, lerr, httpapi.OnlyQuery(c, "status", "limit")); err != nil {
 		return err
 	}
 	events, err := s.List(c.UserContext(), ListParams{Status: Status(status), Limit: limit})

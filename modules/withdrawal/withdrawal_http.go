@@ -183,7 +183,7 @@ func (s *Service) handleAdminList(c *fiber.Ctx) error {
 	status, serr := httpapi.QueryEnum(c, "status", statuses...)
 	limit, lerr := httpapi.QueryInt(c, "limit", DefaultAdminLimit, 1, MaxAdminLimit)
 	cursor, cerr := cursorParam(c)
-	if err := fault.MergeValidation(serr, lerr, cerr); err != nil {
+	if err := fault.MergeValidation(serr, lerr, cerr, httpapi.OnlyQuery(c, "status", "limit", "cursor")); err != nil {
 		return err
 	}
 	ctx := c.UserContext()

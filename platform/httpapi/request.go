@@ -211,6 +211,27 @@ func QueryInt(c *fiber.Ctx, name string, def, min, max int) (int, error) {
 	return n, nil
 }
 
+// OnlyQuery refuses query parameters other than allowed, each as a 422
+// field error: a misspelt filter ("stauts") would otherwise be ignored
+// and the caller would read an unfiltered list as if it were filtered.
+func OnlyQuery(c *fiber.Ctx, allowed ...string) error {
+	var fields []fault.FieldError
+	c.Context().QueryArgs().VisitAll(func(k, _ []byte) {
+		name := string(k)
+		for _, a := range allowed {
+			if name == a {
+				return
+			}
+		}
+		fields = append(fields, fault.FieldError{Loc: []any{"query", name}, Type: "extra_forbidden",
+			Msg: "Unknown query parameter; this list takes " + strings.Join(allowed, ", ")})
+	})
+	if len(fields) > 0 {
+		return fault.Validation(fields...)
+	}
+	return nil
+}
+
 // QueryEnum reads an optional query parameter that must be one of allowed.
 func QueryEnum(c *fiber.Ctx, name string, allowed ...string) (string, error) {
 	raw := c.Query(name)
