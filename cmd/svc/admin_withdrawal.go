@@ -135,12 +135,13 @@ func adminWithdrawalsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				name := strings.TrimSpace(as)
-				if name == "" {
+				// Required here: no default to the login name for a decision.
+				if strings.TrimSpace(as) == "" {
 					return fmt.Errorf("--as NAME is required: the decision is recorded as made by cli:NAME")
 				}
-				if len(name) > 251 {
-					return fmt.Errorf("--as: at most 251 characters")
+				name, err := operatorName(as)
+				if err != nil {
+					return err
 				}
 				a, err := openApp(cmd.Context())
 				if err != nil {

@@ -188,17 +188,17 @@ func (s *Service) AddressHistory(ctx context.Context, d Deposit) ([]Deposit, err
 	return out, nil
 }
 
-// IsDepositAddress reports whether address was ever issued for a deposit
-// (withdrawals refuse the service's own deposit addresses). Every
-// withdrawal request asks, so it is sent with a real parameter (see
-// db.Querier).
-func IsDepositAddress(ctx context.Context, idb bun.IDB, address string) (bool, error) {
+// IsDepositAddress reports whether any of addresses was ever issued for a
+// deposit (withdrawals refuse the service's own deposit addresses). Every
+// withdrawal request asks, so it is one statement with a real parameter
+// (see db.Querier), whatever the number of spellings asked about.
+func IsDepositAddress(ctx context.Context, idb bun.IDB, addresses ...string) (bool, error) {
 	q, err := db.SQLOf(idb)
 	if err != nil {
 		return false, err
 	}
 	var ok bool
-	if err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM deposits WHERE address = $1)", address).Scan(&ok); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM deposits WHERE address = ANY($1))", addresses).Scan(&ok); err != nil {
 		return false, fmt.Errorf("look up deposit address: %w", err)
 	}
 	return ok, nil

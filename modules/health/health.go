@@ -35,12 +35,11 @@ type Check struct {
 // upstreamDetail is what an anonymous caller learns of a failing upstream.
 const upstreamDetail = "unreachable or refusing the service's requests (details in the service's logs)"
 
-// cached is the last result of one component.
+// cached is the last result of one component; a zero at means none yet.
 type cached struct {
 	mu  sync.Mutex
 	at  time.Time
 	err error
-	ok  bool
 }
 
 // Component is one entry of the readiness body.
@@ -85,10 +84,10 @@ func (s *Service) run(ctx context.Context, ch Check) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
-	if c.ok && now.Sub(c.at) < s.CacheFor {
+	if !c.at.IsZero() && now.Sub(c.at) < s.CacheFor {
 		return c.err
 	}
-	c.err, c.at, c.ok = ch.Run(ctx), now, true
+	c.err, c.at = ch.Run(ctx), now
 	return c.err
 }
 

@@ -111,13 +111,10 @@ func RecordPayoutBroadcast(ctx context.Context, idb bun.IDB, asset string, amoun
 // when an operator attested that its transfer did not happen (it was
 // released): what the broadcast moved from custody to in-flight goes back
 // (a correction entry whose source_ref is "broadcast-reversal:" and the
-// withdrawal's). It posts nothing, and reports false, when there was no
-// broadcast; a settled payout is ErrHoldSettled.
-func ReverseBroadcast(ctx context.Context, idb bun.IDB, asset, sourceRef, memo string) (Posted, bool, error) {
-	var (
-		out    Posted
-		posted bool
-	)
+// withdrawal's). It posts nothing, and returns a zero Posted, when there
+// was no broadcast; a settled payout is ErrHoldSettled.
+func ReverseBroadcast(ctx context.Context, idb bun.IDB, asset, sourceRef, memo string) (Posted, error) {
+	var out Posted
 	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
 		st, err := lockHold(ctx, tx, sourceRef)
 		if err != nil {
@@ -133,10 +130,9 @@ func ReverseBroadcast(ctx context.Context, idb bun.IDB, asset, sourceRef, memo s
 			{Account: System(Custody), Amount: -st.inFlight},
 			{Account: System(InFlight), Amount: st.inFlight},
 		}, "broadcast-reversal:"+sourceRef, memo)
-		posted = err == nil
 		return err
 	})
-	return out, posted, err
+	return out, err
 }
 
 // FeeMode says who bears a payout's fee.

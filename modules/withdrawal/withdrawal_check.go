@@ -45,6 +45,7 @@ SELECT coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS ope
 		Right    bool   `bun:"right_amount"`
 	}
 	err = idb.NewRaw(`
+WITH per AS (
 SELECT w.id::text AS id, w.status,
        count(*) FILTER (WHERE e.kind = 'withdrawal_hold') AS holds,
        count(*) FILTER (WHERE e.kind = 'withdrawal_release') AS releases,
@@ -56,14 +57,11 @@ SELECT w.id::text AS id, w.status,
   FROM withdrawals w
   LEFT JOIN ledger_entries e ON e.source_ref = w.id::text
        AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_settle')
- GROUP BY w.id, w.status
-HAVING count(*) FILTER (WHERE e.kind = 'withdrawal_hold') <> 1
-    OR (count(*) FILTER (WHERE e.kind = 'withdrawal_release') = 1) <> (w.status IN ('refunded', 'rejected'))
-    OR (count(*) FILTER (WHERE e.kind = 'payout_settle') = 1) <> (w.status = 'confirmed')
-    OR NOT coalesce(bool_or(e.kind = 'withdrawal_hold' AND EXISTS (
-           SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
-            WHERE p.entry_id = e.id AND a.kind = 'user_hold' AND a.owner = w.external_user_id
-              AND a.asset = w.asset AND p.amount = w.amount_gross)), false)
+ GROUP BY w.id, w.status)
+SELECT * FROM per
+ WHERE holds <> 1 OR NOT right_amount
+    OR (releases = 1) <> (status IN ('refunded', 'rejected'))
+    OR (settles = 1) <> (status = 'confirmed')
  ORDER BY 1`).Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("withdrawal: check withdrawal entries: %w", err)

@@ -91,13 +91,9 @@ func (s *Service) Approve(ctx context.Context, p DecideParams, rec Completer) (A
 			if err := s.transit(ctx, tx, w, Approve, set); err != nil {
 				return nil, err
 			}
-			cur, err := getWithdrawal(ctx, tx, w.ID, false)
-			if err != nil {
-				return nil, err
-			}
-			out = ApprovedView{AdminView: renderAdmin(cur, a.Decimals)}
+			out = ApprovedView{AdminView: renderAdmin(*w, a.Decimals)}
 			if a.Code == asset.USDTTRC20 {
-				out.AmountToSend = ptr(money.Format(*cur.AmountNet, a.Decimals))
+				out.AmountToSend = ptr(money.Format(*w.AmountNet, a.Decimals))
 				if s.Config.HotWallet != "" {
 					out.SendFrom = ptr(s.Config.HotWallet)
 				}
@@ -184,7 +180,7 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	}
 	// A released broadcast: its transfer did not happen (the operator
 	// attests it), so what the broadcast put in flight is back in custody.
-	if _, _, err := ledger.ReverseBroadcast(ctx, tx, w.Asset, w.ID.String(), memo); err != nil {
+	if _, err := ledger.ReverseBroadcast(ctx, tx, w.Asset, w.ID.String(), memo); err != nil {
 		return Withdrawal{}, err
 	}
 	if err := windowSub(ctx, tx, w.Asset, w.VolumeMinute, w.AmountGross); err != nil {
@@ -193,7 +189,7 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	if err := s.transit(ctx, tx, w, t, set); err != nil {
 		return Withdrawal{}, err
 	}
-	return getWithdrawal(ctx, tx, w.ID, false)
+	return *w, nil
 }
 
 // decideTx runs one operator decision: it locks the withdrawal, runs fn,

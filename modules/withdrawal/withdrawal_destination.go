@@ -72,15 +72,13 @@ func (s *Service) destination(ctx context.Context, a asset.Asset, raw string, no
 		return Destination{}, fmt.Errorf("withdrawal: no destination rule for asset %s", a.Code)
 	}
 	// The service's own deposit addresses, as the processor gave them and
-	// in canonical form (bech32 is case-insensitive).
-	for _, v := range uniq(raw, d.Canonical, strings.ToLower(raw)) {
-		own, err := deposit.IsDepositAddress(ctx, s.DB, v)
-		if err != nil {
-			return Destination{}, err
-		}
-		if own {
-			return Destination{}, ErrOwnAddress
-		}
+	// in canonical form (bech32 is case-insensitive), in one lookup.
+	own, err := deposit.IsDepositAddress(ctx, s.DB, raw, d.Canonical, strings.ToLower(raw))
+	if err != nil {
+		return Destination{}, err
+	}
+	if own {
+		return Destination{}, ErrOwnAddress
 	}
 	return d, nil
 }
@@ -103,18 +101,4 @@ func (s *Service) canonical(code, raw string) string {
 		}
 	}
 	return raw
-}
-
-func uniq(vs ...string) []string {
-	out := vs[:0:0]
-	for _, v := range vs {
-		dup := false
-		for _, o := range out {
-			dup = dup || o == v
-		}
-		if !dup {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -122,25 +123,25 @@ func Next(from Status, t Trigger) (Transition, error) {
 }
 
 // transit moves w (locked by the caller's transaction) along the table,
-// setting the columns of set as well. The update is guarded on the status
-// the caller read.
+// setting the columns of set as well, and reads the row it wrote back into
+// w. The update is guarded on the status the caller read.
 func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigger, set map[string]any) error {
 	tr, err := Next(w.Status, t)
 	if err != nil {
 		return err
 	}
-	now := s.now()
-	q := tx.NewUpdate().Model((*Withdrawal)(nil)).Set("status = ?, updated_at = ?", tr.To, now).
-		Where("id = ? AND status = ?", w.ID, w.Status)
+	from := w.Status
+	q := tx.NewUpdate().Model(w).Set("status = ?, updated_at = ?", tr.To, s.now()).
+		Where("id = ? AND status = ?", w.ID, from)
 	for col, v := range set {
 		q = q.Set("? = ?", bun.Ident(col), v)
 	}
-	res, err := q.Exec(ctx)
-	if err != nil {
-		return fmt.Errorf("withdrawal %s: %s -> %s: %w", w.ID, w.Status, tr.To, err)
+	err = q.Returning("*").Scan(ctx)
+	if db.IsNoRows(err) {
+		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, from), ErrIllegalTransition)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, w.Status), ErrIllegalTransition)
+	if err != nil {
+		return fmt.Errorf("withdrawal %s: %s -> %s: %w", w.ID, from, tr.To, err)
 	}
 	return nil
 }

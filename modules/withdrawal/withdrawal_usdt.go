@@ -128,14 +128,10 @@ func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string
 			if err := s.transit(ctx, tx2, cur, MarkBroadcast, map[string]any{"txid": tx.ID}); err != nil {
 				return nil, err
 			}
-			done, err := getWithdrawal(ctx, tx2, cur.ID, false)
-			if err != nil {
+			if err := s.emitPayout(ctx, tx2, event.WithdrawalBroadcast, *cur, a); err != nil {
 				return nil, err
 			}
-			if err := s.emitPayout(ctx, tx2, event.WithdrawalBroadcast, done, a); err != nil {
-				return nil, err
-			}
-			out = renderAdmin(done, a.Decimals)
+			out = renderAdmin(*cur, a.Decimals)
 			return out, nil
 		})
 	if err != nil {
@@ -303,11 +299,7 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, memo string) (bool, 
 		if err := s.transit(ctx, tx, &w, Confirm, nil); err != nil {
 			return err
 		}
-		cur, err := getWithdrawal(ctx, tx, w.ID, false)
-		if err != nil {
-			return err
-		}
-		if err := s.emitPayout(ctx, tx, event.WithdrawalCompleted, cur, a); err != nil {
+		if err := s.emitPayout(ctx, tx, event.WithdrawalCompleted, w, a); err != nil {
 			return err
 		}
 		done = true
