@@ -199,7 +199,6 @@ func TestReleaseOfAConfirmedWithdrawalIsRefused(t *testing.T) {
 	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": "trying to release a paid withdrawal"})
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "confirmed")
-	e.funded[[2]string{"u", asset.BTC}] -= 50_000 // it left
 }
 
 // TestConcurrentDecisions: parallel approves and rejects of one

@@ -93,24 +93,46 @@ func (e *env) limits(t testing.TB, code string, l asset.Limits) {
 func n(v int64) *int64 { return &v }
 
 // requireBooks: the ledger is consistent and its holds match the open
-// withdrawals; every user's available plus held is what was funded (no
-// payout can complete yet), and the API says the same; every event fits
-// the published schema.
+// withdrawals; every user's available plus held is what was funded less
+// the gross of their confirmed withdrawals, and the API says the same;
+// custody moved by exactly the net plus the network fee of every payout
+// on chain; the processor has at most one payout per withdrawal that is
+// not cancelled; every event fits the published schema.
 func (e *env) requireBooks(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	rep, err := ledger.Check(ctx, e.App.DB.Bun, withdrawal.CheckHolds)
 	require.NoError(t, err)
 	require.True(t, rep.LedgerConsistent, "ledger check: %+v", rep)
+	funded := map[string]int64{}
 	for k, units := range e.funded {
 		user, code := k[0], k[1]
-		var open int64
-		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("coalesce(sum(amount_gross), 0)").
-			Where("external_user_id = ? AND asset = ? AND status NOT IN ('refunded', 'confirmed')", user, code).Scan(ctx, &open))
+		funded[code] += units
+		var open, spent int64
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").
+			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status NOT IN ('refunded', 'confirmed')), 0)").
+			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status = 'confirmed'), 0)").
+			Where("external_user_id = ? AND asset = ?", user, code).Scan(ctx, &open, &spent))
 		b := e.balance(t, user, code)
 		dec := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}[code]
-		require.Equal(t, money.Format(units-open, dec), b.Available, "%s %s available", user, code)
+		require.Equal(t, money.Format(units-open-spent, dec), b.Available, "%s %s available", user, code)
 		require.Equal(t, money.Format(open, dec), b.Held, "%s %s held", user, code)
+	}
+	totals, err := ledger.AssetTotals(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	for _, tot := range totals {
+		var left int64
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").
+			ColumnExpr("coalesce(sum(amount_net + coalesce(network_fee, 0)), 0)").
+			Where("asset = ? AND status IN ('broadcast', 'confirmed')", tot.Asset).Scan(ctx, &left))
+		require.Equal(t, funded[tot.Asset]-left, tot.Custody, "%s custody: funded %d, paid out %d", tot.Asset, funded[tot.Asset], left)
+	}
+	live := map[string]int{}
+	for _, p := range e.Sim.Payouts() {
+		if p.State != "Cancelled" {
+			live[p.WithdrawalID]++
+			require.Equal(t, 1, live[p.WithdrawalID], "withdrawal %s has more than one live payout: %+v", p.WithdrawalID, e.Sim.Payouts())
+		}
 	}
 	eventtest.RequireAllValid(t, e.App.DB.Bun)
 }

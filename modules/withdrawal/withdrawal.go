@@ -109,6 +109,12 @@ type Config struct {
 	// destination.
 	USDTPool  []string
 	HotWallet string
+	// ClaimTTL is how long a submitter's claim on a withdrawal lasts: more
+	// than the processor calls it covers (withdrawal_payout.go).
+	ClaimTTL time.Duration
+	// LNPayoutTimeout ends a Lightning payout that has not completed
+	// (LN_PAYOUT_TIMEOUT_SECONDS).
+	LNPayoutTimeout time.Duration
 }
 
 // Service is the withdrawal module.
@@ -117,6 +123,9 @@ type Service struct {
 	// Fees is nil when no processor is configured: BTC withdrawals then
 	// answer 503 (no fee rate).
 	Fees FeeRater
+	// Processor pays BTC and BTC_LN withdrawals (withdrawal_payout.go);
+	// nil when no processor is configured: approved withdrawals then wait.
+	Processor Processor
 	// Tron reads USDT_TRC20 transfers for mark-broadcast and their
 	// confirmation; nil when no TRON node is configured.
 	Tron   TronNode
@@ -167,6 +176,11 @@ type Withdrawal struct {
 	ReleasedBy         *string    `bun:"released_by"`
 	ReleaseAttestation *string    `bun:"release_attestation"`
 	IdempotencyKey     *string    `bun:"idempotency_key"`
+	SubmitAttempts     int        `bun:"submit_attempts"`
+	ClaimToken         *uuid.UUID `bun:"claim_token,type:uuid"`
+	NextAttemptAt      *time.Time `bun:"next_attempt_at"`
+	SubmittedAt        *time.Time `bun:"submitted_at"`
+	NetworkFee         *int64     `bun:"network_fee"`
 	CreatedAt          time.Time  `bun:"created_at"`
 	UpdatedAt          time.Time  `bun:"updated_at"`
 }

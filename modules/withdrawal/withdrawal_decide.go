@@ -142,8 +142,37 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 		// The HTTP handler reports this as a field error before getting here.
 		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("attestation must have %d to %d characters", MinAttestation, MaxAttestation))
 	}
-	return s.refund(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, Release,
-		"withdrawal hold released by an operator", map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation}, rec)
+	// A payout the processor has not cancelled may still pay: ask it
+	// first (no network call inside the transaction), and refuse if the
+	// withdrawal changed in between.
+	w, err := s.Get(ctx, p.WithdrawalID)
+	if err != nil {
+		return AdminView{}, nil, err
+	}
+	if _, err := Next(w.Status, Release); err != nil {
+		return AdminView{}, nil, err
+	}
+	if err := s.payoutLive(ctx, w); err != nil {
+		return AdminView{}, nil, err
+	}
+	var out AdminView
+	body, err := s.decideTx(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, rec,
+		func(ctx context.Context, tx bun.Tx, cur *Withdrawal, a asset.Asset) (any, error) {
+			if cur.SubmitAttempts != w.SubmitAttempts || derefStr(cur.BackendRef) != derefStr(w.BackendRef) {
+				return nil, fault.Wrap(fault.Conflict, "the withdrawal's payout changed while the processor was asked about it; retry", ErrIllegalTransition)
+			}
+			done, err := s.returnHold(ctx, tx, cur, Release, "withdrawal hold released by an operator",
+				map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation})
+			if err != nil {
+				return nil, err
+			}
+			out = renderAdmin(done, a.Decimals)
+			return out, nil
+		})
+	if err != nil {
+		return AdminView{}, nil, err
+	}
+	return out, body, nil
 }
 
 // refund is a decision that returns the hold (reject, release): the

@@ -34,3 +34,28 @@ func (w *ConfirmUSDTWorker) Work(ctx context.Context, _ *river.Job[ConfirmUSDTAr
 func (w *ConfirmUSDTWorker) Timeout(*river.Job[ConfirmUSDTArgs]) time.Duration {
 	return queue.LongestJobTimeout
 }
+
+// PayoutsArgs asks for one pass of the payout work (every PAYOUT_POLL_INTERVAL):
+// submit what is due, follow every open payout.
+type PayoutsArgs struct{}
+
+// Kind is the job kind.
+func (PayoutsArgs) Kind() string { return "withdrawal_payouts" }
+
+// PayoutsWorker runs Service.ProcessPayouts. Every step is guarded by the
+// withdrawal's state and the submitter's claim, so passes that overlap (two
+// workers) or repeat are safe.
+type PayoutsWorker struct {
+	river.WorkerDefaults[PayoutsArgs]
+	Service *Service
+}
+
+// Work runs one pass.
+func (w *PayoutsWorker) Work(ctx context.Context, _ *river.Job[PayoutsArgs]) error {
+	return w.Service.ProcessPayouts(ctx)
+}
+
+// Timeout gives a pass over full batches room beyond River's default.
+func (w *PayoutsWorker) Timeout(*river.Job[PayoutsArgs]) time.Duration {
+	return queue.LongestJobTimeout
+}

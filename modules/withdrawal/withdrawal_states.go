@@ -65,6 +65,23 @@ const (
 	MarkBroadcast Trigger = "mark-broadcast"
 	// Confirm: the payout is final (for USDT_TRC20, its block solidified).
 	Confirm Trigger = "confirm"
+	// Claim: a submitter takes the withdrawal to hand its payout to the
+	// processor (or takes over a crashed submitter's expired claim).
+	Claim Trigger = "claim"
+	// Requeue: the processor refused the payout for now (another payout to
+	// the same destination is open); the withdrawal waits for its turn.
+	Requeue Trigger = "requeue"
+	// Accept: the processor has the payout (backend_ref set).
+	Accept Trigger = "accept"
+	// Broadcast: the processor's payout is on chain (or, on Lightning,
+	// paid), with its txid or payment hash.
+	Broadcast Trigger = "broadcast"
+	// Fail: the payout will not proceed (refused, cancelled, fee above the
+	// amount, Lightning deadline); the money stays held.
+	Fail Trigger = "fail"
+	// Expire: a Lightning withdrawal whose invoice expired without being
+	// paid returns its hold automatically.
+	Expire Trigger = "expire"
 )
 
 // Transition is one row of the table.
@@ -74,8 +91,9 @@ type Transition struct {
 	To      Status
 }
 
-// transitions is the part of the SPEC's withdrawal table that operators
-// drive. Creation (new -> pending_approval or approved) is not a
+// transitions is the SPEC's withdrawal table with the steps it leaves to
+// the service (claim, requeue, accept, broadcast, fail, expire: the payout
+// work of withdrawal_payout.go). Creation (new -> pending_approval or approved) is not a
 // transition of a stored row. Reject goes straight to refunded because
 // the hold is returned in the same transaction. Release is refused from
 // pending_approval (reject it instead), from submitting (the processor
@@ -86,6 +104,14 @@ var transitions = []Transition{
 	{From: []Status{StatusApproved, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
 	{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
 	{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
+	{From: []Status{StatusApproved, StatusSubmitting}, Trigger: Claim, To: StatusSubmitting},
+	{From: []Status{StatusSubmitting}, Trigger: Requeue, To: StatusApproved},
+	{From: []Status{StatusSubmitting}, Trigger: Accept, To: StatusSubmitted},
+	// From failed too: a payout the processor had given up on can still
+	// confirm, and is then settled, never refunded.
+	{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Broadcast, To: StatusBroadcast},
+	{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast}, Trigger: Fail, To: StatusFailed},
+	{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Expire, To: StatusRefunded},
 }
 
 // Transitions returns a copy of the table (for documentation and tests).

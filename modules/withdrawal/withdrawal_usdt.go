@@ -187,7 +187,8 @@ func (s *Service) verifyTransfer(w Withdrawal, tx *tron.Transaction) error {
 
 func fmtUnits(units int64) string { return asset.Asset{Decimals: 6}.Format(units) }
 
-// emitPayout writes withdrawal.broadcast or withdrawal.completed for w.
+// emitPayout writes withdrawal.broadcast, withdrawal.completed or
+// withdrawal.failed for w.
 func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w Withdrawal, a asset.Asset) error {
 	if s.Events == nil {
 		return nil
@@ -201,6 +202,13 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 	case event.WithdrawalCompleted:
 		data = event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid}
+	case event.WithdrawalFailed:
+		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason)}
+		if w.Fee != nil && w.AmountNet != nil {
+			d.Fee, d.AmountNet = &fee, &net
+		}
+		data = d
 	default:
 		return fmt.Errorf("withdrawal: no payout event %s", typ)
 	}
@@ -275,37 +283,33 @@ func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 // one transaction; false when it was no longer broadcast.
 func (s *Service) settle(ctx context.Context, id uuid.UUID, memo string) (bool, error) {
 	done := false
-	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+	err := s.payoutTx(ctx, id, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
 		done = false
-		w, err := lockWithdrawal(ctx, tx, id)
-		if err != nil {
-			return err
-		}
 		if w.Status != StatusBroadcast {
 			return nil
 		}
-		a, err := (&asset.Store{DB: tx}).Get(ctx, w.Asset)
-		if err != nil {
-			return err
-		}
-		if w.Fee == nil || w.AmountNet == nil {
-			return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
-		}
-		if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.ExternalUserID,
-			SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
-			ServiceFee: *w.Fee, Memo: memo}); err != nil {
-			return err
-		}
-		if err := s.transit(ctx, tx, &w, Confirm, nil); err != nil {
-			return err
-		}
-		if err := s.emitPayout(ctx, tx, event.WithdrawalCompleted, w, a); err != nil {
-			return err
-		}
 		done = true
-		return nil
+		return s.settleTx(ctx, tx, w, a, memo)
 	})
 	return done, err
+}
+
+// settleTx confirms the broadcast withdrawal w: its hold is spent
+// (ledger.SettlePayout with the network fee its broadcast recorded) and
+// withdrawal.completed is emitted.
+func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, memo string) error {
+	if w.Fee == nil || w.AmountNet == nil {
+		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
+	}
+	if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.ExternalUserID,
+		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
+		ServiceFee: *w.Fee, NetworkFee: derefInt(w.NetworkFee), Memo: memo}); err != nil {
+		return err
+	}
+	if err := s.transit(ctx, tx, w, Confirm, nil); err != nil {
+		return err
+	}
+	return s.emitPayout(ctx, tx, event.WithdrawalCompleted, *w, a)
 }
 
 // alertMissing raises, once per withdrawal, the alert that its reported

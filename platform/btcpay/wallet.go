@@ -94,6 +94,14 @@ func (c *Client) WalletTransactions(ctx context.Context, p WalletTransactionsPar
 	return out, err
 }
 
+// WalletTransaction returns one on-chain wallet transaction;
+// errors.Is(err, ErrNotFound) when the wallet does not know it.
+func (c *Client) WalletTransaction(ctx context.Context, txid string) (WalletTransaction, error) {
+	var out WalletTransaction
+	err := c.call(ctx, "wallet transaction", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions", txid), nil, nil, &out)
+	return out, err
+}
+
 // LightningBalance is the store Lightning node's balance: on-chain parts in
 // satoshis, channel parts in millisatoshis.
 type LightningBalance struct {

@@ -115,6 +115,7 @@ type Payouts struct {
 	AssumedTxVBytes        int           `mapstructure:"assumed_tx_vbytes" env:"BTC_ASSUMED_TX_VBYTES" default:"141" doc:"assumed BTC payout size: fee = live fee rate x this"`
 	FeeMode                string        `mapstructure:"fee_mode" env:"WITHDRAWAL_FEE_MODE" default:"deduct" doc:"deduct (the user receives the gross minus the fee) or absorb (the user receives the whole gross; the service pays the fee)"`
 	FeeRateTTL             time.Duration `mapstructure:"fee_rate_ttl" env:"BTC_FEE_RATE_TTL" default:"30s" doc:"how long a BTC fee-rate estimate read from the processor is reused for new withdrawals"`
+	PollInterval           time.Duration `mapstructure:"poll_interval" env:"PAYOUT_POLL_INTERVAL" default:"10s" doc:"how often the worker submits approved BTC and BTC_LN withdrawals and reads their open payouts (webhooks act at once)"`
 }
 
 // Production reports whether the deployment runs with real money.
@@ -234,6 +235,9 @@ func (c Config) Validate() error {
 	}
 	if c.Payouts.FeeRateTTL < 0 || c.Payouts.FeeRateTTL > 10*time.Minute {
 		add("BTC_FEE_RATE_TTL", "must be from 0s to 10m")
+	}
+	if c.Payouts.PollInterval < time.Second || c.Payouts.PollInterval > time.Hour {
+		add("PAYOUT_POLL_INTERVAL", "must be between 1s and 1h")
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {
 		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")

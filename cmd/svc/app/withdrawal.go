@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -35,12 +36,19 @@ func (a *App) initWithdrawals(context.Context) error {
 		Config: withdrawal.Config{
 			Network: n, FeeMode: ledger.FeeMode(c.Payouts.FeeMode), AssumedTxVBytes: int64(c.Payouts.AssumedTxVBytes),
 			FeeRateTTL: c.Payouts.FeeRateTTL, USDTPool: c.Deposits.USDTPool, HotWallet: c.Tron.HotWallet,
+			// A claim outlives the lookup, the create and the second lookup
+			// it covers, each bounded by BTCPAY_TIMEOUT.
+			ClaimTTL:        4 * c.BTCPay.Timeout,
+			LNPayoutTimeout: time.Duration(c.Payouts.LNPayoutTimeoutSeconds) * time.Second,
 		},
 	}
 	// Not a nil *btcpay.Client in the interface: that would not compare
 	// equal to nil.
 	if a.BTCPay != nil {
-		a.Withdrawals.Fees = a.BTCPay
+		a.Withdrawals.Fees, a.Withdrawals.Processor = a.BTCPay, a.BTCPay
+	}
+	if a.Ingress != nil {
+		a.Ingress.Payouts = a.Withdrawals
 	}
 	if a.Tron != nil {
 		a.Withdrawals.Tron = a.Tron
@@ -51,10 +59,14 @@ func (a *App) initWithdrawals(context.Context) error {
 // routesWithdrawals registers the withdrawal endpoints (docs/withdrawals.md).
 func (a *App) routesWithdrawals(r Routers) { a.Withdrawals.Routes(r.Platform, r.Admin, r.Idem) }
 
-// jobsWithdrawals adds the confirmation of USDT_TRC20 transfers reported
-// with mark-broadcast (when a TRON node is configured). Payout submission
-// through the processor is the next step.
+// jobsWithdrawals adds the payout work (when a processor is configured)
+// and the confirmation of USDT_TRC20 transfers reported with
+// mark-broadcast (when a TRON node is configured).
 func (a *App) jobsWithdrawals(j *Jobs) error {
+	if a.BTCPay != nil {
+		river.AddWorker(j.Workers, &withdrawal.PayoutsWorker{Service: a.Withdrawals})
+		j.Periodic = append(j.Periodic, jobs.Periodic(a.Cfg.Payouts.PollInterval, withdrawal.PayoutsArgs{}))
+	}
 	if a.Tron == nil {
 		return nil
 	}

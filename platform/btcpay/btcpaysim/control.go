@@ -81,6 +81,10 @@ func (s *Sim) controlHandler() http.Handler {
 		"fail":      func(id, _ string) error { return s.FailPayout(id) },
 		"bounce":    func(id, _ string) error { return s.BouncePayout(id) },
 		"stall":     func(id, _ string) error { return s.StallPayout(id) },
+		"confirm-cancelled": func(id, txid string) error {
+			_, err := s.ConfirmCancelledPayout(id, txid)
+			return err
+		},
 	}
 	for action, fn := range payoutActions {
 		m.HandleFunc("POST /_sim/payouts/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {

@@ -401,6 +401,27 @@ func (s *Sim) FailPayout(id string) error {
 	return nil
 }
 
+// ConfirmCancelledPayout completes a payout BTCPay had cancelled: the
+// transaction it had sent confirms after all (or, on Lightning, the payment
+// it gave up on succeeds). The processor's "failed" was not final.
+func (s *Sim) ConfirmCancelledPayout(id, txid string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return "", err
+	}
+	if po.state != poCancelled {
+		return "", fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+	}
+	if po.payoutAmount == nil {
+		amt := po.amount
+		po.payoutAmount = &amt
+	}
+	po.state = poAwaitingPayment
+	return s.completeLocked(po, txid)
+}
+
 // BouncePayout returns an in-progress payout to AwaitingPayment, as after
 // a failed Lightning attempt that BTCPay will retry.
 func (s *Sim) BouncePayout(id string) error {

@@ -330,6 +330,7 @@ func (s *Sim) Handler() http.Handler {
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet", s.store(s.walletOverview))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/feerate", s.store(s.walletFeeRate))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/transactions", s.store(s.walletTransactions))
+	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/transactions/{transactionId}", s.store(s.walletTransaction))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/lightning/{cryptoCode}/balance", s.store(s.lightningBalance))
 	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "Not found")

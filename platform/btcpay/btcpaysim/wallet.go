@@ -212,25 +212,11 @@ func (s *Sim) walletTransactions(w http.ResponseWriter, r *http.Request) {
 	if !s.onChainWallet(w, r) {
 		return
 	}
-	type txJSON struct {
-		TransactionHash string                    `json:"transactionHash"`
-		Comment         string                    `json:"comment"`
-		Amount          string                    `json:"amount"`
-		BlockHash       *string                   `json:"blockHash"`
-		BlockHeight     *int64                    `json:"blockHeight"` // a number on the server
-		Confirmations   int64                     `json:"confirmations"`
-		Timestamp       int64                     `json:"timestamp"`
-		Status          string                    `json:"status"`
-		Labels          map[string]map[string]any `json:"labels"` // a dictionary on the server
-	}
 	out := []txJSON{}
 	for i := len(s.wallet.txs) - 1; i >= 0; i-- { // newest first
 		t := s.wallet.txs[i]
-		status := btcpay.TxUnconfirmed
-		if t.confirmations > 0 {
-			status = btcpay.TxConfirmed
-		}
-		if len(q["statusFilter"]) > 0 && !slices.ContainsFunc(q["statusFilter"], func(f string) bool { return strings.EqualFold(f, status) }) {
+		v := t.view()
+		if len(q["statusFilter"]) > 0 && !slices.ContainsFunc(q["statusFilter"], func(f string) bool { return strings.EqualFold(f, v.Status) }) {
 			continue
 		}
 		if skip > 0 {
@@ -240,21 +226,56 @@ func (s *Sim) walletTransactions(w http.ResponseWriter, r *http.Request) {
 		if len(out) == limit {
 			break
 		}
-		v := txJSON{TransactionHash: t.hash, Amount: fmtDec(t.amount, 8), Confirmations: t.confirmations,
-			Timestamp: t.ts.Unix(), Status: status, Labels: map[string]map[string]any{}}
-		if t.height > 0 {
-			h, bh := t.height, fmt.Sprintf("%064x", t.height)
-			v.BlockHeight, v.BlockHash = &h, &bh
-		}
-		if t.invoiceID != "" {
-			v.Labels["invoice"] = map[string]any{"type": "invoice", "text": "invoice", "ref": t.invoiceID}
-		}
-		if t.payoutID != "" {
-			v.Labels["payout"] = map[string]any{"type": "payout", "text": "payout", "ref": t.payoutID}
-		}
 		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// walletTransaction answers GET .../wallet/transactions/{transactionId}.
+func (s *Sim) walletTransaction(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.onChainWallet(w, r) {
+		return
+	}
+	t := s.wallet.find(r.PathValue("transactionId"))
+	if t == nil {
+		problem(w, http.StatusNotFound, "transaction-not-found", "The transaction was not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, t.view())
+}
+
+type txJSON struct {
+	TransactionHash string                    `json:"transactionHash"`
+	Comment         string                    `json:"comment"`
+	Amount          string                    `json:"amount"`
+	BlockHash       *string                   `json:"blockHash"`
+	BlockHeight     *int64                    `json:"blockHeight"` // a number on the server
+	Confirmations   int64                     `json:"confirmations"`
+	Timestamp       int64                     `json:"timestamp"`
+	Status          string                    `json:"status"`
+	Labels          map[string]map[string]any `json:"labels"` // a dictionary on the server
+}
+
+func (t *walletTx) view() txJSON {
+	status := btcpay.TxUnconfirmed
+	if t.confirmations > 0 {
+		status = btcpay.TxConfirmed
+	}
+	v := txJSON{TransactionHash: t.hash, Amount: fmtDec(t.amount, 8), Confirmations: t.confirmations,
+		Timestamp: t.ts.Unix(), Status: status, Labels: map[string]map[string]any{}}
+	if t.height > 0 {
+		h, bh := t.height, fmt.Sprintf("%064x", t.height)
+		v.BlockHeight, v.BlockHash = &h, &bh
+	}
+	if t.invoiceID != "" {
+		v.Labels["invoice"] = map[string]any{"type": "invoice", "text": "invoice", "ref": t.invoiceID}
+	}
+	if t.payoutID != "" {
+		v.Labels["payout"] = map[string]any{"type": "payout", "text": "payout", "ref": t.payoutID}
+	}
+	return v
 }
 
 func (s *Sim) lightningBalance(w http.ResponseWriter, r *http.Request) {

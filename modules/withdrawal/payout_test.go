@@ -1,0 +1,557 @@
+package withdrawal_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/alert"
+	"svc/modules/asset"
+	"svc/modules/withdrawal"
+	"svc/platform/btcpay"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/config"
+)
+
+// pass runs one pass of the worker's payout job.
+func (e *env) pass(t testing.TB) {
+	t.Helper()
+	require.NoError(t, e.Svc.ProcessPayouts(context.Background()))
+}
+
+// row reads a withdrawal's row.
+func (e *env) row(t testing.TB, id string) withdrawal.Withdrawal {
+	t.Helper()
+	w, err := e.Svc.Get(context.Background(), uuid.MustParse(id))
+	require.NoError(t, err)
+	return w
+}
+
+// payoutsOf returns the simulator's payouts that carry the withdrawal id.
+func (e *env) payoutsOf(id string) []btcpaysim.PayoutInfo {
+	var out []btcpaysim.PayoutInfo
+	for _, p := range e.Sim.Payouts() {
+		if p.WithdrawalID == id {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// onePayout is the withdrawal's only payout at the processor.
+func (e *env) onePayout(t testing.TB, id string) btcpaysim.PayoutInfo {
+	t.Helper()
+	ps := e.payoutsOf(id)
+	require.Len(t, ps, 1, "payouts of %s: %+v", id, e.Sim.Payouts())
+	return ps[0]
+}
+
+// eventCount counts a withdrawal's outbound events of one type.
+func (e *env) eventCount(t testing.TB, typ, id string) int {
+	t.Helper()
+	n, err := e.App.DB.Bun.NewSelect().Table("outbound_events").
+		Where("type = ? AND payload->'data'->>'withdrawal_id' = ?", typ, id).Count(context.Background())
+	require.NoError(t, err)
+	return int(n)
+}
+
+// alerts returns the operator alerts of one type about a withdrawal.
+func (e *env) alerts(t testing.TB, typ, id string) []alert.Alert {
+	t.Helper()
+	var out []alert.Alert
+	require.NoError(t, e.App.DB.Bun.NewSelect().Model(&out).Where("type = ? AND subject = ?", typ, id).Scan(context.Background()))
+	return out
+}
+
+// status is the withdrawal's status through the API.
+func (e *env) status(t testing.TB, id string) withdrawal.Status { t.Helper(); return e.get(t, id).Status }
+
+const att = "Checked the processor: the payout is cancelled and nothing was sent."
+
+// TestPayoutOnChain: approved -> submitting -> submitted -> broadcast ->
+// confirmed, with one payout carrying the withdrawal id, the fee fixed at
+// submission, the events, and custody moved by the net plus the network
+// fee the wallet actually paid.
+func TestPayoutOnChain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pa", asset.BTC, 10_000_000)
+	dest := p2wpkh(t, chain.Regtest, "payout on chain")
+	w := e.create(t, "pa", asset.BTC, 100_000, dest)
+	require.Equal(t, withdrawal.StatusApproved, w.Status)
+	// The rate moves before submission: the fee is the one at submission.
+	require.NoError(t, e.Sim.SetFeeRate("3"))
+	e.Clock.Advance(time.Minute) // past BTC_FEE_RATE_TTL
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitted, v.Status)
+	require.Equal(t, "0.00000423", *v.Fee) // 3 sat/vB x 141 vB
+	require.Equal(t, "0.00099577", *v.AmountNet)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.Equal(t, "AwaitingPayment", p.State)
+	require.Equal(t, "0.00099577", p.Amount)
+	require.Equal(t, dest, p.Destination)
+	adm := e.admin(t, w.WithdrawalID)
+	require.Equal(t, p.ID, adm["backend_ref"])
+
+	// Nothing changes while the processor has not sent it.
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+
+	txid, err := e.Sim.BroadcastPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	v = e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusBroadcast, v.Status)
+	require.Equal(t, txid, *v.Txid)
+	require.Equal(t, int64(423), *e.row(t, w.WithdrawalID).NetworkFee) // the simulator's wallet paid 3 sat/vB x 141 vB
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, "0.00100000", e.balance(t, "pa", asset.BTC).Held)
+
+	_, err = e.Sim.CompletePayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	e.pass(t)
+	v = e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	b := e.balance(t, "pa", asset.BTC)
+	require.Equal(t, "0.09900000", b.Available)
+	require.Equal(t, "0.00000000", b.Held)
+}
+
+// TestPayoutCompletedBetweenTwoLooks: a payout that went from
+// AwaitingPayment to Completed while nobody looked is broadcast and
+// confirmed in one step.
+func TestPayoutCompletedBetweenTwoLooks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pb", asset.BTC, 10_000_000)
+	w := e.create(t, "pb", asset.BTC, 50_000, p2tr(t, chain.Regtest, "between looks"))
+	e.pass(t)
+	_, err := e.Sim.CompletePayout(e.onePayout(t, w.WithdrawalID).ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusConfirmed, e.status(t, w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+}
+
+// TestPayoutCreateTimesOutAfterCreating: the processor creates the payout
+// but the answer is lost; the withdrawal stays submitting, and the retry
+// finds the payout instead of creating another.
+func TestPayoutCreateTimesOutAfterCreating(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pc", asset.BTC, 10_000_000)
+	w := e.create(t, "pc", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "timeout"))
+	e.Sim.FailNext(1, btcpaysim.DownDropAfter)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	p := e.onePayout(t, w.WithdrawalID) // it was created
+	// Retried after the backoff, not before.
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	e.Clock.Advance(16 * time.Second)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	require.Equal(t, p.ID, e.onePayout(t, w.WithdrawalID).ID)
+	require.Equal(t, p.ID, *e.row(t, w.WithdrawalID).BackendRef)
+	require.Equal(t, 2, e.row(t, w.WithdrawalID).SubmitAttempts)
+}
+
+// TestPayoutProcessorDown: a processor that is down leaves the withdrawal
+// submitting with nothing created; it is submitted once it is back.
+func TestPayoutProcessorDown(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pd", asset.BTC, 10_000_000)
+	w := e.create(t, "pd", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "down"))
+	e.Sim.GoDown(btcpaysim.DownError)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	e.Clock.Advance(16 * time.Second)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	require.Empty(t, e.payoutsOf(w.WithdrawalID))
+	e.Sim.Up()
+	e.Clock.Advance(time.Minute)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	e.onePayout(t, w.WithdrawalID)
+}
+
+// crashAfterCreate is the processor as seen by a worker killed right
+// after its create call returned: nothing after the call commits.
+type crashAfterCreate struct {
+	withdrawal.Processor
+	cancel context.CancelFunc
+}
+
+func (c crashAfterCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error) {
+	out, err := c.Processor.CreatePayout(ctx, p)
+	c.cancel() // the process dies: its next transaction never commits
+	return out, err
+}
+
+// TestPayoutWorkerKilledAfterTheCall: the worker dies between the
+// processor call and the commit of its outcome; after the claim expires
+// the next pass finds the payout.
+func TestPayoutWorkerKilledAfterTheCall(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pe", asset.BTC, 10_000_000)
+	w := e.create(t, "pe", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "killed"))
+	real := e.Svc.Processor
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Svc.Processor = crashAfterCreate{Processor: real, cancel: cancel}
+	err := e.Svc.Submit(ctx, uuid.MustParse(w.WithdrawalID))
+	require.ErrorIs(t, err, context.Canceled)
+	e.Svc.Processor = real
+	row := e.row(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitting, row.Status)
+	require.NotNil(t, row.ClaimToken)
+	p := e.onePayout(t, w.WithdrawalID)
+	// The claim still stands: nobody touches it.
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	require.Equal(t, p.ID, *e.row(t, w.WithdrawalID).BackendRef)
+	e.onePayout(t, w.WithdrawalID)
+}
+
+// TestPayoutSubmittersRace: many submitters and passes at once, one
+// payout.
+func TestPayoutSubmittersRace(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pf", asset.BTC, 10_000_000)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, e.create(t, "pf", asset.BTC, 40_000, p2wpkh(t, chain.Regtest, "race"+string(rune('a'+i)))).WithdrawalID)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				assert(t, e.Svc.ProcessPayouts(context.Background()))
+				return
+			}
+			for _, id := range ids {
+				assert(t, e.Svc.Submit(context.Background(), uuid.MustParse(id)))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Equal(t, withdrawal.StatusSubmitted, e.status(t, id))
+		e.onePayout(t, id)
+		require.Equal(t, 1, e.row(t, id).SubmitAttempts)
+	}
+}
+
+func assert(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPayoutsToOneAddressInTurn: the processor refuses a second payout to
+// an address while the first is open (duplicate-destination); the second
+// withdrawal waits and is paid after the first.
+func TestPayoutsToOneAddressInTurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pg", asset.BTC, 10_000_000)
+	dest := p2wpkh(t, chain.Regtest, "same address")
+	first := e.create(t, "pg", asset.BTC, 30_000, dest)
+	second := e.create(t, "pg", asset.BTC, 40_000, dest)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, first.WithdrawalID))
+	require.Equal(t, withdrawal.StatusApproved, e.status(t, second.WithdrawalID))
+	require.Empty(t, e.payoutsOf(second.WithdrawalID))
+	_, err := e.Sim.CompletePayout(e.onePayout(t, first.WithdrawalID).ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusConfirmed, e.status(t, first.WithdrawalID))
+	require.Equal(t, withdrawal.StatusApproved, e.status(t, second.WithdrawalID))
+	e.Clock.Advance(withdrawal.RequeueWait)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, second.WithdrawalID))
+	_, err = e.Sim.CompletePayout(e.onePayout(t, second.WithdrawalID).ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusConfirmed, e.status(t, second.WithdrawalID))
+	require.Zero(t, e.eventCount(t, "withdrawal.failed", second.WithdrawalID))
+}
+
+// TestPayoutRefused: a definitive refusal fails the withdrawal with the
+// processor's reason; the hold stays until an operator releases it, which
+// is allowed because no payout exists.
+func TestPayoutRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "ph", asset.BTC, 10_000_000)
+	w := e.create(t, "ph", asset.BTC, 50_000, p2wpkh(t, chain.Regtest, "refused"))
+	e.Sim.SetPaymentMethods(btcpay.MethodBTCLN) // the store no longer pays on chain
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusFailed, v.Status)
+	require.Contains(t, *v.FailureReason, "refused the payout")
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	require.Equal(t, "0.00050000", e.balance(t, "ph", asset.BTC).Held)
+	// Not retried: failed is not submitted again.
+	e.Sim.SetPaymentMethods(btcpay.MethodBTCChain, btcpay.MethodBTCLN)
+	e.Clock.Advance(time.Hour)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	require.Empty(t, e.payoutsOf(w.WithdrawalID))
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, "0.00000000", e.balance(t, "ph", asset.BTC).Held)
+}
+
+// TestPayoutFeeAtSubmissionLeavesDust: when the fee at submission would
+// leave a net at or below the dust limit, nothing is sent and the
+// withdrawal fails, keeping its hold.
+func TestPayoutFeeAtSubmissionLeavesDust(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pi", asset.BTC, 10_000_000)
+	e.limits(t, asset.BTC, asset.Limits{Min: n(1_000), AutoLimit: n(1_000_000), DailyCap: n(10_000_000), FlatFee: n(0)})
+	w := e.create(t, "pi", asset.BTC, 1_000, p2wpkh(t, chain.Regtest, "dust")) // net 718 at 2 sat/vB
+	require.NoError(t, e.Sim.SetFeeRate("4"))                                  // 564 sat: net 436
+	e.Clock.Advance(time.Minute)
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusFailed, v.Status)
+	require.Contains(t, *v.FailureReason, "dust limit")
+	require.Nil(t, v.Fee)
+	require.Empty(t, e.payoutsOf(w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	require.Equal(t, "0.00001000", e.balance(t, "pi", asset.BTC).Held)
+}
+
+// TestPayoutCancelledKeepsTheHold: a payout the processor cancels fails
+// the withdrawal and keeps its hold; a release is refused while the payout
+// is live and allowed once it is cancelled.
+func TestPayoutCancelledKeepsTheHold(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pj", asset.BTC, 10_000_000)
+	w := e.create(t, "pj", asset.BTC, 80_000, p2wpkh(t, chain.Regtest, "cancelled"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "AwaitingPayment at the processor, not cancelled")
+	_, err := e.Sim.BroadcastPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusBroadcast, e.status(t, w.WithdrawalID))
+	r = e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "InProgress")
+
+	require.NoError(t, e.Sim.FailPayout(p.ID)) // the transaction was dropped
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusFailed, v.Status)
+	require.Contains(t, *v.FailureReason, "cancelled payout "+p.ID)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	require.Equal(t, "0.00080000", e.balance(t, "pj", asset.BTC).Held)
+	e.Clock.Advance(time.Hour)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+
+	r = e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, "refunded", r.Map(t)["status"])
+	require.Equal(t, "0.00000000", e.balance(t, "pj", asset.BTC).Held)
+}
+
+// TestPayoutFailedThenConfirmed: a payout the processor had cancelled
+// confirms after all: the failed withdrawal is settled, not refunded, and
+// a release is then refused.
+func TestPayoutFailedThenConfirmed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pk", asset.BTC, 10_000_000)
+	w := e.create(t, "pk", asset.BTC, 90_000, p2wpkh(t, chain.Regtest, "failed then confirmed"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.NoError(t, e.Sim.FailPayout(p.ID))
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	_, err := e.Sim.ConfirmCancelledPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusConfirmed, e.status(t, w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	b := e.balance(t, "pk", asset.BTC)
+	require.Equal(t, "0.09910000", b.Available)
+	require.Equal(t, "0.00000000", b.Held)
+}
+
+// TestPayoutWebhooksDuplicatedAndReordered: the processor's payout
+// webhooks, held and delivered in reverse order, each twice, carry the
+// withdrawal to confirmed once, with no poll.
+func TestPayoutWebhooksDuplicatedAndReordered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *config.Config) { c.Payouts.PollInterval = time.Hour })
+	e.fund(t, "pl", asset.BTC, 10_000_000)
+	w := e.create(t, "pl", asset.BTC, 75_000, p2wpkh(t, chain.Regtest, "webhooks"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	e.Sim.SetWebhook(e.URL+"/webhooks/processor", hookSecret)
+	e.Sim.DuplicateWebhooks(true)
+	e.StartWorker() // its first pass runs at once; the next only in an hour
+	e.Sim.HoldWebhooks()
+	_, err := e.Sim.BroadcastPayout(p.ID, "")
+	require.NoError(t, err)
+	_, err = e.Sim.CompletePayout(p.ID, "")
+	require.NoError(t, err)
+	e.Sim.ReleaseWebhooks(true)
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		return e.status(t, w.WithdrawalID) == withdrawal.StatusConfirmed
+	}, "confirmed by webhooks")
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	for _, d := range e.Sim.Deliveries() {
+		_, err := e.Sim.Redeliver(d.ID)
+		require.NoError(t, err)
+	}
+	apptest.Eventually(t, 30*time.Second, func() bool { return e.Sim.PendingWebhooks() == 0 }, "redelivered")
+	e.StopWorker()
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+}
+
+// TestLightningPayout: a Lightning payout is broadcast (payment hash as
+// txid) and confirmed once paid; a failed attempt that the processor
+// retries changes nothing.
+func TestLightningPayout(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pm", asset.BTCLN, 10_000_000)
+	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour)
+	w := e.create(t, "pm", asset.BTCLN, 20_000, inv)
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.Equal(t, "BTC-LN", p.Method)
+	require.Equal(t, "0.00019990", p.Amount) // 20,000 sat minus the flat fee of 10
+	require.NoError(t, e.Sim.StallPayout(p.ID))
+	require.NoError(t, e.Sim.BouncePayout(p.ID))
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	hash, err := e.Sim.CompletePayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
+	require.Equal(t, hash, *v.Txid)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+}
+
+// TestLightningTimeoutBeforeExpiry: a stuck Lightning payout fails at
+// LN_PAYOUT_TIMEOUT_SECONDS with one hold-needs-attestation alert; the
+// hold returns by itself when the invoice expires.
+func TestLightningTimeoutBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pn", asset.BTCLN, 10_000_000)
+	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour)
+	w := e.create(t, "pn", asset.BTCLN, 30_000, inv)
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.NoError(t, e.Sim.StallPayout(p.ID))
+	e.Clock.Advance(59 * time.Minute)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	require.Empty(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID))
+	e.Clock.Advance(2 * time.Minute)
+	e.pass(t)
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusFailed, v.Status)
+	require.Contains(t, *v.FailureReason, "LN_PAYOUT_TIMEOUT_SECONDS")
+	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	require.Equal(t, "0.00030000", e.balance(t, "pn", asset.BTCLN).Held)
+	e.Clock.Advance(time.Hour)
+	e.pass(t)
+	e.pass(t)
+	adm := e.admin(t, w.WithdrawalID)
+	require.Equal(t, "refunded", adm["status"])
+	require.Equal(t, "system", adm["released_by"])
+	require.Contains(t, adm["release_attestation"], "invoice expired")
+	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	require.Equal(t, "0.00000000", e.balance(t, "pn", asset.BTCLN).Held)
+}
+
+// TestLightningTimeoutAfterExpiry: when the invoice has already expired at
+// the deadline, the hold returns at once and no alert is raised.
+func TestLightningTimeoutAfterExpiry(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "po", asset.BTCLN, 10_000_000)
+	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 30*time.Minute)
+	w := e.create(t, "po", asset.BTCLN, 30_000, inv)
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.NoError(t, e.Sim.StallPayout(p.ID))
+	e.Clock.Advance(31 * time.Minute) // expired, but before the deadline: still waiting
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	e.Clock.Advance(30 * time.Minute)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusRefunded, e.status(t, w.WithdrawalID))
+	require.Empty(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	require.Equal(t, "0.00000000", e.balance(t, "po", asset.BTCLN).Held)
+}
+
+// TestLightningUnroutableRefundedAtExpiry: a payment the processor gives
+// up on fails the withdrawal; its hold returns when the invoice expires.
+func TestLightningUnroutableRefundedAtExpiry(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pp", asset.BTCLN, 10_000_000)
+	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 20*time.Minute)
+	w := e.create(t, "pp", asset.BTCLN, 30_000, inv)
+	e.pass(t)
+	require.NoError(t, e.Sim.FailPayout(e.onePayout(t, w.WithdrawalID).ID))
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	e.Clock.Advance(21 * time.Minute)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusRefunded, e.status(t, w.WithdrawalID))
+}
+
+// TestUSDTIsNeverSubmitted: approved USDT_TRC20 withdrawals are not handed
+// to the processor.
+func TestUSDTIsNeverSubmitted(t *testing.T) {
+	t.Parallel()
+	u := setupUSDT(t)
+	u.fund(t, "pq", asset.USDTTRC20, 100_000_000)
+	id, _ := u.approvedUSDT(t, "pq")
+	u.pass(t)
+	require.Equal(t, withdrawal.StatusApproved, u.status(t, id))
+	require.Empty(t, u.Sim.Payouts())
+}

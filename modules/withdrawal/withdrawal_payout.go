@@ -1,0 +1,756 @@
+package withdrawal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"svc/modules/alert"
+	"svc/modules/asset"
+	"svc/modules/event"
+	"svc/modules/ingress"
+	"svc/modules/ledger"
+	"svc/platform/btcpay"
+	"svc/platform/db"
+	"svc/platform/fault"
+)
+
+// This file carries an approved BTC or BTC_LN withdrawal to confirmed
+// through the processor's payouts, with at most one payout per withdrawal
+// whatever crashes, timeouts and duplicate deliveries happen. USDT_TRC20
+// is never handed to the processor (its plugin has no payouts): an
+// operator sends it (withdrawal_usdt.go).
+//
+// # Submission (approved -> submitting -> submitted)
+//
+// The submitter first claims the withdrawal in a transaction of its own:
+// submitting, a claim token, the end of the claim (next_attempt_at) and
+// one more submit_attempts; a BTC fee and net are fixed here from the
+// live fee rate (read before the transaction) and never change again.
+// Only after that commit does it call the processor, with the withdrawal
+// id in the payout's metadata, and then commits the outcome, guarded on
+// its claim token:
+//
+//   - accepted: submitted, backend_ref = the payout id;
+//   - refused (4xx): failed with the processor's reason, the hold kept;
+//   - duplicate-destination (an earlier payout to the same address is
+//     still open): back to approved, tried again later, so both get paid
+//     in turn;
+//   - ambiguous (timeout, 5xx, connection lost): still submitting, the
+//     claim given up, tried again after a backoff.
+//
+// Every attempt after the first asks the processor for payouts carrying
+// the withdrawal id before it creates one (PayoutsByWithdrawalID) and
+// adopts what it finds: an ambiguous failure, a crash between the call
+// and the commit, or a claim taken over after it expired can therefore
+// never create a second payout. A claim lasts ClaimTTL, longer than the
+// calls it covers (they are cut off before it ends), so a takeover never
+// overlaps a live call; two submitters racing for one withdrawal are
+// decided by the claim's guarded update.
+//
+// The fee at submission: BTC pays the live fee rate times the assumed
+// size. When that fee would leave a net at or below the dust limit (or
+// nothing, under deduct), nothing is sent: the withdrawal fails with a
+// reason saying so and keeps its hold for an operator to release. BTC_LN
+// keeps the flat fee quoted at creation, which the invoice's amount was
+// checked against.
+//
+// # Tracking (submitted -> broadcast -> confirmed, or failed)
+//
+// The worker polls every open payout (PAYOUT_POLL_INTERVAL) and the processor's
+// payout webhooks trigger the same work at once (PayoutEvent); both
+// re-read the payout, since webhooks carry no amounts, and the result
+// depends only on the payout's state, so duplicated and reordered
+// deliveries do nothing more. InProgress with an on-chain proof is
+// broadcast (the txid; the ledger's payout_broadcast moves the net plus
+// the network fee actually paid, read from the wallet's transaction, from
+// custody to in flight); Completed is confirmed (ledger.SettlePayout, in
+// the same transaction as the broadcast when the payout completed between
+// two looks); Cancelled is failed, hold kept. A payout that completes
+// after the withdrawal failed is settled, never refunded: only an
+// operator's release returns a failed withdrawal's hold, and a release is
+// refused while the processor shows any payout of the withdrawal that is
+// not cancelled.
+//
+// # Lightning
+//
+// BTC_LN has no on-chain proof: a completed payment is broadcast (the
+// payment hash as txid) and confirmed in one transaction, with no network
+// fee booked (BTCPay does not report routing fees; they show in
+// reconciliation). A payment not completed LNPayoutTimeout after
+// submission is ended: the service cancels the payout when the processor
+// still allows it and the withdrawal fails. The hold returns by itself
+// (refunded, released by "system" with an attestation naming the expiry)
+// once the invoice has expired, since an expired invoice can no longer be
+// paid; until then one withdrawal.hold_needs_attestation alert asks an
+// operator to release it earlier if they can prove the payment failed.
+
+// Processor is what payouts need of the payment processor (*btcpay.Client).
+type Processor interface {
+	CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error)
+	GetPayout(ctx context.Context, id string) (btcpay.Payout, error)
+	ListPayouts(ctx context.Context, includeCancelled bool) ([]btcpay.Payout, error)
+	PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]btcpay.Payout, error)
+	CancelPayout(ctx context.Context, id string) error
+	WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error)
+}
+
+// Payout timing.
+const (
+	// DefaultClaimTTL is a submitter's claim when the configuration does
+	// not say (the app sets four processor timeouts).
+	DefaultClaimTTL = time.Minute
+	// DefaultLNPayoutTimeout ends a stuck Lightning payout when the
+	// configuration does not say (LN_PAYOUT_TIMEOUT_SECONDS).
+	DefaultLNPayoutTimeout = time.Hour
+	// RequeueWait is how long a withdrawal whose destination has another
+	// open payout waits before it is tried again.
+	RequeueWait = time.Minute
+	// payoutBatch bounds the withdrawals one pass looks at per list.
+	payoutBatch = 200
+)
+
+// Alert types raised by the payout work.
+const (
+	AlertHoldNeedsAttestation = "withdrawal.hold_needs_attestation"
+	AlertPayoutMismatch       = "withdrawal.payout_mismatch"
+	AlertPaidAfterRefund      = "withdrawal.paid_after_refund"
+	AlertDuplicatePayout      = "withdrawal.duplicate_payout"
+)
+
+// processorAssets are the assets paid through the processor's payouts.
+var processorAssets = []string{asset.BTC, asset.BTCLN}
+
+func (s *Service) claimTTL() time.Duration {
+	if s.Config.ClaimTTL > 0 {
+		return s.Config.ClaimTTL
+	}
+	return DefaultClaimTTL
+}
+
+func (s *Service) lnTimeout() time.Duration {
+	if s.Config.LNPayoutTimeout > 0 {
+		return s.Config.LNPayoutTimeout
+	}
+	return DefaultLNPayoutTimeout
+}
+
+// backoff is the wait before attempt n+1 after an ambiguous failure:
+// 15 s doubling, at most 10 minutes.
+func backoff(n int) time.Duration {
+	d := 15 * time.Second
+	for i := 1; i < n && d < 10*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Minute)
+}
+
+// ProcessPayouts is one pass of the worker: it submits what is due and
+// looks at every open payout. A withdrawal that cannot be worked now is
+// logged and left for the next pass; only a failure to read the lists is
+// returned.
+func (s *Service) ProcessPayouts(ctx context.Context) error {
+	if s.Processor == nil {
+		return nil
+	}
+	now := s.now()
+	var due []uuid.UUID
+	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
+		Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusApproved, StatusSubmitting})).
+		Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
+		OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
+		return fmt.Errorf("list withdrawals to submit: %w", err)
+	}
+	for _, id := range due {
+		if err := s.Submit(ctx, id); err != nil {
+			s.log().Warn("withdrawal: submit payout", "withdrawal_id", id, "error", err)
+		}
+	}
+	var open []uuid.UUID
+	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
+		Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusSubmitted, StatusBroadcast, StatusFailed})).
+		Where("backend_ref IS NOT NULL OR asset = ?", asset.BTCLN).
+		OrderExpr("updated_at, id").Limit(payoutBatch).Scan(ctx, &open); err != nil {
+		return fmt.Errorf("list open payouts: %w", err)
+	}
+	for _, id := range open {
+		if err := s.Track(ctx, id); err != nil {
+			s.log().Warn("withdrawal: track payout", "withdrawal_id", id, "error", err)
+		}
+	}
+	return nil
+}
+
+// submittable reports a withdrawal the submitter may claim now.
+func (s *Service) submittable(w Withdrawal) bool {
+	if !slices.Contains(processorAssets, w.Asset) {
+		return false
+	}
+	due := w.NextAttemptAt == nil || !w.NextAttemptAt.After(s.now())
+	switch w.Status {
+	case StatusApproved:
+		return due
+	case StatusSubmitting:
+		return w.NextAttemptAt != nil && due
+	}
+	return false
+}
+
+// Submit hands an approved withdrawal's payout to the processor, or
+// resumes a submission whose claim ended (see the file comment). It does
+// nothing when the withdrawal is not due.
+func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
+	w, err := s.Get(ctx, id)
+	if err != nil || !s.submittable(w) {
+		return err
+	}
+	var rate btcpay.Amount
+	if w.Asset == asset.BTC && w.Fee == nil {
+		if rate, err = s.feeRate(ctx); err != nil {
+			return fmt.Errorf("withdrawal %s: fee rate for submission: %w", id, err)
+		}
+	}
+	token := uuid.New()
+	claimed, prior := false, 0
+	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		claimed = false
+		cur, err := lockWithdrawal(ctx, tx, id)
+		if err != nil || !s.submittable(cur) {
+			return err
+		}
+		a, err := (&asset.Store{DB: tx}).Get(ctx, cur.Asset)
+		if err != nil {
+			return err
+		}
+		set := map[string]any{"claim_token": token, "next_attempt_at": s.now().Add(s.claimTTL()),
+			"submit_attempts": cur.SubmitAttempts + 1}
+		if cur.Fee == nil {
+			fee, net, refusal := s.fixFee(cur, rate)
+			if refusal != "" {
+				return s.failTx(ctx, tx, &cur, a, refusal, nil)
+			}
+			set["fee"], set["amount_net"] = fee, net
+		}
+		prior = cur.SubmitAttempts
+		if err := s.transit(ctx, tx, &cur, Claim, set); err != nil {
+			return err
+		}
+		w, claimed = cur, true
+		return nil
+	})
+	if err != nil || !claimed {
+		return err
+	}
+	// The calls end well before the claim does, so that no other submitter
+	// can take over while one of them is still in flight.
+	callCtx, cancel := context.WithTimeout(ctx, s.claimTTL()*3/4)
+	p, err := s.handOver(callCtx, w, prior > 0)
+	cancel()
+	var refused *btcpay.RefusedError
+	switch {
+	case err == nil:
+		if err := s.accept(ctx, w, token, p); err != nil {
+			return err
+		}
+		return s.Track(ctx, w.ID)
+	case errors.As(err, &refused) && refused.Code == "duplicate-destination":
+		return s.release(ctx, w, token, Requeue, map[string]any{"next_attempt_at": s.now().Add(RequeueWait)}, "", err)
+	case errors.As(err, &refused) && !errors.Is(err, errLookup):
+		reason := "the payment processor refused the payout: " + refused.Reason()
+		if refused.Code != "" {
+			reason += " (" + refused.Code + ")"
+		}
+		return s.release(ctx, w, token, Fail, map[string]any{"failure_reason": reason, "next_attempt_at": nil}, reason, err)
+	default:
+		return s.release(ctx, w, token, "", map[string]any{"next_attempt_at": s.now().Add(backoff(prior + 1))}, "", err)
+	}
+}
+
+// fixFee returns the fee and net fixed at submission, or why nothing can
+// be sent.
+func (s *Service) fixFee(w Withdrawal, rate btcpay.Amount) (fee, net int64, refusal string) {
+	fee = w.FeeEstimate
+	if w.Asset == asset.BTC {
+		var err error
+		if fee, err = rate.MulCeil(s.Config.AssumedTxVBytes); err != nil {
+			return 0, 0, fmt.Sprintf("the network fee at submission cannot be computed (%v); nothing was sent", err)
+		}
+	}
+	est, err := netOf(ledger.FeeMode(w.FeeMode), w.AmountGross, fee)
+	if err == nil && (w.Asset != asset.BTC || est.Net > DustLimit) {
+		return est.Fee, est.Net, ""
+	}
+	return 0, 0, fmt.Sprintf("the network fee at submission, %d sat (%s sat/vB x %d vB), leaves a net of %d sat, "+
+		"at or below the dust limit of %d sat; nothing was sent", fee, rate, s.Config.AssumedTxVBytes, max(w.AmountGross-fee, 0), DustLimit)
+}
+
+// errLookup marks a failure to list the processor's payouts: whatever its
+// HTTP status, it says nothing about the payout, so it is retried.
+var errLookup = errors.New("looking up the withdrawal's payouts")
+
+// handOver returns the processor's payout for w, creating it only when
+// this is the first attempt or a lookup found none.
+func (s *Service) handOver(ctx context.Context, w Withdrawal, lookFirst bool) (btcpay.Payout, error) {
+	if lookFirst {
+		if p, ok, err := s.findPayout(ctx, w); err != nil || ok {
+			return p, err
+		}
+	}
+	method := btcpay.MethodBTCChain
+	if w.Asset == asset.BTCLN {
+		method = btcpay.MethodBTCLN
+	}
+	amount := btcpay.AmountFromUnits(*w.AmountNet, 8)
+	p, err := s.Processor.CreatePayout(ctx, btcpay.CreatePayoutParams{WithdrawalID: w.ID.String(), Destination: w.Destination,
+		Amount: &amount, PayoutMethodID: method, Approved: true})
+	if err != nil {
+		return btcpay.Payout{}, err
+	}
+	if p.ID == "" {
+		// BTCPay answers 200 without a payout when its approval failed: the
+		// payout exists (cancelled); find it.
+		p, ok, err := s.findPayout(ctx, w)
+		if err == nil && !ok {
+			err = &btcpay.UnreachableError{Op: "create payout", Message: "the answer named no payout and none carries the withdrawal id yet"}
+		}
+		return p, err
+	}
+	return p, nil
+}
+
+// findPayout asks the processor for w's payouts: the live one (the oldest
+// when, against every rule, there are several: an alert says so), else
+// the newest cancelled one; false when there is none.
+func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, bool, error) {
+	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String())
+	if err != nil {
+		return btcpay.Payout{}, false, fmt.Errorf("%w: %w", errLookup, err)
+	}
+	var live, cancelled []btcpay.Payout
+	for _, p := range ps {
+		if p.State == btcpay.PayoutCancelled {
+			cancelled = append(cancelled, p)
+		} else {
+			live = append(live, p)
+		}
+	}
+	byDate := func(a, b btcpay.Payout) int { return a.Date.Time.Compare(b.Date.Time) }
+	slices.SortStableFunc(live, byDate)
+	slices.SortStableFunc(cancelled, byDate)
+	switch {
+	case len(live) > 1:
+		s.raise(ctx, s.DB, AlertDuplicatePayout, w, fmt.Sprintf("withdrawal %s has %d payouts at the processor that are not cancelled; the service follows %s only: cancel the others",
+			w.ID, len(live), live[0].ID))
+		return live[0], true, nil
+	case len(live) == 1:
+		return live[0], true, nil
+	case len(cancelled) > 0:
+		return cancelled[len(cancelled)-1], true, nil
+	}
+	return btcpay.Payout{}, false, nil
+}
+
+// accept records that the processor has the payout: submitted, with its id.
+func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) error {
+	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		cur, err := lockWithdrawal(ctx, tx, w.ID)
+		if err != nil {
+			return err
+		}
+		if !holdsClaim(cur, token) {
+			return fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
+		}
+		return s.transit(ctx, tx, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": s.now(),
+			"claim_token": nil, "next_attempt_at": nil})
+	})
+}
+
+func holdsClaim(w Withdrawal, token uuid.UUID) bool {
+	return w.Status == StatusSubmitting && w.ClaimToken != nil && *w.ClaimToken == token
+}
+
+// release gives up the claim after an unsuccessful call: by trigger t
+// (requeue or fail) with the columns of set, or, with no trigger, staying
+// submitting until set's next_attempt_at. A failure emits
+// withdrawal.failed with reason. cause is logged.
+func (s *Service) release(ctx context.Context, w Withdrawal, token uuid.UUID, t Trigger, set map[string]any, reason string, cause error) error {
+	s.log().Warn("withdrawal: payout not handed over", "withdrawal_id", w.ID, "outcome", string(t), "error", cause)
+	set["claim_token"] = nil
+	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		cur, err := lockWithdrawal(ctx, tx, w.ID)
+		if err != nil {
+			return err
+		}
+		if !holdsClaim(cur, token) {
+			return nil // taken over: the new claimant decides
+		}
+		if t == Fail {
+			a, err := (&asset.Store{DB: tx}).Get(ctx, cur.Asset)
+			if err != nil {
+				return err
+			}
+			return s.failTx(ctx, tx, &cur, a, reason, set)
+		}
+		if t != "" {
+			return s.transit(ctx, tx, &cur, t, set)
+		}
+		q := tx.NewUpdate().Model((*Withdrawal)(nil)).Set("updated_at = ?", s.now()).Where("id = ?", cur.ID)
+		for col, v := range set {
+			q = q.Set("? = ?", bun.Ident(col), v)
+		}
+		_, err = q.Exec(ctx)
+		return err
+	})
+}
+
+// failTx moves w to failed with reason (and the columns of set) and emits
+// withdrawal.failed; the hold stays.
+func (s *Service) failTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, reason string, set map[string]any) error {
+	if set == nil {
+		set = map[string]any{}
+	}
+	set["failure_reason"] = reason
+	if err := s.transit(ctx, tx, w, Fail, set); err != nil {
+		return err
+	}
+	return s.emitPayout(ctx, tx, event.WithdrawalFailed, *w, a)
+}
+
+// PayoutEvent acts on a processor payout webhook (ingress.PayoutHandler):
+// it tracks the withdrawal whose payout it names. A payout the service
+// has not recorded yet is left to the submitter, which records it.
+func (s *Service) PayoutEvent(ctx context.Context, e ingress.PayoutEvent) error {
+	var id uuid.UUID
+	err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").Where("backend_ref = ?", e.PayoutID).Scan(ctx, &id)
+	if db.IsNoRows(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("find the withdrawal of payout %s: %w", e.PayoutID, err)
+	}
+	return s.Track(ctx, id)
+}
+
+// Track reads a withdrawal's payout from the processor and moves the
+// withdrawal to match it (see the file comment).
+func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
+	if s.Processor == nil {
+		return nil
+	}
+	w, err := s.Get(ctx, id)
+	if err != nil || !slices.Contains(processorAssets, w.Asset) {
+		return err
+	}
+	if w.BackendRef == nil {
+		// A Lightning withdrawal that failed before any payout existed.
+		if w.Asset == asset.BTCLN && w.Status == StatusFailed && s.invoiceExpired(w) {
+			return s.expire(ctx, w.ID, "")
+		}
+		return nil
+	}
+	p, err := s.Processor.GetPayout(ctx, *w.BackendRef)
+	if err != nil {
+		return fmt.Errorf("withdrawal %s: read payout %s: %w", w.ID, *w.BackendRef, err)
+	}
+	if units, err := payoutUnits(p); err != nil || w.AmountNet == nil || units != *w.AmountNet {
+		s.raise(ctx, s.DB, AlertPayoutMismatch, w, fmt.Sprintf("payout %s of withdrawal %s pays %s BTC, not the net of %d sat (or its amount cannot be read: %v); "+
+			"the service does not move the withdrawal: check the payout in the processor", p.ID, w.ID, payoutAmount(p), derefInt(w.AmountNet), err))
+		return nil
+	}
+	switch p.State {
+	case btcpay.PayoutCompleted:
+		if w.Status == StatusRefunded {
+			s.raise(ctx, s.DB, AlertPaidAfterRefund, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid twice; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
+			return nil
+		}
+		return s.complete(ctx, w, p)
+	case btcpay.PayoutInProgress:
+		if w.Asset == asset.BTC {
+			if txid := p.PaymentProof.TxID(); txid != "" && (w.Status == StatusSubmitted || w.Status == StatusFailed) {
+				return s.broadcast(ctx, w, p, txid)
+			}
+			return nil
+		}
+	case btcpay.PayoutCancelled:
+		if w.Status == StatusSubmitted || w.Status == StatusBroadcast {
+			if err := s.fail(ctx, w.ID, fmt.Sprintf("the payment processor cancelled payout %s", p.ID)); err != nil {
+				return err
+			}
+		}
+		if w.Asset == asset.BTCLN {
+			if s.invoiceExpired(w) {
+				return s.expire(ctx, w.ID, p.ID)
+			}
+			s.raiseHoldNeedsAttestation(ctx, w, p)
+		}
+		return nil
+	}
+	if w.Asset == asset.BTCLN {
+		return s.lightningDeadline(ctx, w, p)
+	}
+	return nil
+}
+
+// payoutUnits is what the payout sends, in satoshis.
+func payoutUnits(p btcpay.Payout) (int64, error) { return payoutAmount(p).Units(8) }
+
+func payoutAmount(p btcpay.Payout) btcpay.Amount {
+	if p.PayoutAmount != nil {
+		return *p.PayoutAmount
+	}
+	return p.OriginalAmount
+}
+
+func (s *Service) invoiceExpired(w Withdrawal) bool {
+	return w.InvoiceExpiresAt != nil && !s.now().Before(*w.InvoiceExpiresAt)
+}
+
+// lightningDeadline ends a Lightning payout not completed within
+// LNPayoutTimeout of its submission: it cancels the payout when the
+// processor still allows it, fails the withdrawal, and returns the hold at
+// once when the invoice has expired, or raises the hold-needs-attestation
+// alert until it does.
+func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.Payout) error {
+	if w.SubmittedAt == nil || s.now().Before(w.SubmittedAt.Add(s.lnTimeout())) {
+		return nil
+	}
+	if p.State == btcpay.PayoutAwaitingApproval || p.State == btcpay.PayoutAwaitingPayment {
+		if err := s.Processor.CancelPayout(ctx, p.ID); err != nil {
+			s.log().Warn("withdrawal: cancel stuck Lightning payout", "withdrawal_id", w.ID, "payout_id", p.ID, "error", err)
+		}
+	}
+	if w.Status == StatusSubmitted {
+		reason := fmt.Sprintf("the Lightning payout %s did not complete within LN_PAYOUT_TIMEOUT_SECONDS (%d s)", p.ID, int64(s.lnTimeout().Seconds()))
+		if err := s.fail(ctx, w.ID, reason); err != nil {
+			return err
+		}
+	}
+	if s.invoiceExpired(w) {
+		return s.expire(ctx, w.ID, p.ID)
+	}
+	s.raiseHoldNeedsAttestation(ctx, w, p)
+	return nil
+}
+
+// raiseHoldNeedsAttestation raises, once per withdrawal, the alert that a
+// failed Lightning withdrawal's hold waits for its invoice to expire.
+func (s *Service) raiseHoldNeedsAttestation(ctx context.Context, w Withdrawal, p btcpay.Payout) {
+	expires := "its invoice expires"
+	if w.InvoiceExpiresAt != nil {
+		expires += " at " + w.InvoiceExpiresAt.UTC().Format(time.RFC3339)
+	}
+	s.raise(ctx, s.DB, AlertHoldNeedsAttestation, w, fmt.Sprintf(
+		"Lightning withdrawal %s (payout %s, now %s) failed or did not complete within LN_PAYOUT_TIMEOUT_SECONDS; its hold of %d sat returns automatically when %s. "+
+			"Release it earlier only with an attestation that the payment did not and cannot succeed.",
+		w.ID, p.ID, p.State, w.AmountGross, expires))
+}
+
+// fail moves a withdrawal whose payout will not proceed to failed.
+func (s *Service) fail(ctx context.Context, id uuid.UUID, reason string) error {
+	return s.payoutTx(ctx, id, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
+		if w.Status != StatusSubmitted && w.Status != StatusBroadcast {
+			return nil
+		}
+		return s.failTx(ctx, tx, w, a, reason, nil)
+	})
+}
+
+// expire returns the hold of a Lightning withdrawal whose invoice expired
+// unpaid (released by "system", with an attestation saying why); a
+// withdrawal still submitted fails first, so the platform hears
+// withdrawal.failed.
+func (s *Service) expire(ctx context.Context, id uuid.UUID, payoutID string) error {
+	return s.payoutTx(ctx, id, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
+		if w.Status != StatusSubmitted && w.Status != StatusFailed {
+			return nil
+		}
+		if w.Status == StatusSubmitted {
+			if err := s.failTx(ctx, tx, w, a, "the Lightning invoice expired before payout "+payoutID+" completed", nil); err != nil {
+				return err
+			}
+		}
+		att := fmt.Sprintf("system: the BOLT11 invoice expired at %s and can no longer be paid", w.InvoiceExpiresAt.UTC().Format(time.RFC3339))
+		if payoutID != "" {
+			att += "; payout " + payoutID + " did not complete"
+		}
+		_, err := s.returnHold(ctx, tx, w, Expire, "Lightning invoice expired unpaid: hold returned",
+			map[string]any{"released_by": "system", "release_attestation": att})
+		return err
+	})
+}
+
+// broadcast records an on-chain payout's transaction.
+func (s *Service) broadcast(ctx context.Context, w Withdrawal, p btcpay.Payout, txid string) error {
+	nf, err := s.networkFee(ctx, p, txid)
+	if err != nil {
+		return err
+	}
+	return s.payoutTx(ctx, w.ID, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
+		if w.Status != StatusSubmitted && w.Status != StatusFailed {
+			return nil
+		}
+		return s.broadcastTx(ctx, tx, w, a, txid, nf)
+	})
+}
+
+// complete confirms a payout the processor completed, broadcasting it
+// first in the same transaction when that was not recorded yet.
+func (s *Service) complete(ctx context.Context, w Withdrawal, p btcpay.Payout) error {
+	var txid string
+	var nf int64
+	if w.Asset == asset.BTC {
+		if txid = p.PaymentProof.TxID(); txid == "" {
+			return fmt.Errorf("withdrawal %s: payout %s is completed without a transaction id", w.ID, p.ID)
+		}
+		if w.Status != StatusBroadcast {
+			var err error
+			if nf, err = s.networkFee(ctx, p, txid); err != nil {
+				return err
+			}
+		}
+	} else {
+		if p.PaymentProof != nil {
+			txid = p.PaymentProof.PaymentHash
+		}
+		if txid == "" {
+			txid = derefStr(w.PaymentHash)
+		}
+	}
+	return s.payoutTx(ctx, w.ID, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
+		switch w.Status {
+		case StatusSubmitted, StatusFailed:
+			if err := s.broadcastTx(ctx, tx, w, a, txid, nf); err != nil {
+				return err
+			}
+		case StatusBroadcast:
+		default:
+			return nil
+		}
+		return s.settleTx(ctx, tx, w, a, fmt.Sprintf("payout %s completed", p.ID))
+	})
+}
+
+// broadcastTx moves w to broadcast with txid: the net plus the network fee
+// nf leave custody for in-flight, and withdrawal.broadcast is emitted.
+func (s *Service) broadcastTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, txid string, nf int64) error {
+	if w.AmountNet == nil {
+		return fmt.Errorf("withdrawal %s is broadcast without a fixed net", w.ID)
+	}
+	if _, err := ledger.RecordPayoutBroadcast(ctx, tx, w.Asset, *w.AmountNet+nf, w.ID.String(), "payout transaction "+txid); err != nil {
+		return err
+	}
+	if err := s.transit(ctx, tx, w, Broadcast, map[string]any{"txid": txid, "network_fee": nf}); err != nil {
+		return err
+	}
+	return s.emitPayout(ctx, tx, event.WithdrawalBroadcast, *w, a)
+}
+
+// payoutTx runs fn on the locked withdrawal and its asset in one
+// transaction.
+func (s *Service) payoutTx(ctx context.Context, id uuid.UUID, fn func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error) error {
+	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		w, err := lockWithdrawal(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		a, err := (&asset.Store{DB: tx}).Get(ctx, w.Asset)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, tx, &w, a)
+	})
+}
+
+// networkFee is what the on-chain transaction txid paid the network for
+// payout p: the wallet's spend minus every payout the transaction pays,
+// shared equally among them when the processor batched several (the
+// remainder to the lowest payout ids), so that the shares add up to the
+// fee exactly.
+func (s *Service) networkFee(ctx context.Context, p btcpay.Payout, txid string) (int64, error) {
+	wtx, err := s.Processor.WalletTransaction(ctx, txid)
+	if err != nil {
+		return 0, fmt.Errorf("payout %s: read wallet transaction %s: %w", p.ID, txid, err)
+	}
+	spent, err := wtx.Amount.Units(8)
+	if err != nil || spent >= 0 {
+		return 0, fmt.Errorf("payout %s: wallet transaction %s does not spend from the wallet (amount %s)", p.ID, txid, wtx.Amount)
+	}
+	all, err := s.Processor.ListPayouts(ctx, false)
+	if err != nil {
+		return 0, fmt.Errorf("payout %s: list the payouts of transaction %s: %w", p.ID, txid, err)
+	}
+	batch := []string{p.ID}
+	paid, err := payoutUnits(p)
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range all {
+		if o.ID == p.ID || o.PaymentProof.TxID() != txid {
+			continue
+		}
+		u, err := payoutUnits(o)
+		if err != nil {
+			return 0, err
+		}
+		batch, paid = append(batch, o.ID), paid+u
+	}
+	fee := -spent - paid
+	if fee < 0 {
+		return 0, fmt.Errorf("payout %s: transaction %s spent %d sat but its payouts add up to %d sat", p.ID, txid, -spent, paid)
+	}
+	slices.Sort(batch)
+	n := int64(len(batch))
+	share := fee / n
+	if int64(slices.Index(batch, p.ID)) < fee%n {
+		share++
+	}
+	return share, nil
+}
+
+// payoutLive refuses, with the reason, to release a withdrawal whose
+// payout may still pay: any payout of it at the processor that is not
+// cancelled.
+func (s *Service) payoutLive(ctx context.Context, w Withdrawal) error {
+	if w.BackendRef == nil && w.SubmitAttempts == 0 {
+		return nil // never handed to the processor
+	}
+	if s.Processor == nil {
+		return fault.New(fault.Unavailable, "the payment processor is not configured: whether the payout of withdrawal "+w.ID.String()+" is cancelled cannot be checked")
+	}
+	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String())
+	if err == nil && w.BackendRef != nil && !slices.ContainsFunc(ps, func(p btcpay.Payout) bool { return p.ID == *w.BackendRef }) {
+		var p btcpay.Payout
+		if p, err = s.Processor.GetPayout(ctx, *w.BackendRef); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	if err != nil {
+		return fault.Wrap(fault.Unavailable, "the payment processor could not be asked whether the withdrawal's payout is cancelled; nothing was changed: retry", err)
+	}
+	for _, p := range ps {
+		switch p.State {
+		case btcpay.PayoutCancelled:
+		case btcpay.PayoutCompleted:
+			return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot release withdrawal %s: its payout %s completed at the processor, so the money has left; the service settles it", w.ID, p.ID), ErrIllegalTransition)
+		default:
+			return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot release withdrawal %s: its payout %s is %s at the processor, not cancelled, so the money may still leave; "+
+				"cancel the payout in the processor first (one in progress cannot be cancelled: wait for its outcome)", w.ID, p.ID, p.State), ErrIllegalTransition)
+		}
+	}
+	return nil
+}
+
+// raise raises an operator alert about w, logging a failure to do so.
+func (s *Service) raise(ctx context.Context, idb bun.IDB, typ string, w Withdrawal, detail string) {
+	if s.Alerts == nil {
+		return
+	}
+	if _, _, err := s.Alerts.Raise(ctx, idb, alert.Params{Type: typ, Subject: w.ID.String(), Detail: detail}); err != nil {
+		s.log().Error("withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", typ, "error", err)
+	}
+}
