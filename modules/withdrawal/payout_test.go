@@ -71,7 +71,10 @@ func (e *env) alerts(t testing.TB, typ, id string) []alert.Alert {
 }
 
 // status is the withdrawal's status through the API.
-func (e *env) status(t testing.TB, id string) withdrawal.Status { t.Helper(); return e.get(t, id).Status }
+func (e *env) status(t testing.TB, id string) withdrawal.Status {
+	t.Helper()
+	return e.get(t, id).Status
+}
 
 const att = "Checked the processor: the payout is cancelled and nothing was sent."
 

@@ -1,11 +1,13 @@
-// Package withdrawal owns withdrawals up to the moment a payout is handed
-// to the processor: the request (destination, fee estimate, dust and
-// minimum, the hold and the approval gates in one transaction), the reads,
-// and the operators' decisions (approve, with four-eyes approval above a
-// per-asset threshold; reject; release with an attestation), each recorded
-// in the audit trail in its own transaction, and the whole USDT_TRC20 path
-// (sent by an operator, reported with mark-broadcast, verified on the TRON
-// node, confirmed once solidified: withdrawal_usdt.go).
+// Package withdrawal owns withdrawals: the request (destination, fee
+// estimate, dust and minimum, the hold and the approval gates in one
+// transaction), the reads, the operators' decisions (approve, with
+// four-eyes approval above a per-asset threshold; reject; release with an
+// attestation), each recorded in the audit trail in its own transaction,
+// the payout of BTC and BTC_LN through the processor exactly once, with
+// its tracking to confirmed or failed and the Lightning deadlines
+// (withdrawal_payout.go), and the whole USDT_TRC20 path (sent by an
+// operator, reported with mark-broadcast, verified on the TRON node,
+// confirmed once solidified: withdrawal_usdt.go).
 //
 // # Creation
 //

@@ -641,8 +641,14 @@ func (s *Service) broadcastTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a a
 	if w.AmountNet == nil {
 		return fmt.Errorf("withdrawal %s is broadcast without a fixed net", w.ID)
 	}
-	if _, err := ledger.RecordPayoutBroadcast(ctx, tx, w.Asset, *w.AmountNet+nf, w.ID.String(), "payout transaction "+txid); err != nil {
-		return err
+	// A payout broadcast before it failed (its transaction dropped) and
+	// confirmed later, perhaps in another transaction with another fee,
+	// keeps its first payout_broadcast: the settlement clears what that
+	// put in flight and takes the rest of what left from custody.
+	if w.NetworkFee == nil {
+		if _, err := ledger.RecordPayoutBroadcast(ctx, tx, w.Asset, *w.AmountNet+nf, w.ID.String(), "payout transaction "+txid); err != nil {
+			return err
+		}
 	}
 	if err := s.transit(ctx, tx, w, Broadcast, map[string]any{"txid": txid, "network_fee": nf}); err != nil {
 		return err
