@@ -471,9 +471,10 @@ func TestLightningPayout(t *testing.T) {
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
 }
 
-// TestLightningTimeoutBeforeExpiry: a stuck Lightning payout fails at
-// LN_PAYOUT_TIMEOUT_SECONDS with one hold-needs-attestation alert; the
-// hold returns by itself when the invoice expires.
+// TestLightningTimeoutBeforeExpiry: a Lightning payout the processor has
+// not managed to send is cancelled at LN_PAYOUT_TIMEOUT_SECONDS, and the
+// withdrawal fails with one hold-needs-attestation alert; the hold
+// returns by itself when the invoice expires.
 func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -481,8 +482,7 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour)
 	w := e.create(t, "pn", asset.BTCLN, 30_000, inv)
 	e.pass(t)
-	p := e.onePayout(t, w.WithdrawalID)
-	require.NoError(t, e.Sim.StallPayout(p.ID))
+	p := e.onePayout(t, w.WithdrawalID) // AwaitingPayment: not routed yet
 	e.Clock.Advance(59 * time.Minute)
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
@@ -495,6 +495,8 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	require.Contains(t, *v.FailureReason, "LN_PAYOUT_TIMEOUT_SECONDS")
 	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
 	require.Equal(t, "0.00030000", e.balance(t, "pn", asset.BTCLN).Held)
+	q, _ := e.Sim.Payout(p.ID)
+	require.Equal(t, "Cancelled", q.State) // it can no longer be sent
 	e.Clock.Advance(time.Hour)
 	e.pass(t)
 	e.pass(t)
@@ -508,7 +510,8 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 }
 
 // TestLightningTimeoutAfterExpiry: when the invoice has already expired at
-// the deadline, the hold returns at once and no alert is raised.
+// the deadline, the payout is cancelled, the hold returns at once and no
+// alert is raised.
 func TestLightningTimeoutAfterExpiry(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -516,8 +519,7 @@ func TestLightningTimeoutAfterExpiry(t *testing.T) {
 	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 30*time.Minute)
 	w := e.create(t, "po", asset.BTCLN, 30_000, inv)
 	e.pass(t)
-	p := e.onePayout(t, w.WithdrawalID)
-	require.NoError(t, e.Sim.StallPayout(p.ID))
+	e.onePayout(t, w.WithdrawalID)
 	e.Clock.Advance(31 * time.Minute) // expired, but before the deadline: still waiting
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
@@ -557,4 +559,89 @@ func TestUSDTIsNeverSubmitted(t *testing.T) {
 	u.pass(t)
 	require.Equal(t, withdrawal.StatusApproved, u.status(t, id))
 	require.Empty(t, u.Sim.Payouts())
+}
+
+// TestLightningInFlightKeepsTheHold: a payment in flight at the processor
+// (InProgress, its outcome unknown) past the deadline and the invoice's
+// expiry fails the withdrawal and raises the alert, but keeps the hold
+// until the processor resolves it: cancelled, then refunded.
+func TestLightningInFlightKeepsTheHold(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pr", asset.BTCLN, 10_000_000)
+	inv := bolt11(t, chain.Regtest, e.Clock.Now(), 0, 30*time.Minute)
+	w := e.create(t, "pr", asset.BTCLN, 30_000, inv)
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.NoError(t, e.Sim.StallPayout(p.ID))
+	e.Clock.Advance(2 * time.Hour)
+	e.pass(t)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	require.Equal(t, "0.00030000", e.balance(t, "pr", asset.BTCLN).Held)
+	require.NoError(t, e.Sim.FailPayout(p.ID))
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusRefunded, e.status(t, w.WithdrawalID))
+	require.Equal(t, "0.00000000", e.balance(t, "pr", asset.BTCLN).Held)
+}
+
+// TestPayoutSentAgain: a broadcast payout whose transaction was dropped is
+// sent again in another transaction, at another fee: the withdrawal
+// confirms with the second txid and the fee actually paid.
+func TestPayoutSentAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "ps", asset.BTC, 10_000_000)
+	w := e.create(t, "ps", asset.BTC, 100_000, p2wpkh(t, chain.Regtest, "sent again"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	first, err := e.Sim.BroadcastPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, first, *e.get(t, w.WithdrawalID).Txid)
+	require.NoError(t, e.Sim.BouncePayout(p.ID))
+	require.NoError(t, e.Sim.SetFeeRate("20"))
+	second, err := e.Sim.BroadcastPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, second, *e.get(t, w.WithdrawalID).Txid)
+	require.Equal(t, int64(2820), *e.row(t, w.WithdrawalID).NetworkFee)
+	_, err = e.Sim.CompletePayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
+	require.Equal(t, second, *v.Txid)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+}
+
+// forbidden is the processor answering 403 to every payout creation, as
+// with an API key that lacks the permission.
+type forbidden struct{ withdrawal.Processor }
+
+func (forbidden) CreatePayout(context.Context, btcpay.CreatePayoutParams) (btcpay.Payout, error) {
+	return btcpay.Payout{}, &btcpay.RefusedError{Op: "create payout", Status: http.StatusForbidden, Message: "missing permission"}
+}
+
+// TestPayoutAccessRefusedIsRetried: a processor that refuses the service's
+// key (403) is a deployment problem, not the payout's: the withdrawal
+// stays submitting, an operator alert says why, and it is paid once the
+// key is fixed.
+func TestPayoutAccessRefusedIsRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pt", asset.BTC, 10_000_000)
+	w := e.create(t, "pt", asset.BTC, 100_000, p2wpkh(t, chain.Regtest, "forbidden"))
+	real := e.Svc.Processor
+	e.Svc.Processor = forbidden{real}
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
+	require.Len(t, e.alerts(t, withdrawal.AlertSubmissionStuck, w.WithdrawalID), 1)
+	require.Zero(t, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
+	e.Svc.Processor = real
+	e.Clock.Advance(5 * time.Minute)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	e.onePayout(t, w.WithdrawalID)
 }

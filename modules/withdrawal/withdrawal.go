@@ -64,6 +64,7 @@ package withdrawal
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -138,6 +139,10 @@ type Service struct {
 	Config Config
 
 	rates rateCache
+	// failedMu guards failedAfter, where the next payout pass resumes its
+	// walk over failed withdrawals.
+	failedMu    sync.Mutex
+	failedAfter uuid.UUID
 }
 
 func (s *Service) assets() *asset.Store { return &asset.Store{DB: s.DB, Now: s.Now} }

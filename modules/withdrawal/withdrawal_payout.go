@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -37,7 +38,8 @@ import (
 // its claim token:
 //
 //   - accepted: submitted, backend_ref = the payout id;
-//   - refused (4xx): failed with the processor's reason, the hold kept;
+//   - refused (400, 422): failed with the processor's reason, the hold
+//     kept;
 //   - duplicate-destination (an earlier payout to the same address is
 //     still open): back to approved, tried again later, so both get paid
 //     in turn;
@@ -84,11 +86,22 @@ import (
 // fee booked (BTCPay does not report routing fees; they show in
 // reconciliation). A payment not completed LNPayoutTimeout after
 // submission is ended: the service cancels the payout when the processor
-// still allows it and the withdrawal fails. The hold returns by itself
-// (refunded, released by "system" with an attestation naming the expiry)
-// once the invoice has expired, since an expired invoice can no longer be
-// paid; until then one withdrawal.hold_needs_attestation alert asks an
-// operator to release it earlier if they can prove the payment failed.
+// has not sent it yet, and the withdrawal fails. The hold returns by
+// itself (refunded, released by "system" with an attestation naming the
+// expiry) once the invoice has expired and the payout is cancelled, since
+// an expired invoice can no longer be paid; until then one
+// withdrawal.hold_needs_attestation alert asks an operator to release it
+// earlier if they can prove the payment failed. A payment in flight
+// (InProgress, its outcome unknown) is never refunded by the service: it
+// waits for the processor's outcome or an operator.
+//
+// # Refusals that are not about the payout
+//
+// 401, 403, 404 and 429 on creation say the deployment is wrong (a key
+// without the payout permission, another store) or busy, not that this
+// payout is: the withdrawal stays submitting and is retried, with the
+// withdrawal.submission_stuck alert, raised too after stuckAfter failed
+// attempts of any kind.
 
 // Processor is what payouts need of the payment processor (*btcpay.Client).
 type Processor interface {
@@ -121,6 +134,8 @@ const (
 	AlertPayoutMismatch       = "withdrawal.payout_mismatch"
 	AlertPaidAfterRefund      = "withdrawal.paid_after_refund"
 	AlertDuplicatePayout      = "withdrawal.duplicate_payout"
+	AlertSubmissionStuck      = "withdrawal.submission_stuck"
+	AlertPayoutUnverifiable   = "withdrawal.payout_unverifiable"
 )
 
 // processorAssets are the assets paid through the processor's payouts.
@@ -171,19 +186,50 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 			s.log().Warn("withdrawal: submit payout", "withdrawal_id", id, "error", err)
 		}
 	}
-	var open []uuid.UUID
-	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-		Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusSubmitted, StatusBroadcast, StatusFailed})).
-		Where("backend_ref IS NOT NULL OR asset = ?", asset.BTCLN).
-		OrderExpr("updated_at, id").Limit(payoutBatch).Scan(ctx, &open); err != nil {
-		return fmt.Errorf("list open payouts: %w", err)
+	// Every open payout, page by page.
+	var after uuid.UUID
+	for {
+		var page []uuid.UUID
+		if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
+			Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusSubmitted, StatusBroadcast})).
+			Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
+			return fmt.Errorf("list open payouts: %w", err)
+		}
+		s.track(ctx, page)
+		if len(page) < payoutBatch {
+			break
+		}
+		after = page[len(page)-1]
 	}
-	for _, id := range open {
+	// Failed withdrawals can still complete (and Lightning ones expire):
+	// a page of them per pass, in turn, so that many of them waiting for
+	// an operator never crowd out the rest.
+	s.failedMu.Lock()
+	after = s.failedAfter
+	s.failedMu.Unlock()
+	var page []uuid.UUID
+	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
+		Where("asset IN (?) AND status = ?", bun.In(processorAssets), StatusFailed).
+		Where("backend_ref IS NOT NULL OR asset = ?", asset.BTCLN).
+		Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
+		return fmt.Errorf("list failed payouts: %w", err)
+	}
+	s.track(ctx, page)
+	s.failedMu.Lock()
+	s.failedAfter = uuid.Nil
+	if len(page) == payoutBatch {
+		s.failedAfter = page[len(page)-1]
+	}
+	s.failedMu.Unlock()
+	return nil
+}
+
+func (s *Service) track(ctx context.Context, ids []uuid.UUID) {
+	for _, id := range ids {
 		if err := s.Track(ctx, id); err != nil {
 			s.log().Warn("withdrawal: track payout", "withdrawal_id", id, "error", err)
 		}
 	}
-	return nil
 }
 
 // submittable reports a withdrawal the submitter may claim now.
@@ -217,6 +263,7 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 	}
 	token := uuid.New()
 	claimed, prior := false, 0
+	started := time.Now()
 	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		claimed = false
 		cur, err := lockWithdrawal(ctx, tx, id)
@@ -246,11 +293,19 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 	if err != nil || !claimed {
 		return err
 	}
-	// The calls end well before the claim does, so that no other submitter
-	// can take over while one of them is still in flight.
-	callCtx, cancel := context.WithTimeout(ctx, s.claimTTL()*3/4)
+	// The calls end well before the claim does (counted from before the
+	// claim was written), so that no other submitter can take over while
+	// one of them is still in flight.
+	callCtx, cancel := context.WithDeadline(ctx, started.Add(s.claimTTL()*3/4))
 	p, err := s.handOver(callCtx, w, prior > 0)
 	cancel()
+	// An ambiguous failure is retried after a backoff, and never before the
+	// claim would have ended: a create the processor is still working on
+	// when the client gave up shows in the next attempt's lookup.
+	retryAt := s.now().Add(backoff(prior + 1))
+	if w.NextAttemptAt != nil && w.NextAttemptAt.After(retryAt) {
+		retryAt = *w.NextAttemptAt
+	}
 	var refused *btcpay.RefusedError
 	switch {
 	case err == nil:
@@ -260,15 +315,37 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 		return s.Track(ctx, w.ID)
 	case errors.As(err, &refused) && refused.Code == "duplicate-destination":
 		return s.release(ctx, w, token, Requeue, map[string]any{"next_attempt_at": s.now().Add(RequeueWait)}, "", err)
-	case errors.As(err, &refused) && !errors.Is(err, errLookup):
+	case errors.As(err, &refused) && !errors.Is(err, errLookup) && definitive(refused):
 		reason := "the payment processor refused the payout: " + refused.Reason()
 		if refused.Code != "" {
 			reason += " (" + refused.Code + ")"
 		}
 		return s.release(ctx, w, token, Fail, map[string]any{"failure_reason": reason, "next_attempt_at": nil}, reason, err)
 	default:
-		return s.release(ctx, w, token, "", map[string]any{"next_attempt_at": s.now().Add(backoff(prior + 1))}, "", err)
+		if prior+1 >= stuckAfter || (refused != nil && !definitive(refused)) {
+			s.raise(ctx, s.DB, AlertSubmissionStuck, w, fmt.Sprintf("withdrawal %s could not be handed to the payment processor after %d attempts (last: %v); "+
+				"it stays submitting and is retried, and no payout is created twice. Check the processor's URL, API key permissions (btcpay.store.cancreatepullpayments) and store.",
+				w.ID, prior+1, err))
+		}
+		return s.release(ctx, w, token, "", map[string]any{"next_attempt_at": retryAt}, "", err)
 	}
+}
+
+// stuckAfter is the number of attempts after which a submission that
+// keeps failing raises an operator alert.
+const stuckAfter = 5
+
+// definitive reports a refusal about the payout itself (400 and 422: a
+// destination, an amount, a payout method), which fails the withdrawal.
+// The others (an API key without the permission, an unknown store, rate
+// limiting) are about the deployment: retried, with an operator alert.
+func definitive(r *btcpay.RefusedError) bool {
+	switch r.Status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout,
+		http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	}
+	return true
 }
 
 // fixFee returns the fee and net fixed at submission, or why nothing can
@@ -365,7 +442,12 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 		if !holdsClaim(cur, token) {
 			return fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
 		}
-		return s.transit(ctx, tx, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": s.now(),
+		// An adopted payout's deadline counts from its creation.
+		at := s.now()
+		if !p.Date.IsZero() && p.Date.Before(at) {
+			at = p.Date.UTC()
+		}
+		return s.transit(ctx, tx, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": at,
 			"claim_token": nil, "next_attempt_at": nil})
 	})
 }
@@ -464,15 +546,23 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 	}
 	switch p.State {
 	case btcpay.PayoutCompleted:
-		if w.Status == StatusRefunded {
+		switch w.Status {
+		case StatusRefunded:
 			s.raise(ctx, s.DB, AlertPaidAfterRefund, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid twice; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
+			return nil
+		case StatusConfirmed:
 			return nil
 		}
 		return s.complete(ctx, w, p)
 	case btcpay.PayoutInProgress:
 		if w.Asset == asset.BTC {
-			if txid := p.PaymentProof.TxID(); txid != "" && (w.Status == StatusSubmitted || w.Status == StatusFailed) {
+			txid := p.PaymentProof.TxID()
+			switch {
+			case txid == "":
+			case w.Status == StatusSubmitted || w.Status == StatusFailed:
 				return s.broadcast(ctx, w, p, txid)
+			case w.Status == StatusBroadcast && txid != derefStr(w.Txid):
+				return s.broadcast(ctx, w, p, txid) // sent again in another transaction
 			}
 			return nil
 		}
@@ -490,7 +580,7 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 		}
 		return nil
 	}
-	if w.Asset == asset.BTCLN {
+	if w.Asset == asset.BTCLN && w.Status != StatusConfirmed && w.Status != StatusRefunded {
 		return s.lightningDeadline(ctx, w, p)
 	}
 	return nil
@@ -512,16 +602,23 @@ func (s *Service) invoiceExpired(w Withdrawal) bool {
 
 // lightningDeadline ends a Lightning payout not completed within
 // LNPayoutTimeout of its submission: it cancels the payout when the
-// processor still allows it, fails the withdrawal, and returns the hold at
-// once when the invoice has expired, or raises the hold-needs-attestation
-// alert until it does.
+// processor still allows it (not yet sent) and fails the withdrawal. The
+// hold returns at once when the payout is cancelled and the invoice has
+// expired (an expired invoice can no longer be paid); otherwise the
+// hold-needs-attestation alert is raised, and the hold returns when both
+// are true. A payment in flight (InProgress: its outcome unknown) keeps
+// the hold even past the invoice's expiry, until the processor resolves
+// it (completed: settled; cancelled: refunded) or an operator releases it.
 func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.Payout) error {
 	if w.SubmittedAt == nil || s.now().Before(w.SubmittedAt.Add(s.lnTimeout())) {
 		return nil
 	}
+	cancelled := false
 	if p.State == btcpay.PayoutAwaitingApproval || p.State == btcpay.PayoutAwaitingPayment {
 		if err := s.Processor.CancelPayout(ctx, p.ID); err != nil {
 			s.log().Warn("withdrawal: cancel stuck Lightning payout", "withdrawal_id", w.ID, "payout_id", p.ID, "error", err)
+		} else {
+			cancelled = true
 		}
 	}
 	if w.Status == StatusSubmitted {
@@ -530,7 +627,7 @@ func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.
 			return err
 		}
 	}
-	if s.invoiceExpired(w) {
+	if cancelled && s.invoiceExpired(w) {
 		return s.expire(ctx, w.ID, p.ID)
 	}
 	s.raiseHoldNeedsAttestation(ctx, w, p)
@@ -591,11 +688,24 @@ func (s *Service) broadcast(ctx context.Context, w Withdrawal, p btcpay.Payout, 
 		return err
 	}
 	return s.payoutTx(ctx, w.ID, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
-		if w.Status != StatusSubmitted && w.Status != StatusFailed {
-			return nil
+		switch {
+		case w.Status == StatusSubmitted || w.Status == StatusFailed:
+			return s.broadcastTx(ctx, tx, w, a, txid, nf)
+		case w.Status == StatusBroadcast && txid != derefStr(w.Txid):
+			return s.resentTx(ctx, tx, w, txid, nf)
 		}
-		return s.broadcastTx(ctx, tx, w, a, txid, nf)
+		return nil
 	})
+}
+
+// resentTx records that a broadcast payout was sent again in another
+// transaction (the first was replaced or dropped): its txid and network
+// fee change; the ledger keeps what the first broadcast put in flight, and
+// the settlement takes the difference from custody.
+func (s *Service) resentTx(ctx context.Context, tx bun.Tx, w *Withdrawal, txid string, nf int64) error {
+	s.log().Warn("withdrawal: payout sent again in another transaction", "withdrawal_id", w.ID, "old_txid", derefStr(w.Txid), "txid", txid)
+	return tx.NewUpdate().Model(w).Set("txid = ?, network_fee = ?, updated_at = ?", txid, nf, s.now()).
+		Where("id = ? AND status = ?", w.ID, StatusBroadcast).Returning("*").Scan(ctx)
 }
 
 // complete confirms a payout the processor completed, broadcasting it
@@ -605,9 +715,11 @@ func (s *Service) complete(ctx context.Context, w Withdrawal, p btcpay.Payout) e
 	var nf int64
 	if w.Asset == asset.BTC {
 		if txid = p.PaymentProof.TxID(); txid == "" {
-			return fmt.Errorf("withdrawal %s: payout %s is completed without a transaction id", w.ID, p.ID)
+			s.raise(ctx, s.DB, AlertPayoutUnverifiable, w, fmt.Sprintf("payout %s of withdrawal %s is completed at the processor without a transaction id (marked paid by hand?); "+
+				"the service cannot tell what left the wallet and leaves the withdrawal %s: check the wallet", p.ID, w.ID, w.Status))
+			return nil
 		}
-		if w.Status != StatusBroadcast {
+		if w.Status != StatusBroadcast || txid != derefStr(w.Txid) {
 			var err error
 			if nf, err = s.networkFee(ctx, p, txid); err != nil {
 				return err
@@ -628,6 +740,11 @@ func (s *Service) complete(ctx context.Context, w Withdrawal, p btcpay.Payout) e
 				return err
 			}
 		case StatusBroadcast:
+			if w.Asset == asset.BTC && txid != derefStr(w.Txid) {
+				if err := s.resentTx(ctx, tx, w, txid, nf); err != nil {
+					return err
+				}
+			}
 		default:
 			return nil
 		}
