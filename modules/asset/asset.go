@@ -48,8 +48,12 @@ type Asset struct {
 	WithdrawalUserDailyCap *int64 `bun:"withdrawal_user_daily_cap"`
 	// WithdrawalFourEyesThreshold is the gross above which approving a
 	// withdrawal needs two different operators; nil is off.
-	WithdrawalFourEyesThreshold *int64    `bun:"withdrawal_four_eyes_threshold"`
-	UpdatedAt                   time.Time `bun:"updated_at"`
+	WithdrawalFourEyesThreshold *int64 `bun:"withdrawal_four_eyes_threshold"`
+	// WithdrawalsHaltedSince is set while reconciliation found the asset
+	// insolvent and no operator acknowledged it (modules/reconcile): new
+	// withdrawals of it wait for an operator and none is submitted.
+	WithdrawalsHaltedSince *time.Time `bun:"withdrawals_halted_since"`
+	UpdatedAt              time.Time  `bun:"updated_at"`
 }
 
 // Format renders smallest units of this asset as a decimal string.

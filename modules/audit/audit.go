@@ -32,6 +32,7 @@ const (
 	KeyRevoke               = "apikey.revoke"
 	AssetSetLimits          = "asset.set_limits"
 	EventRedeliver          = "event.redeliver"
+	ReconciliationAck       = "reconciliation.ack"
 )
 
 // Actor is who performed an action.

@@ -35,6 +35,9 @@ type Report struct {
 	// their status (filled by the WithdrawalCheck given to Check).
 	HoldMismatches []string `json:"hold_mismatches"`
 
+	// Totals are every asset's balances from the same snapshot (for the
+	// custody half of reconciliation).
+	Totals   []Totals      `json:"-"`
 	Accounts int64         `json:"accounts"`
 	Entries  int64         `json:"entries"`
 	Postings int64         `json:"postings"`
@@ -70,7 +73,8 @@ func Check(ctx context.Context, idb bun.IDB, withdrawals ...WithdrawalCheck) (Re
 		}
 		r.HoldMismatches = holds.strings()
 		r.LedgerConsistent = r.LedgerConsistent && len(r.HoldMismatches) == 0
-		return nil
+		r.Totals, err = AssetTotals(ctx, tx)
+		return err
 	}
 	var err error
 	if d, ok := idb.(*bun.DB); ok {

@@ -158,6 +158,9 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 				reasons = append(reasons, reasonUserCap(a, sum+w.AmountGross))
 			}
 		}
+		if a.WithdrawalsHaltedSince != nil {
+			reasons = append(reasons, reasonInsolvency(a))
+		}
 		s.decide(&w, reasons)
 		if err := insertNew(ctx, tx, w); err != nil {
 			return err

@@ -35,6 +35,12 @@ func reasonUserCap(a asset.Asset, total int64) string {
 		a.Code, a.Format(total), a.Code, a.Format(*a.WithdrawalUserDailyCap), a.Code)
 }
 
+func reasonInsolvency(a asset.Asset) string {
+	return fmt.Sprintf("insolvency: reconciliation found %s custody short of what the users are owed (since %s); "+
+		"%s withdrawals wait for an operator until a clean report or an operator's acknowledgement",
+		a.Code, a.WithdrawalsHaltedSince.UTC().Format(time.RFC3339), a.Code)
+}
+
 // returnedStatuses are the statuses whose money has been returned: the
 // rolling caps count every other one.
 var returnedStatuses = []Status{StatusRejected, StatusRefunded}

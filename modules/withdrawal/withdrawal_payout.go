@@ -178,6 +178,9 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
 		Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusApproved, StatusSubmitting})).
 		Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
+		// Nothing of an asset reconciliation found insolvent is submitted
+		// (a claimed one already in the processor's hands is resumed).
+		Where("status = ? OR asset NOT IN (SELECT asset FROM assets WHERE withdrawals_halted_since IS NOT NULL)", StatusSubmitting).
 		OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
 		return fmt.Errorf("list withdrawals to submit: %w", err)
 	}
@@ -273,6 +276,9 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 		a, err := (&asset.Store{DB: tx}).Get(ctx, cur.Asset)
 		if err != nil {
 			return err
+		}
+		if a.WithdrawalsHaltedSince != nil && cur.Status == StatusApproved {
+			return nil // halted by reconciliation: nothing new is handed over
 		}
 		set := map[string]any{"claim_token": token, "next_attempt_at": s.now().Add(s.claimTTL()),
 			"submit_attempts": cur.SubmitAttempts + 1}

@@ -50,6 +50,7 @@ type App struct {
 	auditArea
 	depositArea
 	withdrawalArea
+	reconcileArea
 }
 
 // New connects to the database and builds every module. It does not start
@@ -80,6 +81,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"audit", a.initAudit},
 		{"deposits", a.initDeposits},
 		{"withdrawals", a.initWithdrawals},
+		{"reconciliation", a.initReconcile},
 	} {
 		if err := step.init(ctx); err != nil {
 			d.Close()
@@ -117,6 +119,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesAudit(r)
 	a.routesDeposits(r)
 	a.routesWithdrawals(r)
+	a.routesReconcile(r)
 	httpapi.NotFound(app)
 	return app
 }
@@ -130,7 +133,7 @@ type Jobs struct {
 // Worker returns the River client that runs every job (not yet started).
 func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	j := &Jobs{Workers: river.NewWorkers()}
-	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits, a.jobsWithdrawals} {
+	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits, a.jobsWithdrawals, a.jobsReconcile} {
 		if err := add(j); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,60 @@
+package app
+
+import (
+	"context"
+
+	"github.com/riverqueue/river"
+
+	"svc/jobs"
+	"svc/modules/deposit"
+	"svc/modules/health"
+	"svc/modules/ledger"
+	"svc/modules/reconcile"
+	"svc/modules/withdrawal"
+)
+
+// reconcileArea holds the ledger and custody reconciliation: the report
+// (GET /v1/admin/reconciliation), the hourly job that stores it and halts
+// an insolvent asset's withdrawals, the gas check, and /readyz's
+// reconciliation component. It is initialised after the processor area,
+// whose clients read the balances.
+type reconcileArea struct {
+	Reconcile *reconcile.Service
+}
+
+func (a *App) initReconcile(context.Context) error {
+	c := a.Cfg
+	custody := append([]string(nil), c.Deposits.USDTPool...)
+	if c.Tron.HotWallet != "" {
+		custody = append(custody, c.Tron.HotWallet)
+	}
+	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
+		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits,
+		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
+			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout)}}
+	// Not a nil pointer in an interface: that would not compare equal to
+	// nil.
+	if a.BTCPay != nil {
+		a.Reconcile.Wallet = a.BTCPay
+	}
+	if a.Tron != nil {
+		a.Reconcile.Tron = a.Tron
+	}
+	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "reconciliation", Run: a.Reconcile.Halts})
+	return nil
+}
+
+// routesReconcile registers GET /v1/admin/reconciliation.
+func (a *App) routesReconcile(r Routers) { a.Reconcile.Routes(r.Admin) }
+
+// jobsReconcile adds the hourly reconciliation and the gas check (every 15
+// minutes, when a TRON node and the hot wallet are configured).
+func (a *App) jobsReconcile(j *Jobs) error {
+	river.AddWorker(j.Workers, &reconcile.RunWorker{Service: a.Reconcile})
+	j.Periodic = append(j.Periodic, jobs.Periodic(reconcile.Every, reconcile.RunArgs{}))
+	if a.Tron != nil && a.Cfg.Tron.HotWallet != "" {
+		river.AddWorker(j.Workers, &reconcile.GasWorker{Service: a.Reconcile})
+		j.Periodic = append(j.Periodic, jobs.Periodic(reconcile.GasEvery, reconcile.GasArgs{}))
+	}
+	return nil
+}
