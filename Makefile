@@ -24,10 +24,13 @@ test: ## Run the whole suite with -race against a real PostgreSQL
 bench: ## Run the benchmarks (results: docs/performance.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" scripts/bench.sh
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 .PHONY: openapi-check
 openapi-check: ## Check openapi.json against the routes

@@ -152,7 +152,7 @@ func postAll(b *testing.B, url string, hooks []btcpaysim.Delivery, n int) {
 func waitSettled(b *testing.B, e *env, ids []uuid.UUID) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		n, err := e.App.DB.Bun.NewSelect().Table("deposits").Where("id IN (?) AND status = 'settled'", bun.In(ids)).
+		n, err := e.App.DB.Bun.NewSelect().Table("deposits").Where("id IN (?) AND status = 'settled'", bun.List(ids)).
 			Count(context.Background())
 		require.NoError(b, err)
 		if int(n) == len(ids) {

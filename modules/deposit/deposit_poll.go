@@ -40,14 +40,14 @@ func (s *Service) dueForPoll(ctx context.Context, now time.Time) ([]uuid.UUID, e
 	err := s.DB.NewSelect().Model((*Deposit)(nil)).Column("id").
 		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.
-				Where("status IN (?)", bun.In([]Status{StatusPending, StatusConfirming})).
+				Where("status IN (?)", bun.List([]Status{StatusPending, StatusConfirming})).
 				WhereOr("status = ? AND created_at <= ? AND created_at > ?", StatusCreating, now.Add(-creatingAge), now.Add(-creatingGiveUp)).
-				WhereOr("status IN (?) AND monitoring_until > ?", bun.In([]Status{StatusSettled, StatusExpired, StatusReview}), now)
+				WhereOr("status IN (?) AND monitoring_until > ?", bun.List([]Status{StatusSettled, StatusExpired, StatusReview}), now)
 		}).
 		// Open deposits first (their users are waiting), then the least
 		// recently polled.
 		OrderExpr("status IN (?) DESC, polled_at NULLS FIRST, created_at, id",
-			bun.In([]Status{StatusCreating, StatusPending, StatusConfirming})).
+			bun.List([]Status{StatusCreating, StatusPending, StatusConfirming})).
 		Limit(PollBatch).Scan(ctx, &ids)
 	if err != nil {
 		return nil, fmt.Errorf("deposits due for polling: %w", err)

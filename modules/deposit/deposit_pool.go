@@ -185,7 +185,7 @@ func graceHolders(ctx context.Context, idb bun.IDB, d Deposit) ([]holder, error)
 	if err := idb.NewSelect().Model((*Deposit)(nil)).
 		Column("id", "status", "address_reserved_from", "address_reserved_until", "expires_at", "address_released_at").
 		Where("asset = ? AND address = ? AND id <> ? AND status NOT IN (?) AND address_reserved_from < ?",
-			asset.USDTTRC20, *d.Address, d.ID, bun.In([]Status{StatusFailed, StatusSettled}), d.AddressReservedFrom).
+			asset.USDTTRC20, *d.Address, d.ID, bun.List([]Status{StatusFailed, StatusSettled}), d.AddressReservedFrom).
 		Scan(ctx, &out); err != nil {
 		return nil, fmt.Errorf("check the grace of USDT address %s: %w", *d.Address, err)
 	}

@@ -72,7 +72,7 @@ func payments(ctx context.Context, idb bun.IDB, ids ...uuid.UUID) (map[uuid.UUID
 		return out, nil
 	}
 	var rows []Payment
-	if err := idb.NewSelect().Model(&rows).Where("deposit_id IN (?)", bun.In(ids)).
+	if err := idb.NewSelect().Model(&rows).Where("deposit_id IN (?)", bun.List(ids)).
 		OrderExpr("deposit_id, received_at, id").Scan(ctx); err != nil {
 		return nil, fmt.Errorf("read deposit payments: %w", err)
 	}

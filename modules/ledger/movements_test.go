@@ -188,8 +188,8 @@ func TestReleaseHold(t *testing.T) {
 func TestSettlePayout(t *testing.T) {
 	t.Parallel()
 	type want struct {
-		custody, inFlight, feeIncome, networkFees int64 // natural balances after settling
-		lines                                     []ledger.Line
+		custody, feeIncome, networkFees int64 // natural balances after settling (in flight is always 0)
+		lines                           []ledger.Line
 	}
 	const deposit = 100_000
 	hold := func(amt int64) ledger.Line {

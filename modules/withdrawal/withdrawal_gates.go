@@ -53,7 +53,7 @@ func userTotal(ctx context.Context, idb bun.IDB, user, code string, now time.Tim
 	var sum int64
 	err := idb.NewSelect().Model((*Withdrawal)(nil)).ColumnExpr("coalesce(sum(amount_gross), 0)").
 		Where("external_user_id = ? AND asset = ? AND created_at > ?", user, code, now.Add(-Window)).
-		Where("status NOT IN (?)", bun.In(returnedStatuses)).Scan(ctx, &sum)
+		Where("status NOT IN (?)", bun.List(returnedStatuses)).Scan(ctx, &sum)
 	if err != nil {
 		return 0, fmt.Errorf("read the user's 24-hour withdrawal total: %w", err)
 	}

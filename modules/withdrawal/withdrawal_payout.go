@@ -176,7 +176,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	now := s.now()
 	var due []uuid.UUID
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-		Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusApproved, StatusSubmitting})).
+		Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusApproved, StatusSubmitting})).
 		Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
 		// Nothing of an asset reconciliation found insolvent is submitted
 		// (a claimed one already in the processor's hands is resumed).
@@ -194,7 +194,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	for {
 		var page []uuid.UUID
 		if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-			Where("asset IN (?) AND status IN (?)", bun.In(processorAssets), bun.In([]Status{StatusSubmitted, StatusBroadcast})).
+			Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusSubmitted, StatusBroadcast})).
 			Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
 			return fmt.Errorf("list open payouts: %w", err)
 		}
@@ -212,7 +212,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	s.failedMu.Unlock()
 	var page []uuid.UUID
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-		Where("asset IN (?) AND status = ?", bun.In(processorAssets), StatusFailed).
+		Where("asset IN (?) AND status = ?", bun.List(processorAssets), StatusFailed).
 		Where("backend_ref IS NOT NULL OR asset = ?", asset.BTCLN).
 		Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
 		return fmt.Errorf("list failed payouts: %w", err)

@@ -410,6 +410,7 @@ func (s *Sim) newPrompt(inv *invoice, m string) (*prompt, error) {
 	case btcpay.MethodUSDTTron:
 		addr := s.freePoolAddress()
 		if addr == "" {
+			//lint:ignore ST1005 the USDT plugin's own words, as the service sees them
 			return nil, errors.New("All your TRON addresses are currently waiting payment")
 		}
 		p.destination = addr
