@@ -32,6 +32,7 @@ const (
 	Invalid                       // 422: a business rule refused the request
 	UpstreamRefused               // 502: the processor refused definitively
 	Unavailable                   // 503: a dependency is unreachable or the asset unavailable
+	MethodNotAllowed              // 405: a known path with another method
 )
 
 // Error is an error with a kind and a client-facing message.

@@ -7,8 +7,11 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -60,8 +63,57 @@ func New(o Options) *fiber.App {
 
 // NotFound registers the catch-all that answers unknown routes with 404
 // {detail}. Call it after every route is registered.
+//
+// A path that a route serves with other methods is 405 with Allow naming
+// them (HEAD with GET), as HTTP expects.
 func NotFound(app *fiber.App) {
-	app.Use(func(*fiber.Ctx) error { return fault.New(fault.NotFound, "not found") })
+	app.Use(func(c *fiber.Ctx) error {
+		if allow := allowed(app, c.Path()); len(allow) > 0 {
+			c.Set(fiber.HeaderAllow, strings.Join(allow, ", "))
+			return fault.New(fault.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; allowed: %s", c.Method(), c.Path(), strings.Join(allow, ", ")))
+		}
+		return fault.New(fault.NotFound, "not found")
+	})
+}
+
+// allowed lists the methods the app's routes serve path with, sorted.
+func allowed(app *fiber.App, path string) []string {
+	seen := map[string]bool{}
+	for _, r := range app.GetRoutes(true) {
+		if !seen[r.Method] && matches(r.Path, path) {
+			seen[r.Method] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for m := range seen {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// matches reports whether a fiber route pattern (segments, ":param",
+// "*") matches path.
+func matches(pattern, path string) bool {
+	ps, xs := strings.Split(strings.Trim(pattern, "/"), "/"), strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range ps {
+		if p == "*" || strings.HasPrefix(p, "*") {
+			return true
+		}
+		if i >= len(xs) {
+			return false
+		}
+		if strings.HasPrefix(p, ":") {
+			if xs[i] == "" {
+				return false
+			}
+			continue
+		}
+		if p != xs[i] {
+			return false
+		}
+	}
+	return len(ps) == len(xs)
 }
 
 func accessLog(log *slog.Logger) fiber.Handler {
@@ -94,6 +146,7 @@ var statusOf = map[fault.Kind]int{
 	fault.Invalid:           fiber.StatusUnprocessableEntity,
 	fault.UpstreamRefused:   fiber.StatusBadGateway,
 	fault.Unavailable:       fiber.StatusServiceUnavailable,
+	fault.MethodNotAllowed:  fiber.StatusMethodNotAllowed,
 }
 
 // Status returns the HTTP status for err.

@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,9 +57,30 @@ type Store struct {
 
 // Record is one claimed key, owned by the current attempt.
 type Record struct {
-	Key   string
-	token uuid.UUID
-	store *Store
+	// Key is the client's Idempotency-Key, as sent.
+	Key string
+	// stored is the record's key in its namespace (StoredKey).
+	stored string
+	token  uuid.UUID
+	store  *Store
+}
+
+// AdminPrefix namespaces the keys of the admin routes.
+const AdminPrefix = "admin:"
+
+// StoredKey is the record's key for a client's key on path. Keys are
+// scoped by the route group that needs the same API key scope: the admin
+// routes (/v1/admin/...) have a namespace of their own, so a readwrite key
+// can neither squat a key an operator will use (their call would get 422)
+// nor replay an operator's stored answer. The platform routes keep the key
+// as sent, shared by every readwrite and admin key: a platform that rotates
+// its API key retries with the same Idempotency-Key under the new one and
+// gets the first answer, as the SPEC's retry rule needs.
+func StoredKey(path, key string) string {
+	if strings.HasPrefix(path, "/v1/admin/") {
+		return AdminPrefix + key
+	}
+	return key
 }
 
 // Stored is a final response kept for replay.
@@ -97,6 +119,7 @@ func Hash(method, path string, body []byte) []byte {
 // caller now owns, a Stored response to replay, or an error (ErrMismatch,
 // ErrInFlight, or a database failure).
 func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte) (*Record, *Stored, error) {
+	client, key := key, StoredKey(path, key)
 	// The common case, a new key, is one statement (idempotency_claim in
 	// migration 0008); a key seen before takes the transaction below.
 	// Only on the pool: in a caller's transaction the claim's asynchronous
@@ -110,7 +133,7 @@ func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte
 				return nil, nil, fmt.Errorf("claim idempotency key: %w", err)
 			}
 			if claimed {
-				return &Record{Key: key, token: tok, store: s}, nil, nil
+				return &Record{Key: client, stored: key, token: tok, store: s}, nil, nil
 			}
 		}
 	}
@@ -128,7 +151,7 @@ func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte
 			return fmt.Errorf("claim idempotency key: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			rec = &Record{Key: key, token: tok, store: s}
+			rec = &Record{Key: client, stored: key, token: tok, store: s}
 			return nil
 		}
 		var cur row
@@ -153,7 +176,7 @@ func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte
 			Where("key = ?", key).Exec(ctx); err != nil {
 			return fmt.Errorf("take over idempotency key: %w", err)
 		}
-		rec = &Record{Key: key, token: tok, store: s}
+		rec = &Record{Key: client, stored: key, token: tok, store: s}
 		return nil
 	})
 	return rec, stored, err
@@ -166,7 +189,7 @@ func (r *Record) CompleteTx(ctx context.Context, tx bun.IDB, status int, content
 	res, err := tx.NewUpdate().Model((*row)(nil)).
 		Set("state = 'completed', response_status = ?, response_type = ?, response_body = ?, completed_at = ?, lock_token = NULL, locked_at = NULL",
 			status, contentType, body, r.store.Now().UTC()).
-		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.Key, r.token).Exec(ctx)
+		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.stored, r.token).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("complete idempotency key: %w", err)
 	}
@@ -178,14 +201,14 @@ func (r *Record) CompleteTx(ctx context.Context, tx bun.IDB, status int, content
 
 // completed reports whether the record's key holds a final response.
 func (r *Record) completed(ctx context.Context) (bool, error) {
-	return r.store.DB.NewSelect().Model((*row)(nil)).Where("key = ? AND state = 'completed'", r.Key).Exists(ctx)
+	return r.store.DB.NewSelect().Model((*row)(nil)).Where("key = ? AND state = 'completed'", r.stored).Exists(ctx)
 }
 
 // Release gives up the key without a final response (after a 5xx or a
 // panic), keeping its fingerprint, so a retry can proceed at once.
 func (r *Record) Release(ctx context.Context) error {
 	_, err := r.store.DB.NewUpdate().Model((*row)(nil)).Set("lock_token = NULL, locked_at = NULL").
-		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.Key, r.token).Exec(ctx)
+		Where("key = ? AND lock_token = ? AND state = 'in_flight'", r.stored, r.token).Exec(ctx)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,7 +47,7 @@ func setup(t *testing.T) *testBundle {
 	store := &idempotency.Store{DB: b.db.Bun, Now: b.clock.Now}
 	log := slog.New(slog.DiscardHandler)
 	app := httpapi.New(httpapi.Options{Log: log})
-	app.Post("/v1/effects", store.Middleware(log), func(c *fiber.Ctx) error {
+	effect := func(c *fiber.Ctx) error {
 		if b.entered != nil {
 			gate := make(chan struct{})
 			b.entered <- gate
@@ -80,7 +81,9 @@ func setup(t *testing.T) *testBundle {
 		}
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		return c.Status(http.StatusCreated).Send(body)
-	})
+	}
+	app.Post("/v1/effects", store.Middleware(log), effect)
+	app.Post("/v1/admin/effects", store.Middleware(log), effect)
 	app.Get("/v1/effects", func(c *fiber.Ctx) error { return c.SendString("read") })
 	httpapi.NotFound(app)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -120,6 +123,27 @@ func (b *testBundle) effects(t *testing.T) int {
 
 func TestIdempotency(t *testing.T) {
 	t.Parallel()
+
+	t.Run("AdminRoutesHaveTheirOwnKeys", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		key := strings.Repeat("k", 255) // the longest key, in the admin namespace too
+		r := b.post(t, "/v1/effects", key, `{"note":"platform"}`)
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+		// The same key on an admin route is another record: not 422, and
+		// not the platform's answer.
+		r = b.post(t, "/v1/admin/effects", key, `{"note":"operator"}`)
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+		require.Contains(t, r.body, "operator")
+		require.Equal(t, 2, b.effects(t))
+		for path, note := range map[string]string{"/v1/effects": "platform", "/v1/admin/effects": "operator"} {
+			r = b.post(t, path, key, `{"note":"`+note+`"}`)
+			require.Equal(t, http.StatusCreated, r.status, r.body)
+			require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+			require.Contains(t, r.body, note)
+		}
+		require.Equal(t, 2, b.effects(t))
+	})
 
 	t.Run("MissingKeyIs400AndChangesNothing", func(t *testing.T) {
 		t.Parallel()

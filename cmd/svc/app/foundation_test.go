@@ -145,6 +145,25 @@ func TestUnknownRouteIs404WithDetail(t *testing.T) {
 	require.Equal(t, map[string]any{"detail": "not found"}, r.Map(t))
 }
 
+// TestWrongMethodIs405WithAllow: a known path with a method it does not
+// serve is 405 naming the methods it does, after authentication.
+func TestWrongMethodIs405WithAllow(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	r := e.Do(apptest.Req{Method: "DELETE", Path: "/v1/assets"})
+	require.Equal(t, http.StatusMethodNotAllowed, r.Status, string(r.Body))
+	require.Equal(t, "GET, HEAD", r.Header.Get("Allow"))
+	require.Contains(t, r.Map(t)["detail"], "DELETE is not allowed on /v1/assets")
+	r = e.Do(apptest.Req{Method: "GET", Path: "/v1/withdrawals"})
+	require.Equal(t, http.StatusMethodNotAllowed, r.Status, string(r.Body))
+	require.Equal(t, "POST", r.Header.Get("Allow"))
+	r = e.Do(apptest.Req{Method: "PUT", Path: "/v1/admin/withdrawals/0b6c2b9e-4f1e-4c9b-8f44-1a2b3c4d5e6f/approve", Key: e.Admin})
+	require.Equal(t, http.StatusMethodNotAllowed, r.Status, string(r.Body))
+	require.Equal(t, "POST", r.Header.Get("Allow"))
+	r = e.Do(apptest.Req{Method: "DELETE", Path: "/v1/assets", Key: "-"})
+	require.Equal(t, http.StatusUnauthorized, r.Status, "authentication comes first")
+}
+
 // TestKeyModeMustMatchTheDeployment: a key of the other mode is not a
 // credential (a test key from a staging dump on a live deployment, or the
 // reverse: 401), and a test key is not minted into a database that holds

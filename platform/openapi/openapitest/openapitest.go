@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -114,9 +115,10 @@ func ValidateResponse(t testing.TB, req *http.Request, reqBody []byte, resp *htt
 // what openapi.json documents for req, or nil when it is.
 //
 // A method and path the document does not describe is ErrUndocumented,
-// with one exception: the service's catch-all answer to an unknown route,
-// 404 with the Error body, is what the document says unknown routes get, so
-// tests may probe them. HEAD is not checked (fiber answers it for every
+// with two exceptions: the service's catch-all answers to an unknown route,
+// 404 with the Error body, and to a documented path with another method,
+// 405 with Allow and the Error body, are what the document says such
+// requests get, so tests may probe them. HEAD is not checked (fiber answers it for every
 // GET route, without a body).
 func CheckResponse(req *http.Request, status int, header http.Header, body []byte) error {
 	c, err := load()
@@ -132,6 +134,15 @@ func CheckResponse(req *http.Request, status int, header http.Header, body []byt
 			return fmt.Errorf("find route: %w", err)
 		}
 		if status == http.StatusNotFound {
+			return c.checkUnknownRoute(header, body)
+		}
+		if status == http.StatusUnauthorized && strings.HasPrefix(req.URL.Path, "/v1/") {
+			return c.checkUnknownRoute(header, body) // authentication comes before routing under /v1
+		}
+		if status == http.StatusMethodNotAllowed && errors.Is(err, routers.ErrMethodNotAllowed) {
+			if header.Get("Allow") == "" {
+				return fmt.Errorf("405 for %s %s without an Allow header", req.Method, req.URL.Path)
+			}
 			return c.checkUnknownRoute(header, body)
 		}
 		return fmt.Errorf("%w: %s %s is not in openapi.json", ErrUndocumented, req.Method, req.URL.Path)
