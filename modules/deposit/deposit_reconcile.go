@@ -27,6 +27,12 @@ const (
 	AlertInvoiceMissing       = "deposit.invoice_missing"
 	AlertPaymentAfterDismiss  = "deposit.payment_after_dismissal"
 	AlertCreditedInvalidation = "deposit.credited_payment_invalidated"
+	// AlertPaymentClash: the processor reports under this deposit's invoice
+	// a payment the service recorded under another deposit.
+	AlertPaymentClash = "deposit.payment_id_clash"
+	// AlertOtherMethod: a payment through a payment method the deposit's
+	// asset does not use (money in another asset).
+	AlertOtherMethod = "deposit.payment_other_method"
 )
 
 // Review reasons (shown to operators by the CLI and in
@@ -41,6 +47,7 @@ const (
 	ReasonNotConfirmed  = "payments did not confirm before the processor stopped monitoring the invoice"
 	ReasonAllInvalid    = "every payment to the invoice was invalidated (replaced or double spent)"
 	ReasonAfterDecision = "payment confirmed after an operator had dismissed the deposit or credited its invoice's marked value"
+	ReasonPaymentClash  = "the processor reports a payment under this invoice that is already recorded under another deposit"
 )
 
 // InvoiceEvent reconciles the deposit a processor invoice webhook names (by
@@ -208,11 +215,20 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 		seen    []int // indexes in rows of the payments seen for the first time, not invalid
 		reviews []reviewItem
 	)
+	var clashes []string
 	for _, m := range methods {
 		if !btcpay.SameMethod(m.PaymentMethodID, a.PaymentMethod) {
-			if len(m.Payments) > 0 {
-				s.log().Error("deposit: payments through a payment method the deposit does not use are ignored",
-					"deposit_id", d.ID, "method", m.PaymentMethodID)
+			// Money in another asset: not this deposit's to credit. One
+			// operator alert per payment.
+			for _, pp := range m.Payments {
+				s.log().Error("deposit: a payment through a payment method the deposit does not use",
+					"deposit_id", d.ID, "method", m.PaymentMethodID, "payment_id", pp.ID)
+				if err := s.raise(ctx, tx, alert.Params{Type: AlertOtherMethod, Subject: d.ID.String() + ":" + pp.ID,
+					Detail: fmt.Sprintf("Deposit %s (%s) received payment %s of %s through %s, a payment method it does not use; nothing was credited. "+
+						"Check the invoice %s in the processor and decide by hand (a ledger correction, or a refund).",
+						d.ID, d.Asset, pp.ID, pp.Value, m.PaymentMethodID, inv.ID)}); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -224,8 +240,24 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 				continue
 			}
 			p, item := s.classify(d, a, inv, grace, m.PaymentMethodID, pp, now)
-			if _, err := tx.NewInsert().Model(&p).Exec(ctx); err != nil {
+			res, err := tx.NewInsert().Model(&p).On("CONFLICT (payment_id) DO NOTHING").Exec(ctx)
+			if err != nil {
 				return fmt.Errorf("record payment %s of deposit %s: %w", pp.ID, d.ID, err)
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				// Recorded under another deposit: never under two. This
+				// deposit goes to review; its other payments carry on.
+				var other uuid.UUID
+				if err := tx.NewSelect().Model((*Payment)(nil)).Column("deposit_id").Where("payment_id = ?", pp.ID).Scan(ctx, &other); err != nil {
+					return fmt.Errorf("find the deposit of payment %s: %w", pp.ID, err)
+				}
+				clashes = append(clashes, fmt.Sprintf("payment %s is recorded under deposit %s", pp.ID, other))
+				if err := s.raise(ctx, tx, alert.Params{Type: AlertPaymentClash, Subject: d.ID.String() + ":" + pp.ID,
+					Detail: fmt.Sprintf("The processor reports payment %s of %s under invoice %s of deposit %s, but the service recorded it under deposit %s. "+
+						"It is not credited twice; deposit %s is in review.", pp.ID, pp.Value, inv.ID, d.ID, other, d.ID)}); err != nil {
+					return err
+				}
+				continue
 			}
 			rows = append(rows, p)
 			index[p.PaymentID] = len(rows) - 1
@@ -240,7 +272,11 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 		}
 	}
 	if d.InvoiceReview == nil {
-		if reason := invoiceReview(inv, methods, rows); reason != "" {
+		reason := invoiceReview(inv, methods, rows)
+		if len(clashes) > 0 {
+			reason = ReasonPaymentClash + ": " + strings.Join(clashes, "; ")
+		}
+		if reason != "" {
 			if _, err := tx.NewUpdate().Model((*Deposit)(nil)).Set("invoice_review = ?", reason).Where("id = ?", d.ID).Exec(ctx); err != nil {
 				return err
 			}

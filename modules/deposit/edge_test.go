@@ -10,6 +10,7 @@ import (
 
 	"svc/modules/deposit"
 	"svc/modules/ingress"
+	"svc/platform/btcpay"
 	"svc/platform/btcpay/btcpaysim"
 )
 
@@ -208,4 +209,55 @@ func TestPollVisitsOpenAndMonitoredDeposits(t *testing.T) {
 	require.Equal(t, 2, poll(), "the pending one expires; both are still monitored")
 	e.advance(1441 * time.Minute)
 	require.Equal(t, 0, poll(), "monitoring over")
+}
+
+// TestPaymentRecordedUnderAnotherDeposit: a payment the processor reports
+// under a second invoice while the service has it under another deposit is
+// never recorded twice; the second deposit goes to review with the reason,
+// one alert is raised, and every later reconcile carries on instead of
+// failing.
+func TestPaymentRecordedUnderAnotherDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	a := e.create(t, "hal", "BTC", units("10000"))
+	b := e.create(t, "ivy", "BTC", units("20000"))
+	paid, err := e.Sim.Pay(e.invoice(t, b.DepositID).ID, btcpaysim.PayParams{Settled: true})
+	require.NoError(t, err)
+	// The payment is already under deposit a (a processor mix-up).
+	_, err = e.App.DB.Bun.ExecContext(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, amount, units, processor_status,
+  received_at, after_expiration, created_at, updated_at) VALUES (?, ?, '0.0002', 20000, 'Processing', now(), false, now(), now())`,
+		a.DepositID, paid[0].ID)
+	require.NoError(t, err)
+	v := e.reconcile(t, b.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Empty(t, v.Payments)
+	require.Equal(t, []string{b.DepositID + ":" + paid[0].ID}, e.alerts(t, deposit.AlertPaymentClash))
+	row, err := e.Svc.Get(ctx, uuid.MustParse(b.DepositID))
+	require.NoError(t, err)
+	require.Contains(t, *row.InvoiceReview, "already recorded under another deposit: payment "+paid[0].ID+" is recorded under deposit "+a.DepositID)
+	v = e.reconcile(t, b.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Len(t, e.alerts(t, deposit.AlertPaymentClash), 1)
+}
+
+// TestPaymentThroughAnotherMethod: money paid to a BTC deposit's invoice
+// through Lightning is not this deposit's to credit: one operator alert per
+// payment, however often it is seen, and nothing credited.
+func TestPaymentThroughAnotherMethod(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "jon", "BTC", units("10000"))
+	inv := e.invoice(t, v.DepositID)
+	require.NoError(t, e.Sim.OfferMethod(inv.ID, btcpay.MethodBTCLN))
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Method: btcpay.MethodBTCLN, Settled: true})
+	require.NoError(t, err)
+	v = e.reconcile(t, v.DepositID)
+	require.Empty(t, v.Payments)
+	got := e.alerts(t, deposit.AlertOtherMethod)
+	require.Len(t, got, 1)
+	require.Contains(t, got[0], v.DepositID+":")
+	v = e.reconcile(t, v.DepositID)
+	require.Empty(t, v.Payments)
+	require.Len(t, e.alerts(t, deposit.AlertOtherMethod), 1)
 }

@@ -360,6 +360,31 @@ func (s *Sim) createInvoice(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view)
 }
 
+// OfferMethod adds payment method m to an invoice's checkout, as a store
+// whose invoices offer every enabled method would: the payer may then pay
+// through a method the invoice was not created for.
+func (s *Sim) OfferMethod(invoiceID, m string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv, err := s.invoiceLocked(invoiceID)
+	if err != nil {
+		return err
+	}
+	m = btcpay.NormalizeMethodID(m)
+	for _, p := range inv.prompts {
+		if p.method == m {
+			return nil
+		}
+	}
+	p, err := s.newPrompt(inv, m)
+	if err != nil {
+		return err
+	}
+	inv.prompts = append(inv.prompts, p)
+	inv.checkout.PaymentMethods = append(inv.checkout.PaymentMethods, m)
+	return nil
+}
+
 // newPrompt activates payment method m for inv: an address, a BOLT11 or a
 // pool address. Called with s.mu held.
 func (s *Sim) newPrompt(inv *invoice, m string) (*prompt, error) {
