@@ -370,6 +370,14 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
 		})
 	case d.Status == StatusPending && valid == 0 && closed:
+		// The processor may close the window early (expired by hand, or a
+		// store setting): the deposit then shows when it really closed.
+		if now := s.now(); inv.Status == btcpay.InvoiceExpired && d.ExpiresAt != nil && d.ExpiresAt.After(now) {
+			if _, err := tx.NewUpdate().Model((*Deposit)(nil)).Set("expires_at = ?", now).Where("id = ?", d.ID).Exec(ctx); err != nil {
+				return fmt.Errorf("deposit %s: record the early expiry: %w", d.ID, err)
+			}
+			d.ExpiresAt = &now
+		}
 		return s.transit(ctx, tx, d, WindowClosed, func(d *Deposit) any {
 			return event.DepositExpiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
 				Status: string(d.Status)}

@@ -183,6 +183,21 @@ func TestDepositExpiresWithNothingReceived(t *testing.T) {
 	require.Len(t, e.events(t, "deposit.expired", v.DepositID), 1)
 }
 
+// An invoice the processor expires before its time: the deposit reads
+// expired with the time it really closed, not the original expires_at.
+func TestDepositExpiredEarlyShowsWhen(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "erin", "BTC", nil)
+	e.advance(10 * time.Minute)
+	require.NoError(t, e.Sim.Expire(e.invoice(t, v.DepositID).ID))
+	v = e.reconcile(t, v.DepositID)
+	require.Equal(t, deposit.StatusExpired, v.Status)
+	exp, err := time.Parse(time.RFC3339, *v.ExpiresAt)
+	require.NoError(t, err)
+	require.True(t, exp.Equal(e.Clock.Now()), "expires_at %s, now %s", exp, e.Clock.Now())
+}
+
 // The transition table is the SPEC's, row by row.
 func TestTransitionTable(t *testing.T) {
 	t.Parallel()

@@ -145,6 +145,17 @@ func TestUnknownRouteIs404WithDetail(t *testing.T) {
 	require.Equal(t, map[string]any{"detail": "not found"}, r.Map(t))
 }
 
+// TestEmptyUserIs404: an empty user id is no route, and the document says
+// so for every user path.
+func TestEmptyUserIs404(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	for _, what := range []string{"balances", "transactions", "deposits", "withdrawals"} {
+		r := e.Get("/v1/users//" + what)
+		require.Equal(t, http.StatusNotFound, r.Status, "%s: %s", what, r.Body)
+	}
+}
+
 // TestWrongMethodIs405WithAllow: a known path with a method it does not
 // serve is 405 naming the methods it does, after authentication.
 func TestWrongMethodIs405WithAllow(t *testing.T) {
