@@ -73,6 +73,10 @@ type Deliverer struct {
 	URL string
 	// Secret keys the signature (PLATFORM_WEBHOOK_SECRET).
 	Secret []byte
+	// PreviousSecret, during a rotation, keys a second v1 signature
+	// (PLATFORM_WEBHOOK_SECRET_PREVIOUS), so receivers still holding it
+	// keep verifying until they switch.
+	PreviousSecret []byte
 	// Timeout bounds one attempt (PLATFORM_WEBHOOK_TIMEOUT); zero means
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -235,7 +239,11 @@ func (d *Deliverer) post(ctx context.Context, payload []byte) string {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", UserAgent)
-	req.Header.Set(webhooksig.Header, webhooksig.Sign(d.Secret, d.Now(), payload))
+	var previous [][]byte
+	if len(d.PreviousSecret) > 0 {
+		previous = append(previous, d.PreviousSecret)
+	}
+	req.Header.Set(webhooksig.Header, webhooksig.Sign(d.Secret, d.Now(), payload, previous...))
 	d.once.Do(func() {
 		if d.Client == nil {
 			d.Client = NewHTTPClient(d.timeout())

@@ -2,6 +2,7 @@ package withdrawal_test
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 	"sync"
 	"testing"
@@ -469,6 +470,20 @@ func TestLightningPayout(t *testing.T) {
 	require.Equal(t, hash, *v.Txid)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	// The published schema: the broadcast names the payment hash, the
+	// completion has no transaction.
+	rows, err := e.App.DB.Bun.QueryContext(context.Background(), `SELECT payload->'data'->>'txid' FROM outbound_events
+ WHERE payload->'data'->>'withdrawal_id' = ? ORDER BY created_at, id`, w.WithdrawalID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var txids []sql.NullString
+	for rows.Next() {
+		var x sql.NullString
+		require.NoError(t, rows.Scan(&x))
+		txids = append(txids, x)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []sql.NullString{{String: hash, Valid: true}, {}}, txids)
 }
 
 // TestLightningTimeoutBeforeExpiry: a Lightning payout the processor has

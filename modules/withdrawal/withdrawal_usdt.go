@@ -200,8 +200,12 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid)}
 	case event.WithdrawalCompleted:
-		data = event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+		d := event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid}
+		if w.Asset == asset.BTCLN {
+			d.Txid = nil // no transaction: the published schema's null for Lightning
+		}
+		data = d
 	case event.WithdrawalFailed:
 		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason)}

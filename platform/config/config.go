@@ -69,9 +69,11 @@ type Worker struct {
 
 // Webhooks configures outbound event delivery to the platform.
 type Webhooks struct {
-	URL     string        `mapstructure:"url" env:"PLATFORM_WEBHOOK_URL" default:"" doc:"where events are POSTed; unset keeps them queued until it is set"`
-	Secret  string        `mapstructure:"secret" env:"PLATFORM_WEBHOOK_SECRET" default:"" secret:"true" doc:"HMAC-SHA256 key for X-Service-Signature; required when PLATFORM_WEBHOOK_URL is set"`
-	Timeout time.Duration `mapstructure:"timeout" env:"PLATFORM_WEBHOOK_TIMEOUT" default:"10s" doc:"time limit of one delivery attempt"`
+	URL    string `mapstructure:"url" env:"PLATFORM_WEBHOOK_URL" default:"" doc:"where events are POSTed; unset keeps them queued until it is set"`
+	Secret string `mapstructure:"secret" env:"PLATFORM_WEBHOOK_SECRET" default:"" secret:"true" doc:"HMAC-SHA256 key for X-Service-Signature; required when PLATFORM_WEBHOOK_URL is set"`
+	// PreviousSecret signs too during a rotation (a second v1).
+	PreviousSecret string        `mapstructure:"previous_secret" env:"PLATFORM_WEBHOOK_SECRET_PREVIOUS" default:"" secret:"true" doc:"during a rotation, the secret being retired: every delivery is signed with it too (a second v1) until it is removed"`
+	Timeout        time.Duration `mapstructure:"timeout" env:"PLATFORM_WEBHOOK_TIMEOUT" default:"10s" doc:"time limit of one delivery attempt"`
 }
 
 // BTCPay configures the payment processor.
@@ -183,6 +185,9 @@ func (c Config) Validate() error {
 			add("PLATFORM_WEBHOOK_SECRET", "is required when PLATFORM_WEBHOOK_URL is set")
 		}
 	}
+	if c.Webhooks.PreviousSecret != "" && c.Webhooks.PreviousSecret == c.Webhooks.Secret {
+		add("PLATFORM_WEBHOOK_SECRET_PREVIOUS", "must differ from PLATFORM_WEBHOOK_SECRET (it is the secret being retired)")
+	}
 	if c.Webhooks.Timeout <= 0 {
 		add("PLATFORM_WEBHOOK_TIMEOUT", "must be positive")
 	}
@@ -248,10 +253,13 @@ func (c Config) Validate() error {
 	if c.Production() {
 		// The local simulator's well-known values must never guard real money.
 		for env, v := range map[string]string{"BTCPAY_API_KEY": c.BTCPay.APIKey, "PROCESSOR_WEBHOOK_SECRET": c.BTCPay.WebhookSecret,
-			"PLATFORM_WEBHOOK_SECRET": c.Webhooks.Secret} {
+			"PLATFORM_WEBHOOK_SECRET": c.Webhooks.Secret, "PLATFORM_WEBHOOK_SECRET_PREVIOUS": c.Webhooks.PreviousSecret} {
 			if _, dev := devSecrets[v]; dev {
 				add(env, "is the local run's value; production needs its own secret")
 			}
+		}
+		if c.Webhooks.PreviousSecret != "" && len(c.Webhooks.PreviousSecret) < 16 {
+			add("PLATFORM_WEBHOOK_SECRET_PREVIOUS", "must be at least 16 characters in production")
 		}
 		if c.Webhooks.Secret != "" && len(c.Webhooks.Secret) < 16 {
 			add("PLATFORM_WEBHOOK_SECRET", "must be at least 16 characters in production")

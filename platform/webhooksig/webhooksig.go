@@ -37,10 +37,17 @@ var (
 	ErrMismatch  = errors.New("webhooksig: signature does not match the body")
 )
 
-// Sign returns the header value for body sent at t.
-func Sign(secret []byte, t time.Time, body []byte) string {
+// Sign returns the header value for body sent at t, with one v1 per
+// secret: during a rotation the sender signs with the new and the previous
+// secret, and a receiver holding either verifies (Verify accepts any v1).
+func Sign(secret []byte, t time.Time, body []byte, more ...[]byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	var b strings.Builder
+	b.WriteString("t=" + ts)
+	for _, s := range append([][]byte{secret}, more...) {
+		b.WriteString(",v1=" + hex.EncodeToString(mac(s, ts, body)))
+	}
+	return b.String()
 }
 
 // Verify checks a delivery: header is the X-Service-Signature value, body the

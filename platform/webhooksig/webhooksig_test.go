@@ -27,6 +27,20 @@ func TestSignMatchesTheSpec(t *testing.T) {
 	require.Equal(t, "t=1700000000,v1="+independent("k", 1700000000, `{"a":1}`), got)
 }
 
+// TestSignDuringRotation: with the previous secret too, the header carries
+// one v1 per secret, and a receiver holding either verifies.
+func TestSignDuringRotation(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1700000000, 0)
+	body := []byte(`{"a":1}`)
+	got := webhooksig.Sign([]byte("new"), at, body, []byte("old"))
+	require.Equal(t, "t=1700000000,v1="+independent("new", 1700000000, `{"a":1}`)+",v1="+independent("old", 1700000000, `{"a":1}`), got)
+	for _, secret := range []string{"new", "old"} {
+		require.NoError(t, webhooksig.Verify([]byte(secret), got, body, at))
+	}
+	require.ErrorIs(t, webhooksig.Verify([]byte("other"), got, body, at), webhooksig.ErrMismatch)
+}
+
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	secret := []byte("secret")

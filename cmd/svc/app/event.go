@@ -24,7 +24,7 @@ func (a *App) initEvents(context.Context) error {
 	w := a.Cfg.Webhooks
 	a.Deliverer = &event.Deliverer{
 		DB: a.DB.Bun, Inserter: a.Inserter, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		URL: w.URL, Secret: []byte(w.Secret), Timeout: w.Timeout, Client: event.NewHTTPClient(w.Timeout),
+		URL: w.URL, Secret: []byte(w.Secret), PreviousSecret: []byte(w.PreviousSecret), Timeout: w.Timeout, Client: event.NewHTTPClient(w.Timeout),
 	}
 	return nil
 }
