@@ -115,7 +115,50 @@ the audit trail.`,
 	resolve.Flags().StringVar(&as, "as", "", "the operator's name recorded as the resolver (default: the login name)")
 	_ = resolve.MarkFlagRequired("action")
 
-	deposits.AddCommand(review, resolve)
+	var creditPayment, creditAs, reason string
+	credit := &cobra.Command{
+		Use:   "credit-after-dismissal ID --payment-id PAYMENT --reason TEXT --as NAME",
+		Short: "Credit a payment that confirmed after its deposit was dismissed (the deposit stays dismissed)",
+		Long: `Credits one payment that arrived or confirmed after an operator dismissed its deposit (the
+deposit.payment_after_dismissal alert names it), through the ledger as any deposit payment is:
+at most once, resolved by cli:NAME, with the reason in the audit trail. The deposit stays
+dismissed. Only a payment the processor settled, with an exact amount.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return fmt.Errorf("%q is not a deposit id", args[0])
+			}
+			if creditAs == "" {
+				return fmt.Errorf("--as NAME is required: the credit is recorded as made by cli:NAME")
+			}
+			actor, err := operator(creditAs)
+			if err != nil {
+				return err
+			}
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			p, err := a.Deposits.CreditAfterDismissal(cmd.Context(), id, creditPayment, actor, reason)
+			if err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), p)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "payment %s of deposit %s credited: %s (resolved by %s)\n", p.PaymentID, id, p.Amount, actor.ID)
+			return nil
+		},
+	}
+	credit.Flags().StringVar(&creditPayment, "payment-id", "", "the payment to credit (required)")
+	credit.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (10 to 2000 characters; required)")
+	credit.Flags().StringVar(&creditAs, "as", "", "the operator's name, recorded as cli:NAME (required)")
+	_ = credit.MarkFlagRequired("payment-id")
+	_ = credit.MarkFlagRequired("reason")
+
+	deposits.AddCommand(review, resolve, credit)
 	return deposits
 }
 

@@ -33,6 +33,7 @@ const (
 	AssetSetLimits          = "asset.set_limits"
 	EventRedeliver          = "event.redeliver"
 	ReconciliationAck       = "reconciliation.ack"
+	DepositCreditDismissed  = "deposit.credit_after_dismissal"
 )
 
 // Actor is who performed an action.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -393,4 +395,63 @@ func (s *Service) ReviewDetails(ctx context.Context, limit int) ([]ReviewDetail,
 		out[i] = r
 	}
 	return out, nil
+}
+
+// CreditAfterDismissal credits, on an operator's decision, a payment that
+// confirmed after its deposit was dismissed (or after an operator credited
+// the invoice's hand-marked value): the deposit stays dismissed, the
+// payment is credited through the ledger as any deposit payment is (its
+// deposit_credit entry under the payment's own source_ref, so it can never
+// be credited twice), resolved_by names the operator, and the audit trail
+// keeps the operator's reason. Only a payment the processor settled, with
+// an exact amount, that is not credited yet.
+func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID, paymentID string, actor audit.Actor, reason string) (Payment, error) {
+	if !actor.Valid() {
+		return Payment{}, fault.New(fault.Unauthenticated, "the operator is not known")
+	}
+	if n := utf8.RuneCountInString(strings.TrimSpace(reason)); n < 10 || n > 2000 || !utf8.ValidString(reason) || strings.ContainsRune(reason, 0) {
+		return Payment{}, fault.New(fault.Invalid, "reason must say why, in 10 to 2000 characters")
+	}
+	var out Payment
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		d, err := lockDeposit(ctx, tx, depositID)
+		if err != nil {
+			return err
+		}
+		byDeposit, err := payments(ctx, tx, d.ID)
+		if err != nil {
+			return err
+		}
+		rows := byDeposit[d.ID]
+		if d.Status != StatusDismissed && !hasMarkedCredit(rows) {
+			return fault.New(fault.Conflict, fmt.Sprintf("deposit %s is %s: resolve it through the review queue instead", d.ID, d.Status))
+		}
+		i := slices.IndexFunc(rows, func(p Payment) bool { return p.PaymentID == paymentID })
+		if i < 0 {
+			return fault.New(fault.NotFound, fmt.Sprintf("deposit %s has no payment %s", d.ID, paymentID))
+		}
+		p := &rows[i]
+		switch {
+		case p.Credited:
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is credited already", paymentID))
+		case p.ProcessorStatus != string(btcpay.PaymentSettled):
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is %s at the processor, not settled", paymentID, p.ProcessorStatus))
+		case p.Units == nil || *p.Units <= 0:
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s has no exact amount in %s's smallest unit", paymentID, d.Asset))
+		}
+		a, err := (&asset.Store{DB: tx}).Get(ctx, d.Asset)
+		if err != nil {
+			return err
+		}
+		if err := s.credit(ctx, tx, d, p, *p.Units, a.Decimals, actor.ID, s.now()); err != nil {
+			return err
+		}
+		if _, err := audit.Record(ctx, tx, s.now(), actor, audit.DepositCreditDismissed, d.ID.String(),
+			map[string]any{"deposit_id": d.ID.String(), "payment_id": paymentID, "units": *p.Units, "reason": reason}); err != nil {
+			return err
+		}
+		out = *p
+		return nil
+	})
+	return out, err
 }

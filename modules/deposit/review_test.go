@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/modules/audit"
 	"svc/modules/deposit"
 	"svc/platform/btcpay/btcpaysim"
 )
@@ -344,4 +345,26 @@ func TestPaymentToADismissedDepositIsNotCredited(t *testing.T) {
 	require.Len(t, e.alerts(t, deposit.AlertPaymentAfterDismiss), 1)
 	require.Contains(t, e.alerts(t, deposit.AlertPaymentAfterDismiss)[0], v.DepositID+":")
 	e.requireBooks(t)
+
+	// An operator credits it, through the ledger, once; the deposit stays
+	// dismissed and the audit trail keeps why.
+	ctx := context.Background()
+	id := uuid.MustParse(v.DepositID)
+	pid := v.Payments[0].PaymentID
+	op := audit.CLI("ops")
+	_, err = e.Svc.CreditAfterDismissal(ctx, id, pid, op, "short")
+	require.Error(t, err)
+	_, err = e.Svc.CreditAfterDismissal(ctx, id, "no-such-payment", op, "the payer asked us to keep it")
+	require.Error(t, err)
+	p, err := e.Svc.CreditAfterDismissal(ctx, id, pid, op, "the payer confirmed the late payment is a top-up")
+	require.NoError(t, err)
+	require.True(t, p.Credited)
+	_, err = e.Svc.CreditAfterDismissal(ctx, id, pid, op, "the payer confirmed the late payment is a top-up")
+	require.ErrorContains(t, err, "credited already")
+	v = e.deposit(t, v.DepositID)
+	require.Equal(t, deposit.StatusDismissed, v.Status)
+	require.Equal(t, "0.00030000", v.AmountCredited)
+	n, err := e.App.DB.Bun.NewSelect().Table("audit_log").Where("action = ? AND target = ?", audit.DepositCreditDismissed, v.DepositID).Count(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
 }
