@@ -90,8 +90,11 @@ func (s *Service) ScanWallet(ctx context.Context) (int, error) {
 
 func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction, reconciled map[string]bool) (int, error) {
 	known, err := s.knownReceive(ctx, btc.Code, tx.TransactionHash)
-	if err != nil || known {
+	if err != nil {
 		return 0, err
+	}
+	if known {
+		return s.checkReceiveAmount(ctx, btc, tx)
 	}
 	var note *string
 	if inv := invoiceLabel(tx.Labels); inv != "" {
@@ -133,6 +136,48 @@ func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.W
 	}
 	s.log().Error("deposit: wallet receive matches no deposit payment", "txid", tx.TransactionHash,
 		"amount", money.Format(units, btc.Decimals))
+	return 1, nil
+}
+
+// checkReceiveAmount compares a confirmed receive that pays deposit
+// payments with what they account for: one transaction can pay a tracked
+// deposit and another of the service's addresses, and matching by txid
+// alone would hide the second output. The rest is recorded as a wallet
+// alert (once per transaction). Before its first confirmation the poller
+// may not have recorded every payment of the transaction yet, so it waits.
+// A store that charges payers a network fee makes payments worth less than
+// what arrived (the fee stays in the wallet): such a difference shows here
+// too, for an operator to recognise.
+func (s *Service) checkReceiveAmount(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction) (int, error) {
+	if !tx.Confirmations.Valid || tx.Confirmations.V < 1 {
+		return 0, nil
+	}
+	alerted, err := s.DB.NewSelect().Model((*WalletAlert)(nil)).Where("asset = ? AND txid = ?", btc.Code, tx.TransactionHash).Exists(ctx)
+	if err != nil || alerted {
+		return 0, err
+	}
+	var paid int64
+	if err := s.DB.NewSelect().Model((*Payment)(nil)).ColumnExpr("coalesce(sum(units), 0)").
+		Where("txid = ?", tx.TransactionHash).Scan(ctx, &paid); err != nil {
+		return 0, fmt.Errorf("wallet scan: payments of %s: %w", tx.TransactionHash, err)
+	}
+	units, err := tx.Amount.Units(btc.Decimals)
+	if err != nil || units <= paid {
+		return 0, nil
+	}
+	note := fmt.Sprintf("transaction %s brought %s BTC to the wallet, but its deposit payments account for %s BTC: %s BTC arrived on no tracked deposit (another of the service's addresses, or a network fee the store charged the payer)",
+		tx.TransactionHash, money.Format(units, btc.Decimals), money.Format(paid, btc.Decimals), money.Format(units-paid, btc.Decimals))
+	c := tx.Confirmations.V
+	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units - paid, Confirmations: &c, DetectedAt: s.now(), Note: &note}
+	res, err := s.DB.NewInsert().Model(&a).On("CONFLICT (asset, txid) DO NOTHING").Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("record wallet alert %s: %w", tx.TransactionHash, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, nil
+	}
+	s.log().Error("deposit: wallet receive worth more than its deposit payments", "txid", tx.TransactionHash,
+		"amount", money.Format(units, btc.Decimals), "payments", money.Format(paid, btc.Decimals))
 	return 1, nil
 }
 

@@ -3,6 +3,7 @@ package deposit_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,35 @@ func TestWalletScanJob(t *testing.T) {
 	a := e.walletAlerts(t, "")[0]
 	require.Equal(t, txid, a.Txid)
 	require.Equal(t, int64(0), *a.Confirmations)
+}
+
+// TestWalletReceivePayingMoreThanItsDeposit: one transaction pays a tracked
+// deposit and another of the service's addresses; matching by txid would
+// hide the second output. Once confirmed, what the payments do not account
+// for is a wallet alert, once.
+func TestWalletReceivePayingMoreThanItsDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "ola", "BTC", nil)
+	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.001"}})
+	require.NoError(t, err)
+	e.reconcile(t, v.DepositID)
+	txid := strings.SplitN(paid[0].ID, "-", 2)[0]
+	require.NoError(t, e.Sim.AddOutput(txid, "0.0025"))
+	require.Equal(t, 0, e.scan(t), "not before it confirms: its payments may not all be recorded yet")
+	require.NoError(t, e.Sim.ConfirmTransaction(txid, 1))
+	require.Equal(t, 1, e.scan(t))
+	require.Equal(t, 0, e.scan(t), "recorded once")
+	alerts := e.walletAlerts(t, "")
+	require.Len(t, alerts, 1)
+	require.Equal(t, txid, alerts[0].Txid)
+	require.Equal(t, "0.00250000", alerts[0].Amount)
+	require.Contains(t, *alerts[0].Note, "arrived on no tracked deposit")
+
+	// A transaction its payments account for exactly raises nothing.
+	w := e.create(t, "ola", "BTC", nil)
+	_, err = e.Sim.Pay(e.invoice(t, w.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.002"}, Settled: true})
+	require.NoError(t, err)
+	e.reconcile(t, w.DepositID)
+	require.Equal(t, 0, e.scan(t))
 }

@@ -151,6 +151,24 @@ func (s *Sim) ReceiveUnmatched(amount string, confirmations int64) (txid, addres
 	return txid, address, nil
 }
 
+// AddOutput adds an output of amount (BTC) to wallet transaction txid, to
+// another of the store's addresses: one transaction paying a tracked
+// deposit and an address nothing tracks.
+func (s *Sim) AddOutput(txid, amount string) error {
+	d, err := decimal.Parse(amount)
+	if err != nil || !d.IsPos() || d.Trim(0).Scale() > 8 {
+		return fmt.Errorf("btcpaysim: amount %q is not a positive BTC amount", amount)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.wallet.find(txid)
+	if t == nil {
+		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
+	}
+	t.amount, _ = t.amount.Add(d)
+	return nil
+}
+
 // ConfirmTransaction gives a wallet transaction confs confirmations.
 func (s *Sim) ConfirmTransaction(txid string, confs int64) error {
 	s.mu.Lock()
