@@ -21,6 +21,7 @@ import (
 	"svc/platform/btcpay"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/httpapi"
 	"svc/platform/idempotency"
 	"svc/platform/money"
 	"svc/platform/timefmt"
@@ -409,7 +410,7 @@ func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID,
 	if !actor.Valid() {
 		return Payment{}, fault.New(fault.Unauthenticated, "the operator is not known")
 	}
-	if n := utf8.RuneCountInString(strings.TrimSpace(reason)); n < 10 || n > 2000 || !utf8.ValidString(reason) || strings.ContainsRune(reason, 0) {
+	if n := utf8.RuneCountInString(strings.TrimSpace(reason)); n < 10 || n > 2000 || !httpapi.IsStorable(reason) {
 		return Payment{}, fault.New(fault.Invalid, "reason must say why, in 10 to 2000 characters")
 	}
 	var out Payment

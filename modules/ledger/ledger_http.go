@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"math"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
@@ -75,13 +73,8 @@ func userParam(c *fiber.Ctx) (string, error) {
 	return id, f.Err()
 }
 
-// storable refuses text PostgreSQL cannot store (invalid UTF-8, NUL), which
-// a percent-encoded path or query can carry.
-func storable(f *httpapi.Fields, s string, loc ...any) {
-	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
-		f.Add(loc, "string_type", "Input should be valid UTF-8 text without NUL characters", nil)
-	}
-}
+// storable refuses text PostgreSQL cannot store (httpapi.IsStorable).
+func storable(f *httpapi.Fields, s string, loc ...any) { f.Storable(s, loc...) }
 
 func (a *API) balances(c *fiber.Ctx) error {
 	user, err := userParam(c)

@@ -17,6 +17,7 @@ import (
 	"svc/modules/ledger"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/httpapi"
 	"svc/platform/idempotency"
 	"svc/platform/money"
 )
@@ -277,4 +278,4 @@ func checkNote(v *string, field string) error {
 }
 
 // storable reports text PostgreSQL can store: valid UTF-8 without NUL.
-func storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+func storable(s string) bool { return httpapi.IsStorable(s) }

@@ -170,10 +170,14 @@ func (f *Fields) Length(s string, min, max int, loc ...any) bool {
 	return true
 }
 
-// Storable checks that s is text PostgreSQL can store: valid UTF-8 without
-// NUL, which a percent-encoded path or query can otherwise carry.
+// IsStorable reports text PostgreSQL can store: valid UTF-8 without NUL,
+// which a percent-encoded path or query, or a JSON escape, can otherwise
+// carry. It is the one check every string input goes through.
+func IsStorable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// Storable checks that s is storable text (IsStorable), as a field error.
 func (f *Fields) Storable(s string, loc ...any) bool {
-	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+	if !IsStorable(s) {
 		f.Add(loc, "string_type", "Input should be valid UTF-8 text without NUL characters", nil)
 		return false
 	}
