@@ -77,6 +77,12 @@ func newSimulatorCmd() *cobra.Command {
 			o.Mounts = map[string]http.Handler{}
 			if withTron {
 				node := tronsim.New()
+				// The local hot wallet starts with 1,000 TRX of gas, above the
+				// default TRX_ALERT_THRESHOLD, so a fresh run reconciles clean
+				// (the /tron/sim control API changes it).
+				if hot, err := chain.ParseTronAddress(devHotWallet()); err == nil {
+					node.SetTRXBalance(hot, 1_000_000_000)
+				}
 				o.Mounts[tronPrefix+"/"] = http.StripPrefix(tronPrefix, node)
 				o.OnUSDTPayment = mirrorOnTron(node)
 			}
