@@ -18,16 +18,25 @@ import (
 // are not deposits and are skipped.
 func CheckCredits(ctx context.Context, idb bun.IDB) ([]string, error) {
 	var out []string
+	// The first part is set-based: the user_available credit of every
+	// payment's entry is summed in one join and one grouping instead of a
+	// subquery per payment (about 3 s against 1.2 s for 440,000 payments in a
+	// ledger of a million postings, docs/performance.md), and only the
+	// payments that disagree are read whole for their message.
 	rows, err := idb.QueryContext(ctx, `
 SELECT 'deposit payment ' || dp.payment_id || ' of deposit ' || dp.deposit_id || ' is credited, but ' ||
-       CASE WHEN e.id IS NULL THEN 'its ledger entry ' || dp.ledger_entry_id || ' does not exist'
-            WHEN e.kind <> 'deposit_credit' THEN 'its ledger entry ' || e.id || ' is a ' || e.kind
-            ELSE 'its ledger entry ' || e.id || ' credits ' || coalesce((SELECT sum(p.amount) FROM ledger_postings p
-                 JOIN ledger_accounts a ON a.id = p.account_id AND a.kind = 'user_available' WHERE p.entry_id = e.id), 0)
-                 || ' units, not ' || dp.units END
-  FROM deposit_payments dp LEFT JOIN ledger_entries e ON e.id = dp.ledger_entry_id
- WHERE dp.credited AND (e.id IS NULL OR e.kind <> 'deposit_credit' OR dp.units IS DISTINCT FROM (SELECT sum(p.amount)
-       FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id AND a.kind = 'user_available' WHERE p.entry_id = e.id))
+       CASE WHEN c.entry_id IS NULL THEN 'its ledger entry ' || dp.ledger_entry_id || ' does not exist'
+            WHEN c.kind <> 'deposit_credit' THEN 'its ledger entry ' || c.entry_id || ' is a ' || c.kind
+            ELSE 'its ledger entry ' || c.entry_id || ' credits ' || coalesce(c.credited, 0) || ' units, not ' || dp.units END
+  FROM (SELECT dp.id, e.id AS entry_id, e.kind, sum(p.amount) AS credited
+          FROM deposit_payments dp
+          LEFT JOIN ledger_entries e ON e.id = dp.ledger_entry_id
+          LEFT JOIN (ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id AND a.kind = 'user_available')
+            ON p.entry_id = e.id
+         WHERE dp.credited
+         GROUP BY dp.id, e.id
+        HAVING e.id IS NULL OR e.kind <> 'deposit_credit' OR dp.units IS DISTINCT FROM sum(p.amount)) c
+  JOIN deposit_payments dp ON dp.id = c.id
 UNION ALL
 SELECT 'ledger entry ' || e.id || ' (deposit_credit ' || e.source_ref || ') is owned by no credited deposit payment'
   FROM ledger_entries e

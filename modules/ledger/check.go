@@ -83,8 +83,11 @@ func Check(ctx context.Context, idb bun.IDB, withdrawals ...WithdrawalCheck) (Re
 				// Grouping postings straight off their (entry_id) and
 				// (account_id) indexes streams; hashing half a million
 				// groups was twice as slow at a million postings. The
-				// joins get room instead of spilling to disk.
-				for _, set := range []string{"SET LOCAL enable_hashagg = off", "SET LOCAL work_mem = '64MB'"} {
+				// joins get room instead of spilling to disk. JIT compilation
+				// is off: the withdrawal check's per-row EXISTS makes the
+				// planner's estimate large enough to compile, which took 0.7 s
+				// of that query's 1.0 s at 50,000 withdrawals, on every check.
+				for _, set := range []string{"SET LOCAL enable_hashagg = off", "SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"} {
 					if _, err := tx.ExecContext(ctx, set); err != nil {
 						return err
 					}
