@@ -169,7 +169,7 @@ func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte
 			return nil
 		}
 		if cur.LockedAt != nil && now.Sub(*cur.LockedAt) <= TakeoverAfter {
-			return ErrInFlight
+			return inFlight(now.Sub(*cur.LockedAt))
 		}
 		// Released after a 5xx, or held by an attempt dead for over 60 s.
 		if _, err := tx.NewUpdate().Model((*row)(nil)).Set("lock_token = ?, locked_at = ?", tok, now).
@@ -180,6 +180,23 @@ func (s *Store) Begin(ctx context.Context, key, method, path string, hash []byte
 		return nil
 	})
 	return rec, stored, err
+}
+
+// freshAttempt is how long an attempt holding a key is presumed alive and
+// about to answer: a retry within it is told to come back in a second.
+const freshAttempt = 5 * time.Second
+
+// inFlight is ErrInFlight with a Retry-After that tells the truth: a
+// second while the attempt holding the key is young (it is most likely
+// finishing), else the time left until the retry may take the key over
+// (an attempt that old is most likely dead, and asking every second
+// before then gets the same 409).
+func inFlight(age time.Duration) error {
+	if age < freshAttempt {
+		return ErrInFlight
+	}
+	left := TakeoverAfter - age + time.Second // the takeover needs more than TakeoverAfter
+	return ErrInFlight.WithRetryAfter(max(time.Second, left.Truncate(time.Second)))
 }
 
 // CompleteTx stores the final response inside the caller's transaction,

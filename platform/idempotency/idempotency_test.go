@@ -222,7 +222,16 @@ func TestIdempotency(t *testing.T) {
 		gate := <-b.entered
 		r := b.post(t, "/v1/effects", "k1", `{"note":"a"}`)
 		require.Equal(t, http.StatusConflict, r.status)
-		require.NotEmpty(t, r.header.Get("Retry-After"))
+		require.Equal(t, "1", r.header.Get("Retry-After"), "a young attempt: probably finishing")
+		// An attempt that old is probably dead: the answer says when the
+		// retry can take it over instead of "1" for a minute.
+		b.clock.Advance(20 * time.Second)
+		r = b.post(t, "/v1/effects", "k1", `{"note":"a"}`)
+		require.Equal(t, http.StatusConflict, r.status)
+		require.Equal(t, "41", r.header.Get("Retry-After"))
+		b.clock.Advance(39 * time.Second)
+		r = b.post(t, "/v1/effects", "k1", `{"note":"a"}`)
+		require.Equal(t, "2", r.header.Get("Retry-After"))
 		close(gate)
 		require.Equal(t, http.StatusCreated, (<-done).status)
 		require.Equal(t, 1, b.effects(t))
