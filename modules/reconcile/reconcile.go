@@ -378,7 +378,9 @@ func (s *Service) readSources(ctx context.Context, assets []asset.Asset) map[str
 			source = "no source for this asset"
 		}
 		if read == nil {
+			mu.Lock() // the goroutines of the assets before this one write too
 			out[a.Code] = balance{source: source, err: errors.New("not configured")}
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
