@@ -11,13 +11,13 @@
 //
 //	ledger_custody     the custody account: what the wallets should hold
 //	ledger_in_flight   payouts broadcast and not yet confirmed
-//	user_obligations   users' available + held + the review suspense
-//	                   (money that arrived and awaits an operator is owed
-//	                   to someone until it is dismissed)
+//	user_obligations   users' available + held (+ the suspense account,
+//	                   which no flow posts to today: money in the deposit
+//	                   review queue is in no account until it is credited)
 //	chain_balance      what the source reports; null when it cannot be read
-//	expected_shortfall ledger_in_flight: held money that has already left
-//	                   the wallet, so the chain is expected to be short of
-//	                   the obligations by that much until the payouts settle
+//	expected_shortfall ledger_in_flight plus the gross of withdrawals that
+//	                   may have left the wallet before the ledger recorded a
+//	                   broadcast (withdrawal.LeavingCustody)
 //	difference         chain_balance - ledger_custody (negative is bad)
 //	insolvent          chain_balance < user_obligations - expected_shortfall
 //
@@ -66,6 +66,7 @@ import (
 	"svc/platform/chain"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/httpapi"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
@@ -113,6 +114,10 @@ type Service struct {
 	// is the deposits' (deposit.CheckCredits).
 	Checks  []ledger.WithdrawalCheck
 	Credits ledger.WithdrawalCheck
+	// Leaving is, per asset, money that may have left the wallet before
+	// the ledger recorded a broadcast (withdrawal.LeavingCustody): an
+	// expected shortfall too.
+	Leaving func(ctx context.Context, idb bun.IDB) (map[string]int64, error)
 	Alerts  Alerter
 	Now     func() time.Time
 	Log     *slog.Logger
@@ -212,15 +217,33 @@ type balance struct {
 
 // Run computes a report, stores it, and opens and ends the insolvency
 // episodes it shows. The hourly job and the on-demand reads both run it.
+//
+// Reports and acknowledgements are applied one at a time (an advisory
+// lock), and a report computed before one already stored is kept in the
+// history but changes no episode: two reports computed at once (the hourly
+// job and an operator's) can never leave an episode open without its halt
+// or lift a halt on stale figures.
 func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
+	started := s.now()
 	rep, err := s.Compute(ctx)
 	if err != nil {
 		return Report{}, err
 	}
 	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		st := Stored{CreatedAt: s.now(), Trigger: trigger, Healthy: rep.Healthy, Report: rep}
+		if err := lockEpisodes(ctx, tx); err != nil {
+			return err
+		}
+		newer, err := tx.NewSelect().Model((*Stored)(nil)).Where("created_at > ?", started).Exists(ctx)
+		if err != nil {
+			return fmt.Errorf("read the reconciliation history: %w", err)
+		}
+		st := Stored{CreatedAt: started, Trigger: trigger, Healthy: rep.Healthy, Report: rep}
 		if _, err := tx.NewInsert().Model(&st).Returning("id").Exec(ctx); err != nil {
 			return fmt.Errorf("store the reconciliation report: %w", err)
+		}
+		if newer {
+			s.log().Info("reconciliation: a newer report was stored meanwhile; this one changes no episode", "report_id", st.ID)
+			return nil
 		}
 		return s.episodes(ctx, tx, st.ID, rep)
 	})
@@ -291,6 +314,12 @@ func (s *Service) Compute(ctx context.Context) (Report, error) {
 	for _, t := range lr.Totals {
 		totals[t.Asset] = t
 	}
+	leaving := map[string]int64{}
+	if s.Leaving != nil {
+		if leaving, err = s.Leaving(ctx, s.DB); err != nil {
+			return Report{}, err
+		}
+	}
 	insolvent := false
 	for _, a := range assets {
 		t, seen := totals[a.Code]
@@ -298,14 +327,15 @@ func (s *Service) Compute(ctx context.Context) (Report, error) {
 			continue
 		}
 		b := chainOf[a.Code]
+		shortfall := t.InFlight + leaving[a.Code]
 		line := CustodyLine{Asset: a.Code, LedgerCustody: a.Format(t.Custody), LedgerInFlight: a.Format(t.InFlight),
-			UserObligations: a.Format(t.UserObligations() + t.Suspense), ChainSource: b.source, ExpectedShortfall: a.Format(t.InFlight)}
+			UserObligations: a.Format(t.UserObligations() + t.Suspense), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall)}
 		if b.units != nil {
 			line.ChainBalance, line.Difference = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody))
-			if *b.units < t.UserObligations()+t.Suspense-t.InFlight {
+			if *b.units < t.UserObligations()+t.Suspense-shortfall {
 				line.Insolvent, insolvent = true, true
-				add("%s: insolvent: the chain holds %s, less than the %s owed to users minus the %s in flight",
-					a.Code, a.Format(*b.units), a.Format(t.UserObligations()+t.Suspense), a.Format(t.InFlight))
+				add("%s: insolvent: the chain holds %s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
+					a.Code, a.Format(*b.units), a.Format(t.UserObligations()+t.Suspense), a.Format(shortfall))
 			} else if *b.units < t.Custody {
 				add("%s: the chain holds %s less than the ledger's custody (still covering what users are owed)", a.Code, a.Format(t.Custody-*b.units))
 			}
@@ -365,6 +395,9 @@ func (s *Service) readSources(ctx context.Context, assets []asset.Asset) map[str
 					b, err := s.Wallet.LightningBalance(ctx)
 					if err != nil {
 						return 0, err
+					}
+					if !b.HasChannels() {
+						return 0, errors.New("the Lightning node's answer has no channel balance")
 					}
 					return b.LocalMsat() / 1000, nil
 				}
@@ -469,7 +502,18 @@ func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep R
 			return fmt.Errorf("open the insolvency of %s: %w", line.Asset, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			continue // an episode is open already (halting, or acknowledged)
+			// An episode is open already: acknowledged (no halt), or halting,
+			// and then its halt is (re)asserted.
+			var open Episode
+			if err := tx.NewSelect().Model(&open).Where("kind = ? AND asset = ? AND ended_at IS NULL", KindInsolvency, line.Asset).Scan(ctx); err != nil {
+				return fmt.Errorf("read the insolvency of %s: %w", line.Asset, err)
+			}
+			if open.AckedAt == nil {
+				if err := setHalt(ctx, tx, line.Asset, &open.StartedAt); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		if err := setHalt(ctx, tx, line.Asset, &now); err != nil {
 			return err
@@ -480,6 +524,15 @@ func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep R
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// lockEpisodes serializes the transactions that open, end or acknowledge
+// episodes, until the caller's transaction ends.
+func lockEpisodes(ctx context.Context, tx bun.Tx) error {
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtext('svc:reconciliation_episodes'))"); err != nil {
+		return fmt.Errorf("lock the reconciliation episodes: %w", err)
 	}
 	return nil
 }
@@ -517,9 +570,15 @@ func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string)
 	if !actor.Valid() {
 		return nil, fault.New(fault.Unauthenticated, "the operator is not known")
 	}
+	if !httpapi.IsStorable(note) || !httpapi.IsStorable(code) {
+		return nil, fault.New(fault.Invalid, "the asset and the note must be UTF-8 text without NUL characters")
+	}
 	var acked []Episode
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		acked = nil
+		if err := lockEpisodes(ctx, tx); err != nil {
+			return err
+		}
 		q := tx.NewUpdate().Model(&acked).Set("acked_at = ?, acked_by = ?", s.now(), actor.String()).
 			Where("kind = ? AND ended_at IS NULL AND acked_at IS NULL", KindInsolvency)
 		if code != "" {

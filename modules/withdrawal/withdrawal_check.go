@@ -6,6 +6,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"svc/modules/asset"
 	"svc/modules/ledger"
 )
 
@@ -74,3 +75,26 @@ SELECT * FROM per
 }
 
 var _ ledger.WithdrawalCheck = CheckHolds
+
+// LeavingCustody is, per asset, the gross of the withdrawals whose money
+// may already have left the wallet although the ledger has not recorded a
+// broadcast yet: handed to the processor (submitting, submitted: a
+// Lightning payment in progress, or a transaction the tracker has not seen
+// yet) and approved USDT_TRC20 (an operator may have sent it before
+// reporting it). Reconciliation counts it as an expected shortfall.
+func LeavingCustody(ctx context.Context, idb bun.IDB) (map[string]int64, error) {
+	var rows []struct {
+		Asset string `bun:"asset"`
+		Gross int64  `bun:"gross"`
+	}
+	if err := idb.NewSelect().Model((*Withdrawal)(nil)).ColumnExpr("asset, sum(amount_gross) AS gross").
+		Where("status IN (?) OR (asset = ? AND status = ?)", bun.List([]Status{StatusSubmitting, StatusSubmitted}), asset.USDTTRC20, StatusApproved).
+		GroupExpr("asset").Scan(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("withdrawal: money leaving custody: %w", err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Asset] = r.Gross
+	}
+	return out, nil
+}

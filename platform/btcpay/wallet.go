@@ -127,6 +127,10 @@ func (b LightningBalance) LocalMsat() int64 {
 	return b.Offchain.Local.V
 }
 
+// HasChannels reports an answer that carries the channels' balance: one
+// without it says nothing about the node's money (not zero).
+func (b LightningBalance) HasChannels() bool { return b.Offchain != nil }
+
 // LightningBalance returns the store's BTC Lightning node balance.
 func (c *Client) LightningBalance(ctx context.Context) (LightningBalance, error) {
 	var out LightningBalance

@@ -29,7 +29,7 @@ func (a *App) initReconcile(context.Context) error {
 		custody = append(custody, c.Tron.HotWallet)
 	}
 	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits,
+		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
 			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout)}}
 	// Not a nil pointer in an interface: that would not compare equal to
