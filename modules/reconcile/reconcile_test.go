@@ -200,7 +200,7 @@ func TestCleanReport(t *testing.T) {
 	// (the processor may have sent it before the tracker sees it).
 	require.Equal(t, "0.00300000", btc.ExpectedShortfall)
 	require.Equal(t, "20.000000", line(t, rep, asset.USDTTRC20).ExpectedShortfall) // the approved USDT one
-	require.Equal(t, "0.04700000", btc.UserObligations) // 0.05 less the confirmed 0.003
+	require.Equal(t, "0.04700000", btc.UserObligations)                            // 0.05 less the confirmed 0.003
 	require.Contains(t, btc.ChainSource, "on-chain wallet")
 	require.Contains(t, line(t, rep, asset.USDTTRC20).ChainSource, "TronGrid")
 
