@@ -218,7 +218,7 @@ func TestCreateAfterTheKeyWasPruned(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
 	var v withdrawal.View
 	first.JSON(t, &v)
-	_, err := e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'pat-key'")
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'platform:pat-key'")
 	require.NoError(t, err)
 	again := e.Do(apptestReq(body, "pat-key"))
 	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
@@ -226,7 +226,7 @@ func TestCreateAfterTheKeyWasPruned(t *testing.T) {
 	again.JSON(t, &w)
 	require.Equal(t, v.WithdrawalID, w.WithdrawalID)
 	require.Equal(t, "0.00040000", e.balance(t, "pat", asset.BTC).Held, "one hold")
-	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'pat-key'")
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'platform:pat-key'")
 	require.NoError(t, err)
 	body.Amount = "5000"
 	other := e.Do(apptestReq(body, "pat-key"))

@@ -172,11 +172,11 @@ func TestPrunedKeyWithAnotherDestination(t *testing.T) {
 	e.fund(t, "k", asset.BTC, 100_000)
 	body := createBody{ExternalUserID: "k", Asset: asset.BTC, Amount: "40000", Destination: p2wpkh(t, chain.Regtest, "k1")}
 	require.Equal(t, http.StatusCreated, e.Do(apptestReq(body, "k-key")).Status)
-	_, err := e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'k-key'")
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'platform:k-key'")
 	require.NoError(t, err)
 	body.Destination = strings.ToUpper(body.Destination) // the same address: replayed
 	require.Equal(t, http.StatusCreated, e.Do(apptestReq(body, "k-key")).Status)
-	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'k-key'")
+	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'platform:k-key'")
 	require.NoError(t, err)
 	body.Destination = p2wpkh(t, chain.Regtest, "k2")
 	r := e.Do(apptestReq(body, "k-key"))

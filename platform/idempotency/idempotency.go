@@ -65,22 +65,28 @@ type Record struct {
 	store  *Store
 }
 
-// AdminPrefix namespaces the keys of the admin routes.
-const AdminPrefix = "admin:"
+// The namespaces of the stored keys: every key is stored with the prefix
+// of its route group, so no client key can name another group's record.
+const (
+	AdminPrefix    = "admin:"
+	PlatformPrefix = "platform:"
+)
 
 // StoredKey is the record's key for a client's key on path. Keys are
 // scoped by the route group that needs the same API key scope: the admin
-// routes (/v1/admin/...) have a namespace of their own, so a readwrite key
-// can neither squat a key an operator will use (their call would get 422)
-// nor replay an operator's stored answer. The platform routes keep the key
-// as sent, shared by every readwrite and admin key: a platform that rotates
-// its API key retries with the same Idempotency-Key under the new one and
-// gets the first answer, as the SPEC's retry rule needs.
+// routes (/v1/admin/..., matched as fiber routes them, whatever the case)
+// have a namespace of their own, so a readwrite key can neither squat a
+// key an operator will use (their call would get 422) nor replay an
+// operator's stored answer, and a client key that itself starts with
+// "admin:" stays in the platform's namespace. The platform routes share
+// one namespace across every readwrite and admin key: a platform that
+// rotates its API key retries with the same Idempotency-Key under the new
+// one and gets the first answer, as the SPEC's retry rule needs.
 func StoredKey(path, key string) string {
-	if strings.HasPrefix(path, "/v1/admin/") {
+	if strings.HasPrefix(strings.ToLower(path), "/v1/admin/") {
 		return AdminPrefix + key
 	}
-	return key
+	return PlatformPrefix + key
 }
 
 // Stored is a final response kept for replay.

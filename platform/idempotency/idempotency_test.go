@@ -143,6 +143,20 @@ func TestIdempotency(t *testing.T) {
 			require.Contains(t, r.body, note)
 		}
 		require.Equal(t, 2, b.effects(t))
+		// A platform client cannot reach into the admin namespace by
+		// naming it, nor dodge it by the path's case.
+		r = b.post(t, "/v1/effects", "admin:k2", `{"note":"squat"}`)
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+		r = b.post(t, "/V1/ADMIN/effects", "k2", `{"note":"operator"}`)
+		require.Equal(t, http.StatusCreated, r.status, r.body)
+		require.Contains(t, r.body, "operator")
+		r = b.post(t, "/V1/ADMIN/effects", "k2", `{"note":"operator"}`)
+		require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+		// The same admin record whatever the path's case (the path is part
+		// of the request's fingerprint, so another spelling is 422).
+		r = b.post(t, "/v1/admin/effects", "k2", `{"note":"operator"}`)
+		require.Equal(t, http.StatusUnprocessableEntity, r.status, r.body)
+		require.Equal(t, 4, b.effects(t))
 	})
 
 	t.Run("MissingKeyIs400AndChangesNothing", func(t *testing.T) {
