@@ -424,7 +424,7 @@ func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID,
 			return err
 		}
 		rows := byDeposit[d.ID]
-		if d.Status != StatusDismissed && !hasMarkedCredit(rows) {
+		if d.Status == StatusReview || (d.Status != StatusDismissed && !hasMarkedCredit(rows)) {
 			return fault.New(fault.Conflict, fmt.Sprintf("deposit %s is %s: resolve it through the review queue instead", d.ID, d.Status))
 		}
 		i := slices.IndexFunc(rows, func(p Payment) bool { return p.PaymentID == paymentID })
@@ -435,6 +435,8 @@ func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID,
 		switch {
 		case p.Credited:
 			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is credited already", paymentID))
+		case p.ResolvedBy != nil:
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s was dismissed by %s with its deposit; it is not credited after that", paymentID, *p.ResolvedBy))
 		case p.ProcessorStatus != string(btcpay.PaymentSettled):
 			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is %s at the processor, not settled", paymentID, p.ProcessorStatus))
 		case p.Units == nil || *p.Units <= 0:

@@ -156,19 +156,22 @@ func (s *Service) checkReceiveAmount(ctx context.Context, btc asset.Asset, tx bt
 	if err != nil || alerted {
 		return 0, err
 	}
-	var paid int64
-	if err := s.DB.NewSelect().Model((*Payment)(nil)).ColumnExpr("coalesce(sum(units), 0)").
+	var paid struct {
+		Units   int64 `bun:"units"`
+		Inexact int   `bun:"inexact"`
+	}
+	if err := s.DB.NewSelect().Model((*Payment)(nil)).ColumnExpr("coalesce(sum(units), 0) AS units, count(*) FILTER (WHERE units IS NULL) AS inexact").
 		Where("txid = ?", tx.TransactionHash).Scan(ctx, &paid); err != nil {
 		return 0, fmt.Errorf("wallet scan: payments of %s: %w", tx.TransactionHash, err)
 	}
 	units, err := tx.Amount.Units(btc.Decimals)
-	if err != nil || units <= paid {
-		return 0, nil
+	if err != nil || units <= paid.Units || paid.Inexact > 0 {
+		return 0, nil // a payment without an exact amount is in review: an operator sees it there
 	}
 	note := fmt.Sprintf("transaction %s brought %s BTC to the wallet, but its deposit payments account for %s BTC: %s BTC arrived on no tracked deposit (another of the service's addresses, or a network fee the store charged the payer)",
-		tx.TransactionHash, money.Format(units, btc.Decimals), money.Format(paid, btc.Decimals), money.Format(units-paid, btc.Decimals))
+		tx.TransactionHash, money.Format(units, btc.Decimals), money.Format(paid.Units, btc.Decimals), money.Format(units-paid.Units, btc.Decimals))
 	c := tx.Confirmations.V
-	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units - paid, Confirmations: &c, DetectedAt: s.now(), Note: &note}
+	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units - paid.Units, Confirmations: &c, DetectedAt: s.now(), Note: &note}
 	res, err := s.DB.NewInsert().Model(&a).On("CONFLICT (asset, txid) DO NOTHING").Exec(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("record wallet alert %s: %w", tx.TransactionHash, err)
@@ -177,7 +180,7 @@ func (s *Service) checkReceiveAmount(ctx context.Context, btc asset.Asset, tx bt
 		return 0, nil
 	}
 	s.log().Error("deposit: wallet receive worth more than its deposit payments", "txid", tx.TransactionHash,
-		"amount", money.Format(units, btc.Decimals), "payments", money.Format(paid, btc.Decimals))
+		"amount", money.Format(units, btc.Decimals), "payments", money.Format(paid.Units, btc.Decimals))
 	return 1, nil
 }
 

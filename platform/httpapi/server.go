@@ -95,7 +95,8 @@ func allowed(app *fiber.App, path string) []string {
 // matches reports whether a fiber route pattern (segments, ":param",
 // "*") matches path.
 func matches(pattern, path string) bool {
-	ps, xs := strings.Split(strings.Trim(pattern, "/"), "/"), strings.Split(strings.Trim(path, "/"), "/")
+	// Fiber routes case-insensitively (and ignores a trailing slash).
+	ps, xs := strings.Split(strings.Trim(strings.ToLower(pattern), "/"), "/"), strings.Split(strings.Trim(strings.ToLower(path), "/"), "/")
 	for i, p := range ps {
 		if p == "*" || strings.HasPrefix(p, "*") {
 			return true

@@ -165,6 +165,8 @@ func TestWrongMethodIs405WithAllow(t *testing.T) {
 	require.Equal(t, http.StatusMethodNotAllowed, r.Status, string(r.Body))
 	require.Equal(t, "GET, HEAD", r.Header.Get("Allow"))
 	require.Contains(t, r.Map(t)["detail"], "DELETE is not allowed on /v1/assets")
+	r = e.Do(apptest.Req{Method: "DELETE", Path: "/V1/Assets/"})
+	require.Equal(t, http.StatusMethodNotAllowed, r.Status, "fiber routes without regard to case or a trailing slash: %s", r.Body)
 	r = e.Do(apptest.Req{Method: "GET", Path: "/v1/withdrawals"})
 	require.Equal(t, http.StatusMethodNotAllowed, r.Status, string(r.Body))
 	require.Equal(t, "POST", r.Header.Get("Allow"))
