@@ -131,10 +131,13 @@ const (
 )
 
 // Every is how often the worker reconciles (SPEC Limits: hourly), and
-// GasEvery how often it checks the hot wallet's gas.
+// GasEvery how often it checks the hot wallet's gas. HistoryRetention is
+// how long stored reports are kept (the hourly run prunes older ones,
+// except those an episode names).
 const (
-	Every    = time.Hour
-	GasEvery = 15 * time.Minute
+	Every            = time.Hour
+	GasEvery         = 15 * time.Minute
+	HistoryRetention = 90 * 24 * time.Hour
 )
 
 // Alert types.
@@ -240,6 +243,14 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 		st := Stored{CreatedAt: started, Trigger: trigger, Healthy: rep.Healthy, Report: rep}
 		if _, err := tx.NewInsert().Model(&st).Returning("id").Exec(ctx); err != nil {
 			return fmt.Errorf("store the reconciliation report: %w", err)
+		}
+		if trigger == TriggerHourly {
+			// The history keeps HistoryRetention, and every report an
+			// episode names.
+			if _, err := tx.NewDelete().Model((*Stored)(nil)).Where("created_at < ?", started.Add(-HistoryRetention)).
+				Where("id NOT IN (SELECT report_id FROM reconciliation_episodes WHERE report_id IS NOT NULL)").Exec(ctx); err != nil {
+				return fmt.Errorf("prune the reconciliation history: %w", err)
+			}
 		}
 		if newer {
 			s.log().Info("reconciliation: a newer report was stored meanwhile; this one changes no episode", "report_id", st.ID)

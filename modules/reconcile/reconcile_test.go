@@ -409,3 +409,24 @@ func TestWithdrawalGateNamesInsolvency(t *testing.T) {
 	require.Equal(t, string(withdrawal.StatusPendingApproval), m["status"])
 	require.True(t, strings.HasPrefix(m["approval_reason"].(string), "insolvency: "), m["approval_reason"])
 }
+
+// TestHistoryIsPruned: the hourly run deletes reports past the retention,
+// except those an episode names.
+func TestHistoryIsPruned(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.deposit(t, "hal", asset.BTC, 100_000)
+	require.NoError(t, e.Sim.SetWalletBalance("0", "0"))
+	e.report(t) // insolvent: an episode names this report
+	require.NoError(t, e.Sim.SetWalletBalance("0.001", "0"))
+	e.report(t)
+	e.Clock.Advance(reconcile.HistoryRetention + time.Hour)
+	_, err := e.App.Reconcile.Run(ctx, reconcile.TriggerHourly)
+	require.NoError(t, err)
+	hist, err := e.App.Reconcile.History(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, hist, 2, "the new report and the one the episode names")
+	require.Equal(t, reconcile.TriggerHourly, hist[0].Trigger)
+	require.False(t, hist[1].Healthy)
+}
