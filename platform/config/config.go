@@ -188,8 +188,10 @@ func (c Config) Validate() error {
 	if c.Webhooks.PreviousSecret != "" && c.Webhooks.PreviousSecret == c.Webhooks.Secret {
 		add("PLATFORM_WEBHOOK_SECRET_PREVIOUS", "must differ from PLATFORM_WEBHOOK_SECRET (it is the secret being retired)")
 	}
-	if c.Webhooks.Timeout <= 0 {
-		add("PLATFORM_WEBHOOK_TIMEOUT", "must be positive")
+	if c.Webhooks.Timeout <= 0 || c.Webhooks.Timeout > time.Minute {
+		// A delivery job lasts this plus a minute, within the longest job
+		// timeout the worker's rescue of dead workers' jobs is set from.
+		add("PLATFORM_WEBHOOK_TIMEOUT", "must be positive and at most 1m")
 	}
 	if c.BTCPay.URL != "" && !httpURL(c.BTCPay.URL) {
 		add("BTCPAY_URL", "must be an http:// or https:// URL")

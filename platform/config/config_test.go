@@ -63,6 +63,8 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"API_KEY_PREFIX", "Bad_Prefix", "API_KEY_PREFIX"},
 		{"SVC_ENV", "production", "API_KEY_MODE"},
 		{"SVC_ENV", "production", "PROCESSOR_WEBHOOK_SECRET"},
+		{"PLATFORM_WEBHOOK_TIMEOUT", "5m", "PLATFORM_WEBHOOK_TIMEOUT"},
+		{"PAYOUT_POLL_INTERVAL", "100ms", "PAYOUT_POLL_INTERVAL"},
 	} {
 		t.Run(tc.env+"="+tc.value+"/"+tc.named, func(t *testing.T) {
 			baseEnv(t)

@@ -35,11 +35,16 @@ func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error
 	return c, nil
 }
 
-// LongestJobTimeout is the most any worker may allow one job (the deposit
-// poll and the wallet scan take this much); RescueAfter stays above it.
+// LongestJobTimeout is the most any worker may allow one job: the passes
+// over many rows (the deposit poll, the wallet scan, the payout and USDT
+// passes, the reconciliation) commit each row's work on its own, so a pass
+// cut short loses nothing and the next one carries on. RescueAfter stays
+// above it: a job still "running" that long belonged to a worker that
+// died, and goes back to the queue within a few minutes instead of the
+// quarter of an hour a platform event could otherwise wait.
 const (
-	LongestJobTimeout = 10 * time.Minute
-	RescueAfter       = LongestJobTimeout + 5*time.Minute
+	LongestJobTimeout = 2 * time.Minute
+	RescueAfter       = LongestJobTimeout + time.Minute
 )
 
 // WorkerParams configures the working client.
