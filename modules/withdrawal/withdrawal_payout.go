@@ -107,7 +107,7 @@ import (
 type Processor interface {
 	CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error)
 	GetPayout(ctx context.Context, id string) (btcpay.Payout, error)
-	ListPayouts(ctx context.Context, includeCancelled bool) ([]btcpay.Payout, error)
+	PayoutsInTransaction(ctx context.Context, txid string) ([]btcpay.Payout, error)
 	PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]btcpay.Payout, error)
 	CancelPayout(ctx context.Context, id string) error
 	WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error)
@@ -809,7 +809,7 @@ func (s *Service) networkFee(ctx context.Context, p btcpay.Payout, txid string) 
 	if err != nil || spent >= 0 {
 		return 0, fmt.Errorf("payout %s: wallet transaction %s does not spend from the wallet (amount %s)", p.ID, txid, wtx.Amount)
 	}
-	all, err := s.Processor.ListPayouts(ctx, false)
+	all, err := s.Processor.PayoutsInTransaction(ctx, txid)
 	if err != nil {
 		return 0, fmt.Errorf("payout %s: list the payouts of transaction %s: %w", p.ID, txid, err)
 	}

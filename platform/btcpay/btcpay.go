@@ -94,6 +94,57 @@ func (c *Client) storePath(parts ...string) string {
 // call sends one request and decodes a 2xx JSON body into out (when out is
 // not nil). op names the call in errors.
 func (c *Client) call(ctx context.Context, op, method, path string, query url.Values, in, out any) error {
+	return c.do(ctx, op, method, path, query, in, func(raw io.Reader, status int) error {
+		if out == nil {
+			return nil
+		}
+		b, err := io.ReadAll(io.LimitReader(raw, maxResponseBytes))
+		if err != nil {
+			return &UnreachableError{Op: op, Status: status, Err: fmt.Errorf("read response: %w", scrub(err))}
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			// A success whose body we cannot read: the call may have taken
+			// effect, so this is ambiguous, not a refusal.
+			return &UnreachableError{Op: op, Status: status, Err: fmt.Errorf("decode response: %w", err)}
+		}
+		return nil
+	})
+}
+
+// each calls a GET that answers a JSON array and hands its elements to fn
+// one at a time, as they are read: a list of any length is read in
+// constant memory, with no cap on the body (the call's timeout bounds
+// it). fn returning false stops reading.
+func each[T any](ctx context.Context, c *Client, op, path string, query url.Values, fn func(T) bool) error {
+	return c.do(ctx, op, "GET", path, query, nil, func(body io.Reader, status int) error {
+		bad := func(err error) error {
+			return &UnreachableError{Op: op, Status: status, Err: fmt.Errorf("decode response: %w", scrub(err))}
+		}
+		dec := json.NewDecoder(body)
+		if tok, err := dec.Token(); err != nil {
+			return bad(err)
+		} else if d, ok := tok.(json.Delim); !ok || d != '[' {
+			return bad(fmt.Errorf("want a JSON array, got %v", tok))
+		}
+		for dec.More() {
+			var v T
+			if err := dec.Decode(&v); err != nil {
+				return bad(err)
+			}
+			if !fn(v) {
+				return nil
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return bad(err)
+		}
+		return nil
+	})
+}
+
+// do sends one request and hands a success's body to read (an error
+// answer is classified from its first maxResponseBytes).
+func (c *Client) do(ctx context.Context, op, method, path string, query url.Values, in any, read func(body io.Reader, status int) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
@@ -126,22 +177,16 @@ func (c *Client) call(ctx context.Context, op, method, path string, query url.Va
 		return &UnreachableError{Op: op, Err: scrub(err)}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return &UnreachableError{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("read response: %w", scrub(err))}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+		if err != nil {
+			return &UnreachableError{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("read response: %w", scrub(err))}
+		}
+		if err := classify(op, resp.StatusCode, raw); err != nil {
+			return err
+		}
 	}
-	if err := classify(op, resp.StatusCode, raw); err != nil {
-		return err
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		// A success whose body we cannot read: the call may have taken
-		// effect, so this is ambiguous, not a refusal.
-		return &UnreachableError{Op: op, Status: resp.StatusCode, Err: fmt.Errorf("decode response: %w", err)}
-	}
-	return nil
+	return read(resp.Body, resp.StatusCode)
 }
 
 // scrub removes the request URL from a transport error: it is long, and

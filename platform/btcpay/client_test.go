@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -358,4 +359,41 @@ func FuzzParseAmount(f *testing.F) {
 			t.Fatalf("%q -> %s does not round-trip", s, a)
 		}
 	})
+}
+
+// TestPayoutListIsStreamed: BTCPay neither pages nor filters the payout
+// list, so it is read as a stream: a store with more payouts than the
+// body cap of other calls (8 MiB) is still searched, and an answer cut
+// short is ambiguous, not an empty list.
+func TestPayoutListIsStreamed(t *testing.T) {
+	t.Parallel()
+	const n = 40_000 // about 13 MiB
+	filler := strings.Repeat("x", 200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("["))
+		for i := range n {
+			if i > 0 {
+				_, _ = w.Write([]byte(","))
+			}
+			wid := "other"
+			if i == n-1 {
+				wid = "wanted"
+			}
+			_, _ = fmt.Fprintf(w, `{"id":"p%d","revision":0,"date":1700000000,"destination":"bcrt1q","originalCurrency":"BTC","originalAmount":"0.001","payoutCurrency":"BTC","payoutAmount":"0.001","payoutMethodId":"BTC-CHAIN","state":"Completed","paymentProof":{"TransactionId":"tx%d"},"metadata":{"withdrawalId":%q,"note":%q}}`,
+				i, i, wid, filler)
+		}
+		if r.URL.Query().Get("includeCancelled") == "true" {
+			_, _ = w.Write([]byte("]"))
+		} // else: the answer stops short
+	}))
+	defer srv.Close()
+	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s", Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	ps, err := c.PayoutsByWithdrawalID(context.Background(), "wanted")
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Equal(t, fmt.Sprintf("p%d", n-1), ps[0].ID)
+	_, err = c.PayoutsInTransaction(context.Background(), "tx3")
+	require.ErrorIs(t, err, btcpay.ErrUnreachable, "a list cut short is no answer")
 }

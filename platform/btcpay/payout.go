@@ -175,27 +175,45 @@ func (c *Client) GetPayout(ctx context.Context, id string) (Payout, error) {
 
 // ListPayouts lists the store's payouts, cancelled ones too when asked.
 func (c *Client) ListPayouts(ctx context.Context, includeCancelled bool) ([]Payout, error) {
-	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
 	var out []Payout
-	err := c.call(ctx, "list payouts", "GET", c.storePath("payouts"), q, nil, &out)
+	err := c.eachPayout(ctx, includeCancelled, func(p Payout) bool { out = append(out, p); return true })
 	return out, err
+}
+
+// eachPayout reads the store's payouts one at a time. BTCPay neither pages
+// nor filters the list, so it is read as a stream: any number of payouts
+// in constant memory, with no cap on the answer's size.
+func (c *Client) eachPayout(ctx context.Context, includeCancelled bool, fn func(Payout) bool) error {
+	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
+	return each(ctx, c, "list payouts", c.storePath("payouts"), q, fn)
 }
 
 // PayoutsByWithdrawalID returns the store's payouts (cancelled ones
 // included) whose metadata names withdrawalID. BTCPay has no filter for
-// payout metadata, so this lists and filters.
+// payout metadata, so this reads the whole list and keeps those.
 func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]Payout, error) {
-	all, err := c.ListPayouts(ctx, true)
-	if err != nil {
-		return nil, err
-	}
 	var out []Payout
-	for _, p := range all {
+	err := c.eachPayout(ctx, true, func(p Payout) bool {
 		if p.WithdrawalID() == withdrawalID {
 			out = append(out, p)
 		}
-	}
-	return out, nil
+		return true
+	})
+	return out, err
+}
+
+// PayoutsInTransaction returns the store's payouts (not cancelled) whose
+// proof names on-chain transaction txid: the payouts one batched
+// transaction pays.
+func (c *Client) PayoutsInTransaction(ctx context.Context, txid string) ([]Payout, error) {
+	var out []Payout
+	err := c.eachPayout(ctx, false, func(p Payout) bool {
+		if p.PaymentProof.TxID() == txid {
+			out = append(out, p)
+		}
+		return true
+	})
+	return out, err
 }
 
 // CancelPayout cancels a payout. BTCPay refuses once it is InProgress or
