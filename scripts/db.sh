@@ -4,16 +4,20 @@
 #
 #   scripts/db.sh          ensure a server; print its URL last
 #   scripts/db.sh stop     stop the private server, if this script started one
+#   scripts/db.sh restart  restart the private server at once (pg_ctl -m
+#                          immediate: a crash as far as clients can tell), for
+#                          fault tests
 #
 # Order: $DATABASE_URL if it answers; otherwise a private server under
-# .data/pg (git-ignored) on port $SVC_PG_PORT (default 55432), created with
+# $SVC_PG_DATA (default .data/pg, git-ignored) on port $SVC_PG_PORT (default
+# 55432), created with
 # the installed PostgreSQL binaries as an unprivileged user (initdb refuses
 # root); Debian's postgresql package is installed first when no binaries
 # exist. Messages go to stderr so callers can capture the URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-DATA="$ROOT/.data/pg"
+DATA="${SVC_PG_DATA:-$ROOT/.data/pg}"
 PORT="${SVC_PG_PORT:-55432}"
 DBNAME=svc
 say() { echo "db: $*" >&2; }
@@ -53,6 +57,14 @@ if [ "${1:-}" = stop ]; then
   else
     say "no private server under .data/pg"
   fi
+  exit 0
+fi
+
+if [ "${1:-}" = restart ]; then
+  bin=$(pgbin)
+  owner=$(stat -c %U "$DATA")
+  run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -m immediate -w -t 60 restart >/dev/null
+  say "restarted the private server in $DATA"
   exit 0
 fi
 
