@@ -660,3 +660,30 @@ func TestPayoutAccessRefusedIsRetried(t *testing.T) {
 	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
 	e.onePayout(t, w.WithdrawalID)
 }
+
+// TestPaidAfterRefundIsSeenWithoutWebhooks: a payout that completes after
+// its withdrawal was released (the processor had cancelled it) is found by
+// the worker's pass, with no webhook, and raises one alert; the withdrawal
+// stays refunded (the books say what the service did; an operator
+// recovers the money).
+func TestPaidAfterRefundIsSeenWithoutWebhooks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pu", asset.BTC, 10_000_000)
+	w := e.create(t, "pu", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "paid after refund"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.NoError(t, e.Sim.FailPayout(p.ID))
+	e.pass(t)
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	_, err := e.Sim.ConfirmCancelledPayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusRefunded, e.status(t, w.WithdrawalID))
+	require.Len(t, e.alerts(t, withdrawal.AlertPaidAfterRefund, w.WithdrawalID), 1)
+	e.Clock.Advance(withdrawal.RefundWatch + time.Hour)
+	e.pass(t)
+	require.Len(t, e.alerts(t, withdrawal.AlertPaidAfterRefund, w.WithdrawalID), 1)
+}

@@ -121,6 +121,9 @@ const (
 	// DefaultLNPayoutTimeout ends a stuck Lightning payout when the
 	// configuration does not say (LN_PAYOUT_TIMEOUT_SECONDS).
 	DefaultLNPayoutTimeout = time.Hour
+	// RefundWatch is how long the payout of a refunded withdrawal is still
+	// read, in case it completes after all.
+	RefundWatch = 7 * 24 * time.Hour
 	// RequeueWait is how long a withdrawal whose destination has another
 	// open payout waits before it is tried again.
 	RequeueWait = time.Minute
@@ -210,10 +213,16 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	s.failedMu.Lock()
 	after = s.failedAfter
 	s.failedMu.Unlock()
+	// Refunded ones whose payout existed are watched for a while too: a
+	// payout that completes after its hold was returned raises
+	// withdrawal.paid_after_refund even when no webhook says so.
 	var page []uuid.UUID
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-		Where("asset IN (?) AND status = ?", bun.List(processorAssets), StatusFailed).
-		Where("backend_ref IS NOT NULL OR asset = ?", asset.BTCLN).
+		Where("asset IN (?)", bun.List(processorAssets)).
+		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = ? AND (backend_ref IS NOT NULL OR asset = ?)", StatusFailed, asset.BTCLN).
+				WhereOr("status = ? AND backend_ref IS NOT NULL AND updated_at > ?", StatusRefunded, now.Add(-RefundWatch))
+		}).
 		Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
 		return fmt.Errorf("list failed payouts: %w", err)
 	}
