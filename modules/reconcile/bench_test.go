@@ -16,6 +16,7 @@ import (
 	"svc/modules/reconcile"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/chain/chaintest"
 	"svc/platform/config"
 	"svc/platform/db"
 	"svc/platform/money"
@@ -122,7 +123,7 @@ func benchSetup(b *testing.B) *env {
 	b.Helper()
 	sim := btcpaysim.Start(b, btcpaysim.Options{TickEvery: -1})
 	node := tronsim.Start(b)
-	hot, err := chain.ParseTronAddress(tronAddr("hot wallet"))
+	hot, err := chain.ParseTronAddress(chaintest.Tron("hot wallet"))
 	require.NoError(b, err)
 	e := &env{Sim: sim, Node: node, Hot: hot}
 	for _, p := range sim.TronPool() {

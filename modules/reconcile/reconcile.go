@@ -338,15 +338,15 @@ func (s *Service) Compute(ctx context.Context) (Report, error) {
 			continue
 		}
 		b := chainOf[a.Code]
-		shortfall := t.InFlight + leaving[a.Code]
+		owed, shortfall := t.UserObligations()+t.Suspense, t.InFlight+leaving[a.Code]
 		line := CustodyLine{Asset: a.Code, LedgerCustody: a.Format(t.Custody), LedgerInFlight: a.Format(t.InFlight),
-			UserObligations: a.Format(t.UserObligations() + t.Suspense), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall)}
+			UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall)}
 		if b.units != nil {
 			line.ChainBalance, line.Difference = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody))
-			if *b.units < t.UserObligations()+t.Suspense-shortfall {
+			if *b.units < owed-shortfall {
 				line.Insolvent, insolvent = true, true
 				add("%s: insolvent: the chain holds %s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
-					a.Code, a.Format(*b.units), a.Format(t.UserObligations()+t.Suspense), a.Format(shortfall))
+					a.Code, a.Format(*b.units), a.Format(owed), a.Format(shortfall))
 			} else if *b.units < t.Custody {
 				add("%s: the chain holds %s less than the ledger's custody (still covering what users are owed)", a.Code, a.Format(t.Custody-*b.units))
 			}

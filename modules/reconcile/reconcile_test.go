@@ -19,6 +19,7 @@ import (
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/chain/chaintest"
 	"svc/platform/clock"
 	"svc/platform/config"
 	"svc/platform/tron/tronsim"
@@ -43,7 +44,7 @@ func setup(t *testing.T) *env {
 	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
 	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
 	node := tronsim.Start(t)
-	hot, err := chain.ParseTronAddress(tronAddr("hot wallet"))
+	hot, err := chain.ParseTronAddress(chaintest.Tron("hot wallet"))
 	require.NoError(t, err)
 	e := &env{Sim: sim, Node: node, Clock: fake, Hot: hot}
 	for _, p := range sim.TronPool() {
@@ -143,7 +144,10 @@ func (e *env) alerts(t *testing.T, typ string) []alert.Alert {
 	return out
 }
 
-func btcAddr(t *testing.T, seed string) string { t.Helper(); return p2wpkh(t, seed) }
+func btcAddr(t *testing.T, seed string) string {
+	t.Helper()
+	return chaintest.P2WPKH(t, chain.Regtest, seed)
+}
 
 // TestCleanReport: after deposits in every asset and withdrawals in every
 // state, the report is healthy, the chain matches the ledger's custody
@@ -164,8 +168,8 @@ func TestCleanReport(t *testing.T) {
 	broadcast := e.withdraw(t, "ann", asset.BTC, 200_000, btcAddr(t, "broadcast"))
 	confirmed := e.withdraw(t, "ann", asset.BTC, 300_000, btcAddr(t, "confirmed"))
 	failed := e.withdraw(t, "ann", asset.BTC, 50_000, btcAddr(t, "failed"))
-	ln := e.withdraw(t, "ann", asset.BTCLN, 20_000, bolt11(t, e.Clock.Now(), 2*time.Hour))
-	usdt := e.withdraw(t, "ann", asset.USDTTRC20, 20_000_000, tronAddr("payee"))
+	ln := e.withdraw(t, "ann", asset.BTCLN, 20_000, chaintest.BOLT11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour))
+	usdt := e.withdraw(t, "ann", asset.USDTTRC20, 20_000_000, chaintest.Tron("payee"))
 	e.pass(t)
 	_, err := e.Sim.BroadcastPayout(e.payoutOf(t, broadcast).ID, "")
 	require.NoError(t, err)

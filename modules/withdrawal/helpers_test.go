@@ -11,13 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/btcsuite/btcd/btcec/v2"
-	"github.com/btcsuite/btcd/btcec/v2/ecdsa"
 	"github.com/btcsuite/btcd/btcutil"
-	"github.com/btcsuite/btcd/btcutil/base58"
-	"github.com/btcsuite/btcd/chaincfg/chainhash"
-	"github.com/lightningnetwork/lnd/lnwire"
-	"github.com/lightningnetwork/lnd/zpay32"
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
@@ -29,6 +23,7 @@ import (
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/chain/chaintest"
 	"svc/platform/clock"
 	"svc/platform/config"
 	"svc/platform/money"
@@ -259,12 +254,7 @@ func fieldErrors(t testing.TB, r *apptest.Response) []map[string]any {
 func hash20(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:20] }
 func hash32(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:] }
 
-func p2wpkh(t testing.TB, n chain.Network, seed string) string {
-	t.Helper()
-	a, err := btcutil.NewAddressWitnessPubKeyHash(hash20(seed), n.Params())
-	require.NoError(t, err)
-	return a.EncodeAddress()
-}
+func p2wpkh(t testing.TB, n chain.Network, seed string) string { return chaintest.P2WPKH(t, n, seed) }
 
 func p2tr(t testing.TB, n chain.Network, seed string) string {
 	t.Helper()
@@ -287,28 +277,12 @@ func p2sh(t testing.TB, n chain.Network, seed string) string {
 	return a.EncodeAddress()
 }
 
-func tron(seed string) string { return base58.CheckEncode(hash20(seed), 0x41) }
+func tron(seed string) string { return chaintest.Tron(seed) }
 
 // bolt11 mints a signed invoice on n created at created, with sats (0: no
 // amount) and an expiry.
 func bolt11(t testing.TB, n chain.Network, created time.Time, sats int64, expiry time.Duration) string {
-	t.Helper()
-	key, err := btcec.NewPrivateKey()
-	require.NoError(t, err)
-	var hash, secret [32]byte
-	copy(hash[:], hash32(fmt.Sprint(created.UnixNano(), sats, expiry, time.Now().UnixNano())))
-	secret[0] = 0xcd
-	opts := []func(*zpay32.Invoice){zpay32.Description("test"), zpay32.PaymentAddr(secret), zpay32.Expiry(expiry)}
-	if sats > 0 {
-		opts = append(opts, zpay32.Amount(lnwire.MilliSatoshi(sats*1000)))
-	}
-	inv, err := zpay32.NewInvoice(n.Params(), hash, created, opts...)
-	require.NoError(t, err)
-	s, err := inv.Encode(zpay32.MessageSigner{SignCompact: func(msg []byte) ([]byte, error) {
-		return ecdsa.SignCompact(key, chainhash.HashB(msg), true), nil
-	}})
-	require.NoError(t, err)
-	return s
+	return chaintest.BOLT11(t, n, created, sats, expiry)
 }
 
 // auditRows returns the audit rows of a target, oldest first.

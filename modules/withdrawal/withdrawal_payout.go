@@ -342,7 +342,7 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 				"it stays submitting and is retried, and no payout is created twice. Check the processor's URL, API key permissions (btcpay.store.cancreatepullpayments) and store.",
 				w.ID, prior+1, err))
 		}
-		return s.release(ctx, w, token, "", map[string]any{"next_attempt_at": retryAt}, "", err)
+		return s.release(ctx, w, token, Retry, map[string]any{"next_attempt_at": retryAt}, "", err)
 	}
 }
 
@@ -352,12 +352,12 @@ const stuckAfter = 5
 
 // definitive reports a refusal about the payout itself (400 and 422: a
 // destination, an amount, a payout method), which fails the withdrawal.
-// The others (an API key without the permission, an unknown store, rate
-// limiting) are about the deployment: retried, with an operator alert.
+// 401, 403 and 404 (an API key without the permission, an unknown store)
+// are about the deployment: retried, with an operator alert. (The client
+// already reports 408 and 429 as unreachable.)
 func definitive(r *btcpay.RefusedError) bool {
 	switch r.Status {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout,
-		http.StatusConflict, http.StatusTooManyRequests:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
 		return false
 	}
 	return true
@@ -471,10 +471,10 @@ func holdsClaim(w Withdrawal, token uuid.UUID) bool {
 	return w.Status == StatusSubmitting && w.ClaimToken != nil && *w.ClaimToken == token
 }
 
-// release gives up the claim after an unsuccessful call: by trigger t
-// (requeue or fail) with the columns of set, or, with no trigger, staying
-// submitting until set's next_attempt_at. A failure emits
-// withdrawal.failed with reason. cause is logged.
+// release gives up the claim after an unsuccessful call, by trigger t
+// (retry: still submitting until set's next_attempt_at; requeue; fail)
+// with the columns of set. A failure emits withdrawal.failed with reason.
+// cause is logged.
 func (s *Service) release(ctx context.Context, w Withdrawal, token uuid.UUID, t Trigger, set map[string]any, reason string, cause error) error {
 	s.log().Warn("withdrawal: payout not handed over", "withdrawal_id", w.ID, "outcome", string(t), "error", cause)
 	set["claim_token"] = nil
@@ -493,15 +493,7 @@ func (s *Service) release(ctx context.Context, w Withdrawal, token uuid.UUID, t 
 			}
 			return s.failTx(ctx, tx, &cur, a, reason, set)
 		}
-		if t != "" {
-			return s.transit(ctx, tx, &cur, t, set)
-		}
-		q := tx.NewUpdate().Model((*Withdrawal)(nil)).Set("updated_at = ?", s.now()).Where("id = ?", cur.ID)
-		for col, v := range set {
-			q = q.Set("? = ?", bun.Ident(col), v)
-		}
-		_, err = q.Exec(ctx)
-		return err
+		return s.transit(ctx, tx, &cur, t, set)
 	})
 }
 
@@ -559,15 +551,16 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 			"the service does not move the withdrawal: check the payout in the processor", p.ID, w.ID, payoutAmount(p), derefInt(w.AmountNet), err))
 		return nil
 	}
+	over := w.Status == StatusConfirmed || w.Status == StatusRefunded
+	switch {
+	case p.State == btcpay.PayoutCompleted && w.Status == StatusRefunded:
+		s.raise(ctx, s.DB, AlertPaidAfterRefund, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid twice; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
+		return nil
+	case over:
+		return nil // only a completion concerns a withdrawal that is over
+	}
 	switch p.State {
 	case btcpay.PayoutCompleted:
-		switch w.Status {
-		case StatusRefunded:
-			s.raise(ctx, s.DB, AlertPaidAfterRefund, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid twice; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
-			return nil
-		case StatusConfirmed:
-			return nil
-		}
 		return s.complete(ctx, w, p)
 	case btcpay.PayoutInProgress:
 		if w.Asset == asset.BTC {
@@ -595,7 +588,7 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 		}
 		return nil
 	}
-	if w.Asset == asset.BTCLN && w.Status != StatusConfirmed && w.Status != StatusRefunded {
+	if w.Asset == asset.BTCLN {
 		return s.lightningDeadline(ctx, w, p)
 	}
 	return nil

@@ -68,6 +68,9 @@ const (
 	// Claim: a submitter takes the withdrawal to hand its payout to the
 	// processor (or takes over a crashed submitter's expired claim).
 	Claim Trigger = "claim"
+	// Retry: a submission that failed ambiguously stays submitting until
+	// its next attempt.
+	Retry Trigger = "retry"
 	// Requeue: the processor refused the payout for now (another payout to
 	// the same destination is open); the withdrawal waits for its turn.
 	Requeue Trigger = "requeue"
@@ -92,7 +95,7 @@ type Transition struct {
 }
 
 // transitions is the SPEC's withdrawal table with the steps it leaves to
-// the service (claim, requeue, accept, broadcast, fail, expire: the payout
+// the service (claim, retry, requeue, accept, broadcast, fail, expire: the payout
 // work of withdrawal_payout.go). Creation (new -> pending_approval or approved) is not a
 // transition of a stored row. Reject goes straight to refunded because
 // the hold is returned in the same transaction. Release is refused from
@@ -105,6 +108,7 @@ var transitions = []Transition{
 	{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
 	{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
 	{From: []Status{StatusApproved, StatusSubmitting}, Trigger: Claim, To: StatusSubmitting},
+	{From: []Status{StatusSubmitting}, Trigger: Retry, To: StatusSubmitting},
 	{From: []Status{StatusSubmitting}, Trigger: Requeue, To: StatusApproved},
 	{From: []Status{StatusSubmitting}, Trigger: Accept, To: StatusSubmitted},
 	// From failed too: a payout the processor had given up on can still
