@@ -89,12 +89,12 @@ func (s *Service) ScanWallet(ctx context.Context) (int, error) {
 }
 
 func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction, reconciled map[string]bool) (int, error) {
-	known, err := s.knownReceive(ctx, btc.Code, tx.TransactionHash)
-	if err != nil {
+	st, err := s.receiveState(ctx, btc.Code, tx.TransactionHash)
+	if err != nil || st.alerted {
 		return 0, err
 	}
-	if known {
-		return s.checkReceiveAmount(ctx, btc, tx)
+	if st.payments > 0 {
+		return s.checkReceiveAmount(ctx, btc, tx, st)
 	}
 	var note *string
 	if inv := invoiceLabel(tx.Labels); inv != "" {
@@ -107,7 +107,7 @@ func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.W
 			if err := s.Reconcile(ctx, d.ID); err != nil {
 				return 0, fmt.Errorf("wallet scan: reconcile deposit %s: %w", d.ID, err)
 			}
-			if known, err = s.knownReceive(ctx, btc.Code, tx.TransactionHash); err != nil || known {
+			if st, err = s.receiveState(ctx, btc.Code, tx.TransactionHash); err != nil || st.payments > 0 {
 				return 0, err
 			}
 		}
@@ -127,16 +127,7 @@ func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.W
 		c := tx.Confirmations.V
 		a.Confirmations = &c
 	}
-	res, err := s.DB.NewInsert().Model(&a).On("CONFLICT (asset, txid) DO NOTHING").Exec(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("record wallet alert %s: %w", tx.TransactionHash, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return 0, nil
-	}
-	s.log().Error("deposit: wallet receive matches no deposit payment", "txid", tx.TransactionHash,
-		"amount", money.Format(units, btc.Decimals))
-	return 1, nil
+	return s.recordAlert(ctx, a, "deposit: wallet receive matches no deposit payment", "amount", money.Format(units, btc.Decimals))
 }
 
 // checkReceiveAmount compares a confirmed receive that pays deposit
@@ -148,50 +139,55 @@ func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.W
 // A store that charges payers a network fee makes payments worth less than
 // what arrived (the fee stays in the wallet): such a difference shows here
 // too, for an operator to recognise.
-func (s *Service) checkReceiveAmount(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction) (int, error) {
+func (s *Service) checkReceiveAmount(ctx context.Context, btc asset.Asset, tx btcpay.WalletTransaction, st receive) (int, error) {
 	if !tx.Confirmations.Valid || tx.Confirmations.V < 1 {
 		return 0, nil
 	}
-	alerted, err := s.DB.NewSelect().Model((*WalletAlert)(nil)).Where("asset = ? AND txid = ?", btc.Code, tx.TransactionHash).Exists(ctx)
-	if err != nil || alerted {
-		return 0, err
-	}
-	var paid struct {
-		Units   int64 `bun:"units"`
-		Inexact int   `bun:"inexact"`
-	}
-	if err := s.DB.NewSelect().Model((*Payment)(nil)).ColumnExpr("coalesce(sum(units), 0) AS units, count(*) FILTER (WHERE units IS NULL) AS inexact").
-		Where("txid = ?", tx.TransactionHash).Scan(ctx, &paid); err != nil {
-		return 0, fmt.Errorf("wallet scan: payments of %s: %w", tx.TransactionHash, err)
-	}
 	units, err := tx.Amount.Units(btc.Decimals)
-	if err != nil || units <= paid.Units || paid.Inexact > 0 {
+	if err != nil || units <= st.paid || st.inexact > 0 {
 		return 0, nil // a payment without an exact amount is in review: an operator sees it there
 	}
 	note := fmt.Sprintf("transaction %s brought %s BTC to the wallet, but its deposit payments account for %s BTC: %s BTC arrived on no tracked deposit (another of the service's addresses, or a network fee the store charged the payer)",
-		tx.TransactionHash, money.Format(units, btc.Decimals), money.Format(paid.Units, btc.Decimals), money.Format(units-paid.Units, btc.Decimals))
+		tx.TransactionHash, money.Format(units, btc.Decimals), money.Format(st.paid, btc.Decimals), money.Format(units-st.paid, btc.Decimals))
 	c := tx.Confirmations.V
-	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units - paid.Units, Confirmations: &c, DetectedAt: s.now(), Note: &note}
+	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units - st.paid, Confirmations: &c, DetectedAt: s.now(), Note: &note}
+	return s.recordAlert(ctx, a, "deposit: wallet receive worth more than its deposit payments",
+		"amount", money.Format(units, btc.Decimals), "payments", money.Format(st.paid, btc.Decimals))
+}
+
+// recordAlert stores a wallet alert once per transaction and logs it when
+// it is new; it returns how many it stored (0 or 1).
+func (s *Service) recordAlert(ctx context.Context, a WalletAlert, msg string, attrs ...any) (int, error) {
 	res, err := s.DB.NewInsert().Model(&a).On("CONFLICT (asset, txid) DO NOTHING").Exec(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("record wallet alert %s: %w", tx.TransactionHash, err)
+		return 0, fmt.Errorf("record wallet alert %s: %w", a.Txid, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return 0, nil
 	}
-	s.log().Error("deposit: wallet receive worth more than its deposit payments", "txid", tx.TransactionHash,
-		"amount", money.Format(units, btc.Decimals), "payments", money.Format(paid.Units, btc.Decimals))
+	s.log().Error(msg, append([]any{"txid", a.Txid}, attrs...)...)
 	return 1, nil
 }
 
-// knownReceive reports a receive that is a deposit payment or already an
-// alert.
-func (s *Service) knownReceive(ctx context.Context, code, txid string) (bool, error) {
-	ok, err := s.DB.NewSelect().Model((*Payment)(nil)).Where("txid = ?", txid).Exists(ctx)
-	if err != nil || ok {
-		return ok, err
+// receive is what the service knows of a wallet receive: its deposit
+// payments (how many, what they credit, how many have no exact amount)
+// and whether it is an alert already.
+type receive struct {
+	payments, inexact int
+	paid              int64
+	alerted           bool
+}
+
+// receiveState reads it in one statement.
+func (s *Service) receiveState(ctx context.Context, code, txid string) (receive, error) {
+	var st receive
+	err := s.DB.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE units IS NULL), coalesce(sum(units), 0),
+       EXISTS (SELECT 1 FROM wallet_alerts WHERE asset = ? AND txid = ?)
+  FROM deposit_payments WHERE txid = ?`, code, txid, txid).Scan(&st.payments, &st.inexact, &st.paid, &st.alerted)
+	if err != nil {
+		return receive{}, fmt.Errorf("wallet scan: what is known of %s: %w", txid, err)
 	}
-	return s.DB.NewSelect().Model((*WalletAlert)(nil)).Where("asset = ? AND txid = ?", code, txid).Exists(ctx)
+	return st, nil
 }
 
 // invoiceLabel reads the invoice id from BTCPay's (deprecated) labels
