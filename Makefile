@@ -24,6 +24,14 @@ test: ## Run the whole suite with -race against a real PostgreSQL
 bench: ## Run the benchmarks (results: docs/performance.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" scripts/bench.sh
 
+CHAOS_DURATION ?= 30m
+CHAOS_FAULT_PAUSE ?= 3s
+
+.PHONY: chaos
+chaos: ## Fault-injection run of the real binaries (CHAOS_DURATION, CHAOS_SEED to replay; docs/reliability.md)
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_FAULT_PAUSE=$(CHAOS_FAULT_PAUSE) \
+		CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./cmd/svc/chaos/
+
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: lint

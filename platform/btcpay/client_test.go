@@ -108,6 +108,33 @@ func TestAmbiguousFailures(t *testing.T) {
 	}
 }
 
+// TestSlowProcessor: a slow processor within the client's timeout answers
+// late; beyond it, the work is done but the client sees ErrUnreachable (the
+// ambiguous case the payout and deposit paths must survive).
+func TestSlowProcessor(t *testing.T) {
+	t.Parallel()
+	sim := btcpaysim.Start(t, btcpaysim.Options{})
+	c, err := btcpay.New(btcpay.Options{URL: sim.URL(), APIKey: sim.APIKey(), StoreID: sim.StoreID(), Timeout: 400 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	sim.GoSlow(150 * time.Millisecond)
+	start := time.Now()
+	_, err = c.ServerInfo(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond, "the answer came late")
+
+	sim.GoSlow(time.Second)
+	order := uuid.NewString()
+	amt := btcpay.MustAmount("0.01")
+	_, err = c.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: order, Amount: &amt, Currency: "BTC", PaymentMethod: btcpay.MethodBTCChain})
+	require.ErrorIs(t, err, btcpay.ErrUnreachable)
+	sim.Up()
+	require.Eventually(t, func() bool {
+		found, err := c.InvoicesByOrderID(ctx, order)
+		return err == nil && len(found) == 1
+	}, 5*time.Second, 50*time.Millisecond, "the slow request took effect although the client gave up")
+}
+
 func TestUnreachableServer(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())

@@ -2,57 +2,15 @@ package app_test
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/platform/dbtest"
 )
-
-// privateServer starts a PostgreSQL server of the test's own (scripts/db.sh
-// on a temporary data folder and a free port), so that it can be restarted
-// without touching the other tests' server, and returns its URL and a
-// function that restarts it at once (pg_ctl -m immediate: to every client,
-// a crash).
-func privateServer(t *testing.T) (string, func()) {
-	t.Helper()
-	script, err := filepath.Abs("../../../scripts/db.sh")
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	require.NoError(t, ln.Close())
-	data := filepath.Join(t.TempDir(), "pg")
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "SVC_PG_DATA="+data, "SVC_PG_PORT="+port)
-	run := func(args ...string) string {
-		cmd := exec.Command("bash", append([]string{script}, args...)...)
-		cmd.Env = env
-		out, err := cmd.Output()
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		require.NoError(t, err, "scripts/db.sh %v: %s", args, stderr)
-		return strings.TrimSpace(string(out))
-	}
-	lines := strings.Split(run(), "\n")
-	t.Cleanup(func() { run("stop") })
-	return lines[len(lines)-1], func() { run("restart") }
-}
 
 // TestSurvivesADatabaseRestart: PostgreSQL restarted at once under a
 // running API and worker. Neither is restarted: requests during the outage
@@ -62,8 +20,8 @@ func TestSurvivesADatabaseRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL server of its own")
 	}
-	url, restart := privateServer(t)
-	t.Setenv("DATABASE_URL", url) // the test's databases are made on its own server
+	pg := dbtest.StartPrivateServer(t)
+	t.Setenv("DATABASE_URL", pg.URL) // the test's databases are made on its own server
 	e := apptest.New(t, apptest.WithWorker())
 	// A write that needs no processor: a decision on an unknown withdrawal
 	// claims and completes its Idempotency-Key, then answers 404.
@@ -79,7 +37,7 @@ func TestSurvivesADatabaseRestart(t *testing.T) {
 	}
 	before := started()
 	restarted := time.Now()
-	restart()
+	pg.Restart()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := e.Get("/v1/assets")

@@ -191,6 +191,21 @@ func (s *Sim) controlHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, b)
 	})
+	m.HandleFunc("POST /_sim/slow", func(w http.ResponseWriter, r *http.Request) {
+		var b struct {
+			Delay string `json:"delay"`
+		}
+		if !decode(w, r, &b) {
+			return
+		}
+		d, err := time.ParseDuration(b.Delay)
+		if err != nil || d <= 0 {
+			ctlError(w, errors.New("delay must be a positive duration such as \"2s\""))
+			return
+		}
+		s.GoSlow(d)
+		writeJSON(w, http.StatusOK, b)
+	})
 	m.HandleFunc("POST /_sim/up", func(w http.ResponseWriter, _ *http.Request) {
 		s.Up()
 		writeJSON(w, http.StatusOK, map[string]string{"mode": ""})

@@ -362,7 +362,17 @@ func (s *Sim) store(h http.HandlerFunc) http.HandlerFunc {
 func (s *Sim) apiMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Tick()
-		mode := s.takeFailure()
+		mode, delay := s.takeFailure()
+		if delay > 0 {
+			// Slow: the work is done after the delay even when the client
+			// has given up meanwhile, as a busy server finishes what it
+			// started; only the answer is lost then.
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return
+			}
+		}
 		switch mode {
 		case DownError:
 			w.Header().Set("Content-Type", "text/html")
@@ -408,6 +418,7 @@ const (
 
 type downState struct {
 	mode     DownMode // applies to every API request while set
+	delay    time.Duration
 	next     DownMode // applies to the next `count` requests
 	nextLeft int
 }
@@ -420,7 +431,16 @@ func (s *Sim) GoDown(mode DownMode) {
 	s.down.mode = mode
 }
 
-// Up ends GoDown and FailNext.
+// GoSlow makes every API request answer after delay, until Up: a
+// processor that works but slowly (delay beyond the client's timeout: it
+// does the work and the client never learns it).
+func (s *Sim) GoSlow(delay time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down.delay = delay
+}
+
+// Up ends GoDown, GoSlow and FailNext.
 func (s *Sim) Up() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -434,17 +454,17 @@ func (s *Sim) FailNext(n int, mode DownMode) {
 	s.down.next, s.down.nextLeft = mode, n
 }
 
-func (s *Sim) takeFailure() DownMode {
+func (s *Sim) takeFailure() (DownMode, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down.mode != DownNone {
-		return s.down.mode
+		return s.down.mode, s.down.delay
 	}
 	if s.down.nextLeft > 0 {
 		s.down.nextLeft--
-		return s.down.next
+		return s.down.next, s.down.delay
 	}
-	return DownNone
+	return DownNone, s.down.delay
 }
 
 func dropConnection(w http.ResponseWriter) {

@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// settings of a run, from the environment (make chaos sets them; make test
+// runs the short defaults).
+type settings struct {
+	seed     uint64
+	duration time.Duration // of the workload under faults
+	pause    time.Duration // mean time between faults
+	actors   int
+	settle   time.Duration // the most the settling may take
+}
+
+func loadSettings(t *testing.T) settings {
+	s := settings{seed: rand.Uint64() % 1_000_000_000, duration: 45 * time.Second, pause: 3 * time.Second, actors: 4, settle: 8 * time.Minute}
+	env := func(name string, parse func(string) error) {
+		if v := os.Getenv(name); v != "" {
+			if err := parse(v); err != nil {
+				t.Fatalf("%s=%q: %v", name, v, err)
+			}
+		}
+	}
+	env("CHAOS_SEED", func(v string) (err error) { s.seed, err = strconv.ParseUint(v, 10, 64); return })
+	env("CHAOS_DURATION", func(v string) (err error) { s.duration, err = time.ParseDuration(v); return })
+	env("CHAOS_FAULT_PAUSE", func(v string) (err error) { s.pause, err = time.ParseDuration(v); return })
+	env("CHAOS_ACTORS", func(v string) (err error) { s.actors, err = strconv.Atoi(v); return })
+	env("CHAOS_SETTLE", func(v string) (err error) { s.settle, err = time.ParseDuration(v); return })
+	return s
+}
+
+// TestChaos runs the whole service under faults and checks that nothing
+// was lost or doubled (docs/reliability.md).
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole service as separate processes")
+	}
+	s := loadSettings(t)
+	t.Logf("chaos seed %d (replay: make chaos CHAOS_SEED=%d), workload %s, a fault every ~%s", s.seed, s.seed, s.duration, s.pause)
+	dir, err := os.MkdirTemp("", "svc-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("CHAOS_KEEP") != "" {
+			t.Logf("logs of the processes kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	c := startCluster(t, dir)
+	v := &violations{}
+	o := &oracle{c: c, v: v}
+	d := newDriver(t, c, v, s.seed)
+	f := newFaults(c, v, s.seed, s.pause)
+
+	started := time.Now()
+	d.waitAssets(t)
+	ctx, stop := context.WithTimeout(context.Background(), s.duration)
+	defer stop()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go o.watch(watchCtx, 5*time.Second)
+	actors := d.run(ctx, s.actors)
+	faultsDone := make(chan struct{})
+	go func() { f.run(ctx); close(faultsDone) }()
+	<-ctx.Done()
+	<-faultsDone
+	actors.Wait()
+	t.Logf("workload over after %s: %s", time.Since(started).Round(time.Second), f.summary())
+
+	// Everything is up again; the operator and the payers finish what is
+	// open, and every process is left to recover by itself.
+	settleStart := time.Now()
+	left := d.settle(o, s.settle)
+	stopWatch()
+	for _, l := range left {
+		v.add("after %s of settling: %s", s.settle, l)
+	}
+	final := context.Background()
+	for i := 0; !o.books(final); i++ {
+		if i == 30 {
+			v.add("the final ledger check could not read the database")
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	nEvents, err := o.events(final)
+	if err != nil {
+		v.add("events: %v", err)
+	}
+	if err := o.idempotency(final, d); err != nil {
+		v.add("idempotency: %v", err)
+	}
+
+	summary := fmt.Sprintf("seed %d: workload %s with %d actors, settled in %s\n  faults: %s\n  %s\n  events delivered %d (receiver saw %d deliveries), book checks %d, violations %d",
+		s.seed, s.duration, s.actors, time.Since(settleStart).Round(time.Second), f.summary(), d.summary(),
+		nEvents, c.recv.deliveries.Load(), o.checks, len(v.all()))
+	t.Log(summary)
+	_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary+"\n\nfaults:\n"+strings.Join(f.log, "\n")+"\n"), 0o644)
+	if list := v.all(); len(list) > 0 {
+		t.Errorf("%d invariant violations (seed %d; replay with make chaos CHAOS_SEED=%d):\n%s", len(list), s.seed, s.seed, strings.Join(list, "\n"))
+		t.Logf("faults injected:\n%s", strings.Join(f.log, "\n"))
+	}
+}
+
+// waitAssets waits until discovery has enabled every asset.
+func (d *driver) waitAssets(t *testing.T) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, ok := d.call(context.Background(), http.MethodGet, "/v1/assets", nil, false)
+		if ok && resp.status == http.StatusOK {
+			var b struct {
+				Assets []struct {
+					Asset   string `json:"asset"`
+					Enabled bool   `json:"enabled"`
+				} `json:"assets"`
+			}
+			n := 0
+			if resp.decode(&b) == nil {
+				for _, a := range b.Assets {
+					if a.Enabled {
+						n++
+					}
+				}
+			}
+			if n == 3 {
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatal("discovery did not enable BTC, BTC_LN and USDT_TRC20 within 60 s")
+}
+
+// settle plays the operator and the payers until nothing is open: every
+// unpaid invoice expires, every payment confirms, every waiting withdrawal
+// is approved, every USDT one sent, every live payout completed, every
+// failed withdrawal released. It returns what is still open at the end.
+func (d *driver) settle(o *oracle, within time.Duration) []string {
+	ctx := context.Background()
+	d.c.sim.DuplicateWebhooks(false)
+	d.c.sim.ReleaseWebhooks(false)
+	deadline := time.Now().Add(within)
+	for round := 0; ; round++ {
+		d.mu.Lock()
+		deps := append([]*dep(nil), d.deposits...)
+		d.mu.Unlock()
+		for _, x := range deps {
+			inv, ok := d.c.sim.InvoiceByOrderID(x.id)
+			if !ok {
+				continue
+			}
+			if inv.Status == "New" && len(inv.Payments) == 0 {
+				_ = d.c.sim.Expire(inv.ID)
+			} else {
+				_ = d.c.sim.Confirm(inv.ID)
+			}
+		}
+		for _, w := range d.adminList(ctx, "") {
+			switch {
+			case w.Status == "pending_approval":
+				d.call(ctx, http.MethodPost, "/v1/admin/withdrawals/"+w.ID+"/approve", map[string]any{"note": "chaos settling"}, true)
+			case w.Status == "approved" && w.Asset == "USDT_TRC20" && w.AmountNet != nil:
+				d.sendUSDT(ctx, w, fmt.Sprintf("settle-%d", round))
+			case w.Status == "failed":
+				d.call(ctx, http.MethodPost, "/v1/admin/withdrawals/"+w.ID+"/release",
+					map[string]any{"attestation": "chaos settling: the processor cancelled the payout"}, true)
+			}
+		}
+		d.c.tron.MineBlocks(20)
+		for _, p := range d.c.sim.Payouts() {
+			if p.State == "AwaitingPayment" || p.State == "InProgress" {
+				_, _ = d.c.sim.CompletePayout(p.ID, "")
+			}
+		}
+		left, err := o.unsettled(ctx)
+		if err == nil && len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(3 * time.Second)
+	}
+}

@@ -1,0 +1,380 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/chain/chaintest"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+	"svc/platform/platformsim"
+	"svc/platform/tron/tronsim"
+)
+
+const (
+	processorSecret = "chaos-processor-secret"
+	platformSecret  = "chaos-platform-secret"
+)
+
+// cluster is everything a run starts: the database, the simulators, the
+// receiver, the load balancer and the svc processes.
+type cluster struct {
+	t       testing.TB
+	dir     string // binary and logs
+	bin     string
+	pg      *dbtest.PrivateServer
+	sim     *btcpaysim.Sim
+	tron    *tronsim.Sim
+	hot     chain.TronAddress
+	recv    *receiver
+	lb      *balancer
+	apis    []*proc
+	workers []*proc
+	env     []string
+	db      *db.DB // the oracle's own connection
+	rwKey   string
+	admKey  string
+}
+
+// moduleRoot is the checkout this file is in.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func startCluster(t testing.TB, dir string) *cluster {
+	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
+	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
+	build.Dir = moduleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build svc: %v\n%s", err, out)
+	}
+	c.pg = dbtest.StartPrivateServer(t)
+
+	c.recv = newReceiver(platformSecret)
+	recvURL := serve(t, c.recv)
+	c.lb = &balancer{client: &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	lbURL := serve(t, c.lb)
+
+	c.tron = tronsim.Start(t)
+	c.hot = chain.TronAddress(chaintest.Hash("chaos hot wallet")[:20])
+	c.tron.SetTRXBalance(c.hot, 1_000_000_000)
+	c.tron.SetUSDTBalance(c.hot, 1_000_000_000_000)
+	sim, err := btcpaysim.New(btcpaysim.Options{WebhookURL: lbURL + "/webhooks/processor", WebhookSecret: processorSecret,
+		TickEvery: time.Second, Log: fileLog(t, filepath.Join(dir, "simulator.log"))})
+	if err != nil {
+		t.Fatalf("simulator: %v", err)
+	}
+	if err := sim.Listen("127.0.0.1:0"); err != nil {
+		t.Fatalf("simulator: %v", err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	c.sim = sim
+
+	c.env = append(os.Environ(),
+		"DATABASE_URL="+c.pg.URL, "DATABASE_MAX_CONNS=10", "SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=info",
+		"BITCOIN_NETWORK=regtest", "LIGHTNING_ENABLED=true", "HTTP_LISTEN_HOST=127.0.0.1",
+		"BTCPAY_URL="+sim.URL(), "BTCPAY_API_KEY="+sim.APIKey(), "BTCPAY_STORE_ID="+sim.StoreID(),
+		"PROCESSOR_WEBHOOK_SECRET="+processorSecret, "BTCPAY_TIMEOUT=2s",
+		"TRONGRID_URL="+c.tron.URL, "TRON_HOT_WALLET="+c.hot.String(), "USDT_POOL_ADDRESSES="+strings.Join(sim.TronPool(), ","),
+		"PLATFORM_WEBHOOK_URL="+recvURL+"/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret, "PLATFORM_WEBHOOK_TIMEOUT=3s",
+		"DEPOSIT_POLL_INTERVAL=3s", "WALLET_SCAN_INTERVAL=5s", "DISCOVERY_INTERVAL=20s", "PAYOUT_POLL_INTERVAL=2s",
+		"WORKER_HEARTBEAT_INTERVAL=2s", "WORKER_STALE_AFTER=10s", "READYZ_CACHE_TTL=0s",
+	)
+	c.svc("migrate")
+	c.rwKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform", "--as", "chaos"))
+	c.admKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator", "--as", "chaos"))
+	// Some withdrawals under the auto-approval limit, some above; no daily
+	// cap, so the gate that decides is the one the driver chose.
+	c.svc("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "200000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
+	c.svc("admin", "assets", "set", "BTC_LN", "--withdrawal-auto-limit", "50000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
+
+	for i := 0; i < 2; i++ {
+		port := freePort(t)
+		api := &proc{name: fmt.Sprintf("api-%d", i+1), bin: c.bin, args: []string{"api"},
+			env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(port)), log: filepath.Join(dir, fmt.Sprintf("api-%d.log", i+1)),
+			health: fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}
+		c.apis = append(c.apis, api)
+		c.lb.backends = append(c.lb.backends, fmt.Sprintf("http://127.0.0.1:%d", port))
+		c.workers = append(c.workers, &proc{name: fmt.Sprintf("worker-%d", i+1), bin: c.bin, args: []string{"worker"},
+			env: c.env, log: filepath.Join(dir, fmt.Sprintf("worker-%d.log", i+1))})
+	}
+	for _, p := range c.procs() {
+		if err := p.start(); err != nil {
+			t.Fatalf("start %s: %v", p.name, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range c.procs() {
+			p.stop()
+		}
+	})
+	for _, p := range c.apis {
+		if err := p.waitHealthy(30 * time.Second); err != nil {
+			t.Fatalf("%s: %v (log: %s)", p.name, err, p.log)
+		}
+	}
+	c.lb.url = lbURL
+	d, err := db.Open(context.Background(), c.pg.URL, 4)
+	if err != nil {
+		t.Fatalf("oracle connection: %v", err)
+	}
+	t.Cleanup(d.Close)
+	c.db = d
+	return c
+}
+
+func (c *cluster) procs() []*proc { return append(append([]*proc(nil), c.apis...), c.workers...) }
+
+// svc runs a one-shot svc command and returns its output.
+func (c *cluster) svc(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = c.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("svc %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// fileLog is a logger writing to path (the simulator's log).
+func fileLog(t testing.TB, path string) *slog.Logger {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatalf("log: %v", err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return slog.New(slog.NewTextHandler(f, nil))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// serve runs h on a loopback port for the test and returns its URL.
+func serve(t testing.TB, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// proc is one svc process that can be killed and started again.
+type proc struct {
+	name, bin, log, health string
+	args, env              []string
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	kills int
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	// The harness dying takes its processes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+func (p *proc) alive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.kills++
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// stop asks the process to shut down (SIGTERM) and kills it if it has not
+// within 20 s.
+func (p *proc) stop() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+func (p *proc) waitHealthy(within time.Duration) error {
+	if p.health == "" {
+		return nil
+	}
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if r, err := http.Get(p.health); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !p.alive() {
+			return errors.New("exited")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New("not healthy in time")
+}
+
+// balancerHeader marks an answer of the balancer itself (no backend could
+// be reached, or the backend died mid-request), which a client treats as a
+// network error and retries.
+const balancerHeader = "X-Chaos-Balancer"
+
+// balancer spreads requests over the api processes, skipping one that
+// refuses connections, as a load balancer with health checks does.
+type balancer struct {
+	url      string
+	backends []string
+	next     atomic.Uint64
+	client   *http.Client
+}
+
+func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		w.Header().Set(balancerHeader, "read")
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	start := b.next.Add(1)
+	for i := range b.backends {
+		target := b.backends[(int(start)+i)%len(b.backends)]
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		req.Header = r.Header.Clone()
+		resp, err := b.client.Do(req)
+		if err != nil {
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "dial" {
+				continue // nothing listens there: the next one
+			}
+			w.Header().Set(balancerHeader, "lost")
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		return
+	}
+	w.Header().Set(balancerHeader, "none")
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// receiver is the platform's webhook receiver (platformsim), which can be
+// taken down, and which counts deliveries whose signature did not verify.
+type receiver struct {
+	*platformsim.Receiver
+	down       atomic.Bool
+	badSig     atomic.Int64
+	deliveries atomic.Int64
+}
+
+func newReceiver(secret string) *receiver { return &receiver{Receiver: platformsim.New(secret)} }
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path == "/webhooks" {
+		if r.down.Load() {
+			http.Error(w, "receiver down", http.StatusServiceUnavailable)
+			return
+		}
+		r.deliveries.Add(1)
+		sw := &statusWriter{ResponseWriter: w}
+		r.Receiver.ServeHTTP(sw, req)
+		if sw.status == http.StatusUnauthorized {
+			r.badSig.Add(1)
+		}
+		return
+	}
+	r.Receiver.ServeHTTP(w, req)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(s int) { w.status = s; w.ResponseWriter.WriteHeader(s) }

@@ -1,0 +1,10 @@
+// Package chaos is the fault-injection harness (make chaos; a short run is
+// part of make test). It runs the real svc binaries as separate processes,
+// two `svc api` behind a load balancer and two `svc worker`, on a private
+// PostgreSQL server, with the BTCPay and TronGrid simulators and a platform
+// webhook receiver, drives a seeded mixed workload through the public API,
+// and meanwhile kills processes with SIGKILL, restarts the database at once,
+// and makes the processor and the receiver fail. Invariants are checked
+// while it runs and once everything has settled; docs/reliability.md has
+// the method, the figures and how to replay a seed.
+package chaos

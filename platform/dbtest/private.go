@@ -1,0 +1,73 @@
+package dbtest
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// PrivateServer is a PostgreSQL server of the test's own, started by
+// scripts/db.sh on a temporary data folder and a free port, so that it can
+// be restarted or killed without touching the other tests' server. It is
+// stopped when the test ends.
+type PrivateServer struct {
+	// URL is the server's svc database (empty, not migrated).
+	URL string
+	// Data is the server's data folder.
+	Data string
+	env  []string
+	t    testing.TB
+}
+
+// StartPrivateServer starts a private server for t.
+func StartPrivateServer(t testing.TB) *PrivateServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("dbtest: free port: %v", err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_ = ln.Close()
+	s := &PrivateServer{Data: filepath.Join(t.TempDir(), "pg"), t: t}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			s.env = append(s.env, kv)
+		}
+	}
+	s.env = append(s.env, "SVC_PG_DATA="+s.Data, "SVC_PG_PORT="+port)
+	out := s.run()
+	lines := strings.Split(out, "\n")
+	s.URL = lines[len(lines)-1]
+	t.Cleanup(func() { s.run("stop") })
+	return s
+}
+
+// Restart restarts the server at once (pg_ctl -m immediate: to every
+// client, a crash).
+func (s *PrivateServer) Restart() { s.t.Helper(); s.run("restart") }
+
+func (s *PrivateServer) run(args ...string) string {
+	s.t.Helper()
+	cmd := exec.Command("bash", append([]string{dbScript()}, args...)...)
+	cmd.Env = s.env
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		s.t.Fatalf("scripts/db.sh %v: %v: %s", args, err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// dbScript is scripts/db.sh of this checkout.
+func dbScript() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "db.sh")
+}
