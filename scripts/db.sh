@@ -7,6 +7,8 @@
 #   scripts/db.sh restart  restart the private server at once (pg_ctl -m
 #                          immediate: a crash as far as clients can tell), for
 #                          fault tests
+#   scripts/db.sh crash    stop the private server at once (pg_ctl -m
+#                          immediate); scripts/db.sh starts it again
 #
 # Order: $DATABASE_URL if it answers; otherwise a private server under
 # $SVC_PG_DATA (default .data/pg, git-ignored) on port $SVC_PG_PORT (default
@@ -57,6 +59,14 @@ if [ "${1:-}" = stop ]; then
   else
     say "no private server under .data/pg"
   fi
+  exit 0
+fi
+
+if [ "${1:-}" = crash ]; then
+  bin=$(pgbin)
+  owner=$(stat -c %U "$DATA")
+  run_as "$owner" "$bin/pg_ctl" -D "$DATA" -m immediate -w -t 60 stop >/dev/null
+  say "stopped the private server in $DATA at once"
   exit 0
 fi
 

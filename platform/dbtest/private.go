@@ -51,6 +51,13 @@ func StartPrivateServer(t testing.TB) *PrivateServer {
 // client, a crash).
 func (s *PrivateServer) Restart() { s.t.Helper(); s.run("restart") }
 
+// Crash stops the server at once (pg_ctl -m immediate); Start brings it
+// back on the same data and port.
+func (s *PrivateServer) Crash() { s.t.Helper(); s.run("crash") }
+
+// Start starts a crashed or stopped server again.
+func (s *PrivateServer) Start() { s.t.Helper(); s.run() }
+
 func (s *PrivateServer) run(args ...string) string {
 	s.t.Helper()
 	cmd := exec.Command("bash", append([]string{dbScript()}, args...)...)

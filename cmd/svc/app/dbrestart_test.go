@@ -56,4 +56,24 @@ func TestSurvivesADatabaseRestart(t *testing.T) {
 		err := e.App.DB.Bun.NewSelect().Table("worker_heartbeats").ColumnExpr("max(beat_at)").Scan(context.Background(), &last)
 		return err == nil && last.After(restarted)
 	}, "the worker's heartbeat resumes")
+
+	// A longer outage: the server down for seconds. /healthz and /readyz
+	// say so (503, the database unreachable), requests answer 503, and all
+	// of it comes back once the server does, still without a restart.
+	pg.Crash()
+	h := e.Get("/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, h.Status, string(h.Body))
+	require.Equal(t, "unreachable", h.Map(t)["database"])
+	rz := e.Get("/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, rz.Status, string(rz.Body))
+	require.Contains(t, string(rz.Body), `"degraded"`)
+	require.Equal(t, http.StatusServiceUnavailable, e.Get("/v1/assets").Status)
+	require.Equal(t, http.StatusServiceUnavailable, write())
+	time.Sleep(2 * time.Second)
+	pg.Start()
+	back := time.Now()
+	apptest.Eventually(t, 30*time.Second, func() bool { return e.Get("/healthz").Status == http.StatusOK }, "healthz ok after the outage")
+	apptest.Eventually(t, 30*time.Second, func() bool { return e.Get("/v1/assets").Status == http.StatusOK }, "reads answer after the outage")
+	apptest.Eventually(t, 30*time.Second, func() bool { return write() == http.StatusNotFound }, "writes answer after the outage")
+	t.Logf("reads, writes and /healthz answered %s after the server was back", time.Since(back).Round(time.Millisecond))
 }

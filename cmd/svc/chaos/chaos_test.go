@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"svc/platform/btcpay/btcpaysim"
 )
 
 // settings of a run, from the environment (make chaos sets them; make test
@@ -100,6 +102,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		v.add("events: %v", err)
 	}
+	if err := o.processorPayments(final); err != nil {
+		v.add("processor payments: %v", err)
+	}
 	if err := o.idempotency(final, d); err != nil {
 		v.add("idempotency: %v", err)
 	}
@@ -154,11 +159,16 @@ func (d *driver) settle(o *oracle, within time.Duration) []string {
 	d.c.sim.ReleaseWebhooks(false)
 	deadline := time.Now().Add(within)
 	for round := 0; ; round++ {
+		unanswered := d.retryUnanswered(ctx)
+		invoices := map[string]btcpaysim.InvoiceInfo{}
+		for _, inv := range d.c.sim.Invoices() {
+			invoices[inv.OrderID] = inv // the newest of an order wins
+		}
 		d.mu.Lock()
 		deps := append([]*dep(nil), d.deposits...)
 		d.mu.Unlock()
 		for _, x := range deps {
-			inv, ok := d.c.sim.InvoiceByOrderID(x.id)
+			inv, ok := invoices[x.id]
 			if !ok {
 				continue
 			}
@@ -186,6 +196,9 @@ func (d *driver) settle(o *oracle, within time.Duration) []string {
 			}
 		}
 		left, err := o.unsettled(ctx)
+		if unanswered > 0 {
+			left = append(left, fmt.Sprintf("%d requests still unanswered", unanswered))
+		}
 		if err == nil && len(left) == 0 {
 			return nil
 		}

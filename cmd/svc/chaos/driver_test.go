@@ -35,12 +35,13 @@ type driver struct {
 	hc   *http.Client
 	seed uint64
 
-	mu       sync.Mutex
-	deposits []*dep
-	wds      []*wd
-	keys     int
-	ops      map[string]int
-	statuses map[int]int
+	mu         sync.Mutex
+	deposits   []*dep
+	wds        []*wd
+	keys       int
+	unanswered []request
+	ops        map[string]int
+	statuses   map[int]int
 }
 
 type dep struct {
@@ -117,35 +118,66 @@ type response struct {
 
 func (r response) decode(v any) error { return json.Unmarshal(r.body, v) }
 
-// call sends a request through the balancer and retries, with the same
-// Idempotency-Key, until it gets a definitive answer: network errors and
-// the balancer's own answers, 503 (up to a minute; a 503 with a code, the
-// pool exhausted, is definitive), and 409 with Retry-After (an attempt in
-// flight) are retried. A 5xx other than 503 is a violation.
-func (d *driver) call(ctx context.Context, method, path string, body any, admin bool) (response, bool) {
-	var raw []byte
+// request is one API call; a POST carries its Idempotency-Key, kept for
+// every retry.
+type request struct {
+	method, path string
+	raw          []byte
+	admin        bool
+	idem         string
+	then         func(response) // told the definitive answer
+}
+
+// call sends a request through the balancer and retries it, with the same
+// Idempotency-Key, until it gets a definitive answer (see do). A POST that
+// got none within the time allowed is kept and sent again while settling,
+// as a platform retries until it knows (a deposit left creating is left to
+// its client's retry). then, if set, is told the definitive answer.
+func (d *driver) call(ctx context.Context, method, path string, body any, admin bool, then ...func(response)) (response, bool) {
+	req := request{method: method, path: path, admin: admin}
 	if body != nil {
-		raw, _ = json.Marshal(body)
+		req.raw, _ = json.Marshal(body)
 	}
-	key := d.c.rwKey
-	if admin {
-		key = d.c.admKey
+	if len(then) > 0 {
+		req.then = then[0]
 	}
-	var idem string
 	if method == http.MethodPost {
 		d.mu.Lock()
 		d.keys++
-		idem = fmt.Sprintf("chaos-%d-%d", d.seed, d.keys)
+		req.idem = fmt.Sprintf("chaos-%d-%d", d.seed, d.keys)
 		d.mu.Unlock()
 	}
-	deadline := time.Now().Add(4 * time.Minute)
-	unavailableSince := time.Time{}
+	resp, ok := d.do(ctx, req, 4*time.Minute)
+	if !ok {
+		d.count("unanswered")
+		if method == http.MethodPost {
+			d.mu.Lock()
+			d.unanswered = append(d.unanswered, req)
+			d.mu.Unlock()
+		}
+		return resp, false
+	}
+	if req.then != nil {
+		req.then(resp)
+	}
+	return resp, true
+}
+
+// do sends req until a definitive answer or the time allowed is over:
+// network errors and the balancer's own answers, 503 (a 503 with a code,
+// the pool exhausted, is definitive), and 409 with Retry-After (an attempt
+// in flight) are retried. A 5xx other than 503 is a violation.
+func (d *driver) do(ctx context.Context, req request, within time.Duration) (response, bool) {
+	key := d.c.rwKey
+	if req.admin {
+		key = d.c.admKey
+	}
+	deadline := time.Now().Add(within)
 	for {
-		if time.Now().After(deadline) || (ctx.Err() != nil && method == http.MethodGet) {
-			d.count("gave up")
+		if time.Now().After(deadline) || (ctx.Err() != nil && req.method == http.MethodGet) {
 			return response{}, false
 		}
-		resp, err := d.send(method, path, raw, key, idem)
+		resp, err := d.send(req.method, req.path, req.raw, key, req.idem)
 		if err != nil || resp.header.Get(balancerHeader) != "" {
 			time.Sleep(200 * time.Millisecond)
 			continue
@@ -155,25 +187,45 @@ func (d *driver) call(ctx context.Context, method, path string, body any, admin 
 		d.mu.Unlock()
 		switch {
 		case resp.status == http.StatusServiceUnavailable && !bytes.Contains(resp.body, []byte(`"code"`)):
-			if unavailableSince.IsZero() {
-				unavailableSince = time.Now()
-			}
-			if time.Since(unavailableSince) < time.Minute {
-				time.Sleep(retryAfter(resp.header, 500*time.Millisecond))
-				continue
-			}
+			time.Sleep(retryAfter(resp.header, 500*time.Millisecond))
+			continue
 		case resp.status == http.StatusConflict && resp.header.Get("Retry-After") != "":
 			time.Sleep(retryAfter(resp.header, time.Second))
 			continue
 		case resp.status >= 500 && resp.status != http.StatusServiceUnavailable:
-			d.v.add("%s %s answered %d: %s", method, path, resp.status, excerpt(resp.body))
+			d.v.add("%s %s answered %d: %s", req.method, req.path, resp.status, excerpt(resp.body))
 		}
 		out := response{status: resp.status, body: resp.body}
-		if idem != "" && resp.status < 500 {
-			d.replay(method, path, raw, key, idem, out)
+		if req.idem != "" && resp.status < 500 {
+			d.replay(req.method, req.path, req.raw, key, req.idem, out)
 		}
 		return out, true
 	}
+}
+
+// retryUnanswered sends every request that never got an answer again,
+// with its key, and reports how many are still unanswered.
+func (d *driver) retryUnanswered(ctx context.Context) int {
+	d.mu.Lock()
+	list := d.unanswered
+	d.unanswered = nil
+	d.mu.Unlock()
+	var left []request
+	for _, req := range list {
+		resp, ok := d.do(ctx, req, 30*time.Second)
+		if !ok {
+			left = append(left, req)
+			continue
+		}
+		d.count("answered late")
+		if req.then != nil {
+			req.then(resp)
+		}
+	}
+	d.mu.Lock()
+	d.unanswered = append(d.unanswered, left...)
+	d.mu.Unlock()
+	return len(left)
 }
 
 // replay sends the same request again with the same key and requires the
@@ -261,21 +313,23 @@ func (d *driver) deposit(ctx context.Context, r *rand.Rand) {
 		units = 20_000_000 + r.Int64N(200_000_000)
 	}
 	user, _ := pick(r, users)
-	resp, ok := d.call(ctx, http.MethodPost, "/v1/deposits",
-		map[string]any{"external_user_id": user, "asset": asset, "expected_amount": strconv.FormatInt(units, 10)}, false)
-	if !ok || resp.status != http.StatusCreated {
-		return
-	}
-	var body struct {
-		ID string `json:"deposit_id"`
-	}
-	if err := resp.decode(&body); err != nil || body.ID == "" {
-		d.v.add("deposit creation answered 201 without an id: %s", excerpt(resp.body))
-		return
-	}
-	d.mu.Lock()
-	d.deposits = append(d.deposits, &dep{id: body.ID, user: user, asset: asset, units: units})
-	d.mu.Unlock()
+	d.call(ctx, http.MethodPost, "/v1/deposits",
+		map[string]any{"external_user_id": user, "asset": asset, "expected_amount": strconv.FormatInt(units, 10)}, false,
+		func(resp response) {
+			if resp.status != http.StatusCreated {
+				return
+			}
+			var body struct {
+				ID string `json:"deposit_id"`
+			}
+			if err := resp.decode(&body); err != nil || body.ID == "" {
+				d.v.add("deposit creation answered 201 without an id: %s", excerpt(resp.body))
+				return
+			}
+			d.mu.Lock()
+			d.deposits = append(d.deposits, &dep{id: body.ID, user: user, asset: asset, units: units})
+			d.mu.Unlock()
+		})
 }
 
 func (d *driver) unpaid(r *rand.Rand) (*dep, btcpaysim.InvoiceInfo, bool) {
@@ -410,21 +464,23 @@ func (d *driver) withdraw(ctx context.Context, r *rand.Rand, tag string) {
 	default:
 		dest = chaintest.Tron("chaos-" + tag)
 	}
-	resp, ok = d.call(ctx, http.MethodPost, "/v1/withdrawals", map[string]any{"external_user_id": user, "asset": asset,
-		"amount": strconv.FormatInt(gross, 10), "destination_address": dest}, false)
-	if !ok || resp.status != http.StatusCreated {
-		return
-	}
-	var body struct {
-		ID string `json:"withdrawal_id"`
-	}
-	if err := resp.decode(&body); err != nil || body.ID == "" {
-		d.v.add("withdrawal creation answered 201 without an id: %s", excerpt(resp.body))
-		return
-	}
-	d.mu.Lock()
-	d.wds = append(d.wds, &wd{id: body.ID, user: user, asset: asset, gross: gross})
-	d.mu.Unlock()
+	d.call(ctx, http.MethodPost, "/v1/withdrawals", map[string]any{"external_user_id": user, "asset": asset,
+		"amount": strconv.FormatInt(gross, 10), "destination_address": dest}, false,
+		func(resp response) {
+			if resp.status != http.StatusCreated {
+				return
+			}
+			var body struct {
+				ID string `json:"withdrawal_id"`
+			}
+			if err := resp.decode(&body); err != nil || body.ID == "" {
+				d.v.add("withdrawal creation answered 201 without an id: %s", excerpt(resp.body))
+				return
+			}
+			d.mu.Lock()
+			d.wds = append(d.wds, &wd{id: body.ID, user: user, asset: asset, gross: gross})
+			d.mu.Unlock()
+		})
 }
 
 func available(resp response, asset string) int64 {

@@ -44,12 +44,17 @@ func (f *faults) sleep(ctx context.Context, d time.Duration) {
 func (f *faults) run(ctx context.Context) {
 	defer f.heal()
 	var lastRestart time.Time // the first may come at once
+	start := time.Now()
 	for ctx.Err() == nil {
 		f.sleep(ctx, f.pause/2+time.Duration(f.r.Int64N(int64(f.pause))))
 		if ctx.Err() != nil {
 			return
 		}
-		switch n := f.r.IntN(100); {
+		n := f.r.IntN(100)
+		if lastRestart.IsZero() && time.Since(start) > 5*f.pause {
+			n = 55 // every run restarts the database at least once
+		}
+		switch {
 		case n < 50:
 			f.kill(ctx)
 		case n < 60 && time.Since(lastRestart) > 4*f.pause:

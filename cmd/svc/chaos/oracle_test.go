@@ -14,6 +14,7 @@ import (
 	"svc/modules/event"
 	"svc/modules/ledger"
 	"svc/modules/withdrawal"
+	"svc/platform/money"
 )
 
 // violations collects broken invariants; a run passes with none.
@@ -232,6 +233,54 @@ func (o *oracle) idempotency(ctx context.Context, d *driver) error {
 		}
 		if len(ids) != n {
 			o.v.add("%s: %d in the database, %d answered to the driver", table, len(ids), n)
+		}
+	}
+	return nil
+}
+
+// processorPayments: every payment the processor settled, on any invoice
+// of a deposit, is known to the service and credited once, or its deposit
+// is waiting for an operator (review) or was closed by one (dismissed); and
+// a credited payment is worth what the processor says it was.
+func (o *oracle) processorPayments(ctx context.Context) error {
+	var rows []struct {
+		PaymentID string
+		Units     *int64
+		Credited  bool
+		Status    string
+	}
+	if err := o.c.db.Bun.NewSelect().TableExpr("deposit_payments AS dp").Join("JOIN deposits AS d ON d.id = dp.deposit_id").
+		ColumnExpr("dp.payment_id, dp.units, dp.credited, d.status").Scan(ctx, &rows); err != nil {
+		return err
+	}
+	known := make(map[string]int, len(rows))
+	for i, r := range rows {
+		known[r.PaymentID] = i
+	}
+	for _, inv := range o.c.sim.Invoices() {
+		for _, p := range inv.Payments {
+			if p.Status != "Settled" {
+				continue
+			}
+			i, ok := known[p.ID]
+			if !ok {
+				o.v.add("payment %s of invoice %s (%s %s) was settled by the processor and the service does not know it", p.ID, inv.ID, p.Amount, p.Method)
+				continue
+			}
+			r := rows[i]
+			switch {
+			case r.Credited:
+				scale := 8
+				if strings.HasPrefix(p.Method, "USDT") {
+					scale = 6
+				}
+				if want, err := money.ParseDecimal(p.Amount, scale); err == nil && (r.Units == nil || *r.Units != want) {
+					o.v.add("payment %s credited %v units, the processor says %s", p.ID, r.Units, p.Amount)
+				}
+			case r.Status == "review" || r.Status == "dismissed":
+			default:
+				o.v.add("payment %s was settled by the processor; its deposit is %s and it is not credited", p.ID, r.Status)
+			}
 		}
 	}
 	return nil

@@ -53,6 +53,7 @@ type invoice struct {
 	amount     *decimal.Decimal // nil: a top-up invoice
 	currency   string
 	metadata   json.RawMessage
+	order      string // metadata.orderId, read once (the metadata never changes)
 	checkout   checkoutOpts
 	created    time.Time
 	expiration time.Time
@@ -190,9 +191,12 @@ func (inv *invoice) paidState() (full, over bool) {
 	return c >= 0, c > 0
 }
 
-func (inv *invoice) orderID() string {
+func (inv *invoice) orderID() string { return inv.order }
+
+// metadataOrderID is the orderId of an invoice's metadata, if any.
+func metadataOrderID(meta json.RawMessage) string {
 	var m map[string]any
-	_ = json.Unmarshal(inv.metadata, &m)
+	_ = json.Unmarshal(meta, &m)
 	s, _ := m["orderId"].(string)
 	return s
 }
@@ -327,7 +331,7 @@ func (s *Sim) createInvoice(w http.ResponseWriter, r *http.Request) {
 		methods = append(methods, s.methods...)
 	}
 	now := s.now()
-	inv := &invoice{id: newID(16), amount: amount, currency: currency, metadata: meta, created: now,
+	inv := &invoice{id: newID(16), amount: amount, currency: currency, metadata: meta, order: metadataOrderID(meta), created: now,
 		expiration: now.Add(time.Duration(co.ExpirationMinutes) * time.Minute), status: stNew, additional: addNone}
 	inv.monitoring = inv.expiration.Add(time.Duration(co.MonitoringMinutes) * time.Minute)
 	var reasons []string
