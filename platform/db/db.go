@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -151,8 +152,17 @@ func IsConnectionLoss(err error) bool {
 	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
-	// pgconn's own words for a connection that broke under a query; a bare
-	// io.EOF from elsewhere is not taken for one.
+	// A server that goes away mid-message (pg_ctl -m immediate, a crash, a
+	// failover) makes pgx return a bare io.ErrUnexpectedEOF, with no word of
+	// its own around it (the fault harness saw "look up API key: unexpected
+	// EOF" answered 500). Only untyped errors are asked about here, and the
+	// other readers of a request (the body, the processor's answers) type
+	// their failures, so an unexpected EOF that reaches here is the
+	// database's. A bare io.EOF is not taken for one.
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	// pgconn's own words for a connection that broke under a query.
 	msg := err.Error()
 	for _, s := range []string{"failed to receive message", "failed to write", "failed to send", "conn closed", "failed to connect"} {
 		if strings.Contains(msg, s) {

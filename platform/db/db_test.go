@@ -24,7 +24,8 @@ func TestIsConnectionLoss(t *testing.T) {
 		{&pgconn.PgError{Code: "23505"}, false},
 		{fmt.Errorf("x: %w", driver.ErrBadConn), true},
 		{errors.New("failed to receive message: unexpected EOF"), true},
-		{io.ErrUnexpectedEOF, false},
+		{fmt.Errorf("look up API key: %w", io.ErrUnexpectedEOF), true}, // pgx, the server gone mid-message
+		{io.EOF, false},
 		{errors.New("something else"), false},
 		{nil, false},
 	} {
