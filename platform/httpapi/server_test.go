@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -27,7 +28,7 @@ func TestErrorShapes(t *testing.T) {
 		_, err := httpapi.QueryInt(c, "limit", 50, 1, 200)
 		return err
 	})
-	app.Get("/bug", func(*fiber.Ctx) error { return io.ErrUnexpectedEOF })
+	app.Get("/bug", func(*fiber.Ctx) error { return errors.New("a bug: nil map") })
 	httpapi.NotFound(app)
 
 	for _, tc := range []struct {
