@@ -14,7 +14,9 @@ import (
 // becomes leader, by the elected leader. It is deliberately not unique per
 // period: that would skip the start-up run of a worker restarted within the
 // interval. A hand-over between leaders can therefore run a job twice, which
-// every periodic worker must tolerate (they all are idempotent).
+// every periodic worker must tolerate (they all are idempotent). The app
+// schedules them with Jobs.AddPeriodic, which also makes each kind
+// single-flight: one pass at a time across every worker.
 func Periodic(every time.Duration, args river.JobArgs) *river.PeriodicJob {
 	return river.NewPeriodicJob(river.PeriodicInterval(every),
 		func() (river.JobArgs, *river.InsertOpts) { return args, nil },

@@ -56,6 +56,10 @@ type WorkerParams struct {
 	// FetchPollInterval bounds how long a job can wait when a NOTIFY is
 	// missed; tests shorten it.
 	FetchPollInterval time.Duration
+	// SingleFlight are job kinds of which one job at a time runs across
+	// every worker process; another one that finds it running completes at
+	// once (the periodic passes).
+	SingleFlight []string
 }
 
 // NewWorker returns the River client that works jobs (not yet started).
@@ -80,6 +84,9 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		// worker at about ten webhook-driven settlements a second
 		// (docs/performance.md); 20 ms lifts that at a small polling cost.
 		FetchCooldown: 20 * time.Millisecond,
+	}
+	if len(p.SingleFlight) > 0 {
+		cfg.Middleware = []rivertype.Middleware{newSingleFlight(pool, p.SingleFlight, quiet(p.Log))}
 	}
 	if p.FetchPollInterval > 0 {
 		cfg.FetchPollInterval = p.FetchPollInterval

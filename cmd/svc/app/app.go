@@ -13,11 +13,13 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"svc/jobs"
 	"svc/modules/apikey"
 	"svc/platform/clock"
 	"svc/platform/config"
@@ -128,6 +130,19 @@ func (a *App) HTTP() *fiber.App {
 type Jobs struct {
 	Workers  *river.Workers
 	Periodic []*river.PeriodicJob
+	// SingleFlight are the kinds of which one job at a time runs across
+	// every worker (queue.WorkerParams.SingleFlight).
+	SingleFlight []string
+}
+
+// AddPeriodic schedules args every interval (jobs.Periodic) and makes its
+// kind single-flight: a periodic pass is a sweep over whatever is due, so a
+// second one beside it does nothing useful, and passes slower than their
+// interval must not pile up and take every worker slot from webhooks and
+// deliveries (the fault harness saw that after an outage).
+func (j *Jobs) AddPeriodic(every time.Duration, args river.JobArgs) {
+	j.Periodic = append(j.Periodic, jobs.Periodic(every, args))
+	j.SingleFlight = append(j.SingleFlight, args.Kind())
 }
 
 // Worker returns the River client that runs every job (not yet started).
@@ -138,7 +153,7 @@ func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 			return nil, err
 		}
 	}
-	p.Workers, p.PeriodicJobs, p.Log = j.Workers, j.Periodic, a.Log
+	p.Workers, p.PeriodicJobs, p.SingleFlight, p.Log = j.Workers, j.Periodic, j.SingleFlight, a.Log
 	if p.Concurrency == 0 {
 		p.Concurrency = a.Cfg.Worker.Concurrency
 	}

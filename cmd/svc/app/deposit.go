@@ -6,7 +6,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"svc/jobs"
 	"svc/modules/deposit"
 	"svc/platform/chain"
 )
@@ -57,10 +56,8 @@ func (a *App) jobsDeposits(j *Jobs) error {
 	river.AddWorker(j.Workers, &deposit.PollWorker{Service: a.Deposits})
 	river.AddWorker(j.Workers, &deposit.PoolReleaseWorker{Service: a.Deposits})
 	river.AddWorker(j.Workers, &deposit.WalletScanWorker{Service: a.Deposits})
-	j.Periodic = append(j.Periodic,
-		jobs.Periodic(a.Cfg.Worker.DepositPollEvery, deposit.PollArgs{}),
-		jobs.Periodic(deposit.PoolReleaseEvery, deposit.PoolReleaseArgs{}),
-		jobs.Periodic(a.Cfg.Worker.WalletScanEvery, deposit.WalletScanArgs{}),
-	)
+	j.AddPeriodic(a.Cfg.Worker.DepositPollEvery, deposit.PollArgs{})
+	j.AddPeriodic(deposit.PoolReleaseEvery, deposit.PoolReleaseArgs{})
+	j.AddPeriodic(a.Cfg.Worker.WalletScanEvery, deposit.WalletScanArgs{})
 	return nil
 }

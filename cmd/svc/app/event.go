@@ -39,12 +39,7 @@ func (a *App) jobsEvents(j *Jobs) error {
 	}
 	river.AddWorker(j.Workers, &event.DeliverWorker{Deliverer: a.Deliverer})
 	river.AddWorker(j.Workers, &event.SweepWorker{Deliverer: a.Deliverer})
-	// Not jobs.Periodic: its once-per-period uniqueness would skip the sweep
-	// of a worker restarted within a minute of the last one, and that
-	// start-up sweep is what drains a backlog once a URL is set. A
-	// duplicated sweep is harmless (delivery jobs are unique).
-	j.Periodic = append(j.Periodic, river.NewPeriodicJob(river.PeriodicInterval(event.SweepEvery),
-		func() (river.JobArgs, *river.InsertOpts) { return event.SweepArgs{}, nil },
-		&river.PeriodicJobOpts{ID: event.SweepArgs{}.Kind(), RunOnStart: true}))
+	// Also at a worker's start, which drains a backlog once a URL is set.
+	j.AddPeriodic(event.SweepEvery, event.SweepArgs{})
 	return nil
 }

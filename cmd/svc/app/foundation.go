@@ -49,9 +49,7 @@ func (a *App) routesFoundation(r Routers) {
 func (a *App) jobsFoundation(j *Jobs) error {
 	river.AddWorker(j.Workers, &jobs.HeartbeatWorker{DB: a.DB.Bun, Now: a.Clock.Now})
 	river.AddWorker(j.Workers, &jobs.PruneIdempotencyWorker{Store: a.Idem, Retention: a.Cfg.HTTP.IdempotencyTTL})
-	j.Periodic = append(j.Periodic,
-		jobs.Periodic(a.Cfg.Worker.HeartbeatInterval, jobs.HeartbeatArgs{}),
-		jobs.Periodic(time.Hour, jobs.PruneIdempotencyArgs{}),
-	)
+	j.AddPeriodic(a.Cfg.Worker.HeartbeatInterval, jobs.HeartbeatArgs{})
+	j.AddPeriodic(time.Hour, jobs.PruneIdempotencyArgs{})
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"svc/jobs"
 	"svc/modules/discovery"
 	"svc/modules/health"
 	"svc/modules/ingress"
@@ -81,16 +80,11 @@ func (a *App) jobsProcessor(j *Jobs) error {
 	if a.Ingress != nil {
 		river.AddWorker(j.Workers, &ingress.Worker{Service: a.Ingress})
 		river.AddWorker(j.Workers, &ingress.PruneWorker{Service: a.Ingress, Retention: a.Cfg.HTTP.IngressRetention})
-		j.Periodic = append(j.Periodic, jobs.Periodic(time.Hour, ingress.PruneArgs{}))
+		j.AddPeriodic(time.Hour, ingress.PruneArgs{})
 	}
 	if a.Discovery != nil {
 		river.AddWorker(j.Workers, &discovery.Worker{Service: a.Discovery})
-		// Not jobs.Periodic: its once-per-period uniqueness would skip the
-		// run at the start of a worker restarted within the interval, and
-		// that run is what enables the assets. Two runs are harmless.
-		j.Periodic = append(j.Periodic, river.NewPeriodicJob(river.PeriodicInterval(a.Cfg.Worker.DiscoveryEvery),
-			func() (river.JobArgs, *river.InsertOpts) { return discovery.Args{}, nil },
-			&river.PeriodicJobOpts{ID: discovery.Args{}.Kind(), RunOnStart: true}))
+		j.AddPeriodic(a.Cfg.Worker.DiscoveryEvery, discovery.Args{})
 	}
 	return nil
 }

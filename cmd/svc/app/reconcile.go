@@ -5,7 +5,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"svc/jobs"
 	"svc/modules/deposit"
 	"svc/modules/health"
 	"svc/modules/ledger"
@@ -51,10 +50,10 @@ func (a *App) routesReconcile(r Routers) { a.Reconcile.Routes(r.Admin) }
 // minutes, when a TRON node and the hot wallet are configured).
 func (a *App) jobsReconcile(j *Jobs) error {
 	river.AddWorker(j.Workers, &reconcile.RunWorker{Service: a.Reconcile})
-	j.Periodic = append(j.Periodic, jobs.Periodic(reconcile.Every, reconcile.RunArgs{}))
+	j.AddPeriodic(reconcile.Every, reconcile.RunArgs{})
 	if a.Tron != nil && a.Cfg.Tron.HotWallet != "" {
 		river.AddWorker(j.Workers, &reconcile.GasWorker{Service: a.Reconcile})
-		j.Periodic = append(j.Periodic, jobs.Periodic(reconcile.GasEvery, reconcile.GasArgs{}))
+		j.AddPeriodic(reconcile.GasEvery, reconcile.GasArgs{})
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"svc/jobs"
 	"svc/modules/ledger"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
@@ -65,12 +64,12 @@ func (a *App) routesWithdrawals(r Routers) { a.Withdrawals.Routes(r.Platform, r.
 func (a *App) jobsWithdrawals(j *Jobs) error {
 	if a.BTCPay != nil {
 		river.AddWorker(j.Workers, &withdrawal.PayoutsWorker{Service: a.Withdrawals})
-		j.Periodic = append(j.Periodic, jobs.Periodic(a.Cfg.Payouts.PollInterval, withdrawal.PayoutsArgs{}))
+		j.AddPeriodic(a.Cfg.Payouts.PollInterval, withdrawal.PayoutsArgs{})
 	}
 	if a.Tron == nil {
 		return nil
 	}
 	river.AddWorker(j.Workers, &withdrawal.ConfirmUSDTWorker{Service: a.Withdrawals})
-	j.Periodic = append(j.Periodic, jobs.Periodic(withdrawal.USDTConfirmEvery, withdrawal.ConfirmUSDTArgs{}))
+	j.AddPeriodic(withdrawal.USDTConfirmEvery, withdrawal.ConfirmUSDTArgs{})
 	return nil
 }
