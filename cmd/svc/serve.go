@@ -73,6 +73,12 @@ func newWorkerCmd() *cobra.Command {
 			if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 				return fmt.Errorf("start worker: %w", err)
 			}
+			// The liveness lock is held until the worker has stopped, so
+			// that the jobs a graceful stop is finishing are not taken for
+			// a dead worker's.
+			live, endLive := context.WithCancel(context.WithoutCancel(ctx))
+			defer endLive()
+			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log}.Run(live)
 			a.Log.Info("worker started", "version", version)
 			<-ctx.Done()
 			a.Log.Info("worker shutting down")

@@ -38,7 +38,9 @@ func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error
 // LongestJobTimeout is the most any worker may allow one job: the passes
 // over many rows (the deposit poll, the wallet scan, the payout and USDT
 // passes, the reconciliation) commit each row's work on its own, so a pass
-// cut short loses nothing and the next one carries on. RescueAfter stays
+// cut short loses nothing and the next one carries on. A dead worker's jobs
+// come back within seconds through DeadWorkerRescue; RescueAfter, River's
+// own time-based rescue, is the fallback. It stays
 // above it: a job still "running" that long belonged to a worker that
 // died, and goes back to the queue within a few minutes instead of the
 // quarter of an hour a platform event could otherwise wait.

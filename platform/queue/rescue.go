@@ -1,0 +1,124 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// livenessClass is the first key of the advisory lock a worker holds for
+// as long as it lives: pg_advisory_lock(livenessClass, hashtext(client id)).
+const livenessClass int32 = 0x5f20
+
+// DeadWorkerRescue is how the jobs of a dead worker get back to the queue
+// in seconds rather than after RescueAfter. River's own rescuer can only go
+// by time: a job "running" for longer than any job may run. Here every
+// worker process holds an advisory lock named after its River client for
+// as long as it lives, on a session of its own; PostgreSQL frees it the
+// moment the process dies (kill -9 included: the connection closes). A job
+// still running whose worker holds no such lock belonged to a dead worker,
+// and is handed back to the queue (retryable at once, with an error naming
+// the dead worker, as River's rescuer does), where another worker takes it.
+//
+// Every job must be safe to run twice, as it must for River's rescuer: a
+// worker whose lock session broke while it lives (its connection to the
+// database cut, the database restarted) may still be running the job. To
+// keep that rare, a worker rescues only while it has held its own lock for
+// Grace, so that after a database restart every live worker has had the
+// time to take its lock again, and only jobs that started more than Grace
+// ago are candidates.
+type DeadWorkerRescue struct {
+	Pool     *pgxpool.Pool
+	ClientID string        // the River client's ID (Client.ID)
+	Every    time.Duration // how often (default 5s)
+	Grace    time.Duration // default 15s
+	Log      *slog.Logger
+}
+
+// Run holds the liveness lock and rescues dead workers' jobs until ctx
+// ends.
+func (r DeadWorkerRescue) Run(ctx context.Context) {
+	if r.Every <= 0 {
+		r.Every = 5 * time.Second
+	}
+	if r.Grace <= 0 {
+		r.Grace = 15 * time.Second
+	}
+	log := r.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg := r.Pool.Config().ConnConfig.Copy()
+	var (
+		conn  *pgx.Conn
+		since time.Time
+	)
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	t := time.NewTicker(r.Every)
+	defer t.Stop()
+	for {
+		if conn == nil || conn.IsClosed() {
+			conn, since = r.hold(ctx, cfg, log)
+		}
+		if conn != nil && time.Since(since) >= r.Grace {
+			if n, err := r.rescue(ctx); err != nil {
+				log.Warn("dead-worker rescue failed", "error", err)
+			} else if n > 0 {
+				log.Warn("rescued the running jobs of dead workers", "jobs", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// hold connects and takes the liveness lock, or returns nil (tried again
+// on the next tick).
+func (r DeadWorkerRescue) hold(ctx context.Context, cfg *pgx.ConnConfig, log *slog.Logger) (*pgx.Conn, time.Time) {
+	cctx, cancel := context.WithTimeout(ctx, lockCallTimeout)
+	defer cancel()
+	c, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, time.Time{}
+	}
+	if _, err := c.Exec(cctx, "SELECT pg_advisory_lock($1, hashtext($2))", livenessClass, r.ClientID); err != nil {
+		log.Warn("liveness lock not taken", "error", err)
+		_ = c.Close(context.Background())
+		return nil, time.Time{}
+	}
+	return c, time.Now()
+}
+
+// rescue hands back the running jobs whose worker holds no liveness lock.
+func (r DeadWorkerRescue) rescue(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tag, err := r.Pool.Exec(ctx, `
+UPDATE river_job j
+   SET state = 'retryable', scheduled_at = now(),
+       errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
+                  'error', 'its worker ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' died; rescued', 'trace', ''))
+ WHERE j.state = 'running'
+   AND j.attempted_at < now() - make_interval(secs => $1)
+   AND array_length(j.attempted_by, 1) > 0
+   AND NOT EXISTS (
+         SELECT 1 FROM pg_locks l
+          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+            AND l.classid = $2::int::oid
+            AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))`,
+		r.Grace.Seconds(), livenessClass)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

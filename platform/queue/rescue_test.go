@@ -1,0 +1,90 @@
+package queue_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"svc/platform/dbtest"
+	"svc/platform/queue"
+)
+
+type stuckArgs struct{}
+
+func (stuckArgs) Kind() string { return "test_stuck" }
+
+// stuckWorker blocks its first run until released; later runs return.
+type stuckWorker struct {
+	river.WorkerDefaults[stuckArgs]
+	runs    atomic.Int64
+	release chan struct{}
+}
+
+func (w *stuckWorker) Work(ctx context.Context, _ *river.Job[stuckArgs]) error {
+	if w.runs.Add(1) == 1 {
+		select {
+		case <-w.release:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// TestDeadWorkerRescue: a job running on a worker whose liveness lock is
+// gone goes back to the queue within seconds and another worker runs it;
+// while the lock is held, it is left alone however long it runs.
+func TestDeadWorkerRescue(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	w := &stuckWorker{release: make(chan struct{})}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	newClient := func() (string, func()) {
+		c, err := queue.NewWorker(d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2, FetchPollInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = c.Stop(sctx)
+		})
+		rctx, stop := context.WithCancel(ctx)
+		go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: c.ID(), Every: 100 * time.Millisecond, Grace: time.Second}.Run(rctx)
+		t.Cleanup(stop)
+		return c.ID(), stop
+	}
+	firstID, dieFirst := newClient()
+	t.Cleanup(func() { close(w.release) }) // before the clients stop (cleanups run last first)
+
+	ins, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{})
+	require.NoError(t, err)
+	_, err = ins.Insert(ctx, stuckArgs{}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return w.runs.Load() == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	// A second worker, alive, watching: the first one's job is left alone
+	// while the first one holds its lock, however long the job takes.
+	newClient()
+	time.Sleep(3 * time.Second)
+	var state string
+	var attemptedBy []string
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT state, attempted_by FROM river_job WHERE kind = 'test_stuck'").Scan(&state, &attemptedBy))
+	require.Equal(t, "running", state)
+	require.Equal(t, firstID, attemptedBy[len(attemptedBy)-1])
+	require.Equal(t, int64(1), w.runs.Load())
+
+	// The first worker dies (its liveness session ends; its job is still
+	// "running" in River): the job is rescued and run again elsewhere.
+	dieFirst()
+	require.Eventually(t, func() bool { return w.runs.Load() == 2 }, 20*time.Second, 50*time.Millisecond,
+		"the dead worker's job ran again within seconds")
+	var errs []string
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT array(SELECT e->>'error' FROM unnest(errors) e) FROM river_job WHERE kind = 'test_stuck'").Scan(&errs))
+	require.Contains(t, errs, "its worker "+firstID+" died; rescued")
+}
