@@ -176,7 +176,9 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 		if (!errors.As(err, &e) || e.Kind == fault.Internal) && db.IsConnectionLoss(err) {
 			// The database went away under the request (a restart, a
 			// failover): a dependency, retryable with the same key.
-			e = fault.Wrap(fault.Unavailable, "the database is unreachable or the connection was lost; retry with the same Idempotency-Key", err)
+			// A restart takes seconds: Retry-After says to come back soon.
+			e = fault.Wrap(fault.Unavailable, "the database is unreachable or the connection was lost; retry with the same Idempotency-Key", err).
+				WithRetryAfter(time.Second)
 		}
 		if e == nil || e.Kind == fault.Internal {
 			log.Error("request failed", "error", err, "method", c.Method(), "path", c.Path(),

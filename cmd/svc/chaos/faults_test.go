@@ -68,8 +68,7 @@ func (f *faults) run(ctx context.Context) {
 		case n < 94:
 			f.processorFault(ctx)
 		default:
-			f.kill(ctx) // two processes at once
-			f.kill(ctx)
+			f.killTwo(ctx)
 		}
 	}
 }
@@ -91,6 +90,27 @@ func (f *faults) kill(ctx context.Context) {
 	f.note("kill -9 %s, back in %s", p.name, wait)
 	f.sleep(ctx, wait)
 	f.restart(p)
+}
+
+// killTwo kills two different processes at once (both api or both worker
+// processes can be down together) and starts them again after a moment.
+func (f *faults) killTwo(ctx context.Context) {
+	procs := f.c.procs()
+	i := f.r.IntN(len(procs))
+	j := (i + 1 + f.r.IntN(len(procs)-1)) % len(procs)
+	wait := time.Duration(200+f.r.IntN(3000)) * time.Millisecond
+	for _, p := range []*proc{procs[i], procs[j]} {
+		if p.alive() {
+			p.kill()
+			f.mu.Lock()
+			f.kills++
+			f.mu.Unlock()
+		}
+	}
+	f.note("kill -9 %s and %s together, back in %s", procs[i].name, procs[j].name, wait)
+	f.sleep(ctx, wait)
+	f.restart(procs[i])
+	f.restart(procs[j])
 }
 
 func (f *faults) restart(p *proc) {
