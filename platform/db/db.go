@@ -131,6 +131,27 @@ func IsCheckViolation(err error, constraint string) bool {
 // IsNoRows reports sql.ErrNoRows.
 func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
+// IsUnavailable reports an error that means the database cannot serve the
+// request now, through no fault of the request: the connection was lost
+// (IsConnectionLoss), or the server refuses the work for a condition an
+// operator fixes (disk full 53100, out of memory 53200, too many
+// connections 53300, a read-only transaction 25006 after a failover to a
+// standby or with default_transaction_read_only). The request may be
+// retried with the same Idempotency-Key; nothing it did was committed.
+func IsUnavailable(err error) bool {
+	if IsConnectionLoss(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "53100", "53200", "53300", "25006":
+			return true
+		}
+	}
+	return false
+}
+
 // IsConnectionLoss reports an error that means the database could not be
 // reached or the connection broke (a restart, a failover, a terminated
 // backend): a dependency unavailable, not a bug. The request may be

@@ -13,6 +13,23 @@ import (
 	"svc/platform/db"
 )
 
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("post: %w", &pgconn.PgError{Code: "53100"}), true}, // disk full
+		{&pgconn.PgError{Code: "53300"}, true},                         // too many connections
+		{&pgconn.PgError{Code: "25006"}, true},                         // read-only transaction
+		{&pgconn.PgError{Code: "57P01"}, true},                         // a connection loss too
+		{&pgconn.PgError{Code: "23505"}, false},
+		{errors.New("something else"), false},
+	} {
+		require.Equal(t, tc.want, db.IsUnavailable(tc.err), "%v", tc.err)
+	}
+}
+
 func TestIsConnectionLoss(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

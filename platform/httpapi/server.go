@@ -173,12 +173,16 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return c.Status(fe.Code).JSON(fiber.Map{"detail": msg})
 		}
 		var e *fault.Error
-		if (!errors.As(err, &e) || e.Kind == fault.Internal) && db.IsConnectionLoss(err) {
+		if (!errors.As(err, &e) || e.Kind == fault.Internal) && db.IsUnavailable(err) {
 			// The database went away under the request (a restart, a
-			// failover): a dependency, retryable with the same key.
+			// failover) or refuses work (disk full, read only, too many
+			// connections): a dependency, retryable with the same key.
 			// A restart takes seconds: Retry-After says to come back soon.
-			e = fault.Wrap(fault.Unavailable, "the database is unreachable or the connection was lost; retry with the same Idempotency-Key", err).
-				WithRetryAfter(time.Second)
+			msg := "the database is unreachable or the connection was lost; retry with the same Idempotency-Key"
+			if !db.IsConnectionLoss(err) {
+				msg = "the database refuses the change for now (full, read-only or out of connections); retry with the same Idempotency-Key"
+			}
+			e = fault.Wrap(fault.Unavailable, msg, err).WithRetryAfter(time.Second)
 		}
 		if e == nil || e.Kind == fault.Internal {
 			log.Error("request failed", "error", err, "method", c.Method(), "path", c.Path(),

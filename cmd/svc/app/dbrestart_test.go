@@ -3,9 +3,11 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
@@ -78,4 +80,49 @@ func TestSurvivesADatabaseRestart(t *testing.T) {
 	apptest.Eventually(t, 30*time.Second, func() bool { return e.Get("/v1/assets").Status == http.StatusOK }, "reads answer after the outage")
 	apptest.Eventually(t, 30*time.Second, func() bool { return write() == http.StatusNotFound }, "writes answer after the outage")
 	t.Logf("reads, writes and /healthz answered %s after the server was back", time.Since(back).Round(time.Millisecond))
+}
+
+// TestReadOnlyDatabaseAnswers503: a database that refuses writes (here
+// read-only, as a standby after a failover or default_transaction_read_only;
+// a full disk or too many connections are classified alike) makes writes
+// answer 503 with Retry-After and a plain detail, never 500, and nothing
+// changes; once it takes writes again, the same request succeeds.
+func TestReadOnlyDatabaseAnswers503(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	ctx := context.Background()
+	var name string
+	require.NoError(t, e.App.DB.Bun.QueryRowContext(ctx, "SELECT current_database()").Scan(&name))
+	admin, err := pgx.Connect(ctx, dbtest.AdminURL(t)) // another database of the server
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	readOnly := func(on bool) {
+		setting := "SET default_transaction_read_only = on"
+		if !on {
+			setting = "RESET default_transaction_read_only"
+		}
+		_, err := admin.Exec(ctx, "ALTER DATABASE "+name+" "+setting)
+		require.NoError(t, err)
+		// New sessions take the setting: end the service's.
+		_, err = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
+		require.NoError(t, err)
+		e.App.DB.Pool.Reset()
+	}
+	// A write that needs no processor: a decision on an unknown withdrawal
+	// claims its Idempotency-Key, then answers 404.
+	write := func() *apptest.Response {
+		return e.AdminPost("/v1/admin/withdrawals/0b6c2b9e-4f1e-4c9b-8f44-1a2b3c4d5e6f/reject", map[string]any{})
+	}
+	readOnly(true)
+	var r *apptest.Response
+	apptest.Eventually(t, 10*time.Second, func() bool {
+		r = write()
+		require.NotEqual(t, http.StatusInternalServerError, r.Status, string(r.Body))
+		return r.Status == http.StatusServiceUnavailable && !strings.Contains(string(r.Body), "connection was lost")
+	}, "writes refused as a dependency")
+	require.Contains(t, string(r.Body), "retry with the same Idempotency-Key")
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusOK, e.Get("/v1/assets").Status, "reads still answer")
+	readOnly(false)
+	apptest.Eventually(t, 10*time.Second, func() bool { r = write(); return r.Status == http.StatusNotFound }, "writes taken again")
 }
