@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -60,7 +61,8 @@ func (s *Store) Middleware(log *slog.Logger) fiber.Handler {
 		bg := context.WithoutCancel(ctx)
 		if status >= 500 {
 			if err := rec.Release(bg); err != nil {
-				log.Error("release idempotency key", "error", err)
+				log.Warn("release idempotency key failed; retrying in the background", "error", err)
+				releaseLater(rec.Release, time.Second, log)
 			}
 			return nil
 		}
@@ -78,6 +80,35 @@ func (s *Store) Middleware(log *slog.Logger) fiber.Handler {
 		}
 		return nil
 	}
+}
+
+// releasers bounds the background releases under way at once.
+var releasers = make(chan struct{}, 1024)
+
+// releaseLater keeps trying, every second for up to TakeoverAfter, to
+// release a key whose release failed: the request failed because the
+// database was unreachable, so its release failed too. The key then
+// becomes retryable as soon as the database is back, instead of answering
+// 409 until the takeover meant for dead processes.
+func releaseLater(release func(context.Context) error, every time.Duration, log *slog.Logger) {
+	select {
+	case releasers <- struct{}{}:
+	default:
+		log.Error("too many idempotency keys waiting for release; this one waits for the takeover")
+		return
+	}
+	go func() {
+		defer func() { <-releasers }()
+		for end := time.Now().Add(TakeoverAfter); time.Now().Before(end); {
+			time.Sleep(every)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := release(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
 }
 
 func printable(s string) bool {
