@@ -78,7 +78,15 @@ func newWorkerCmd() *cobra.Command {
 			// a dead worker's.
 			live, endLive := context.WithCancel(context.WithoutCancel(ctx))
 			defer endLive()
-			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log}.Run(live)
+			recovery := a.RecoveryJobs()
+			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log, OnReconnect: func(ctx context.Context) {
+				a.Log.Info("database back: running the catch-up passes now")
+				for _, args := range recovery {
+					if _, err := w.Insert(ctx, args, nil); err != nil {
+						a.Log.Warn("catch-up pass not queued", "kind", args.Kind(), "error", err)
+					}
+				}
+			}}.Run(live)
 			a.Log.Info("worker started", "version", version)
 			<-ctx.Done()
 			a.Log.Info("worker shutting down")

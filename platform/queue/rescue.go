@@ -36,7 +36,15 @@ type DeadWorkerRescue struct {
 	Every    time.Duration // how often (default 5s)
 	Grace    time.Duration // default 15s
 	Log      *slog.Logger
+	// OnReconnect, when set, is called each time the liveness session is
+	// taken again after it was lost: the database is back after an outage
+	// (the worker kicks the passes that catch up on it, rather than wait
+	// for their intervals).
+	OnReconnect func(context.Context)
 }
+
+// LivenessApplicationName names the liveness sessions in pg_stat_activity.
+const LivenessApplicationName = "svc-worker-liveness"
 
 // Run holds the liveness lock and rescues dead workers' jobs until ctx
 // ends.
@@ -52,9 +60,11 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 		log = slog.Default()
 	}
 	cfg := r.Pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = LivenessApplicationName
 	var (
 		conn  *pgx.Conn
 		since time.Time
+		lost  bool // a session was held, then lost
 	)
 	defer func() {
 		if conn != nil {
@@ -64,8 +74,17 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 	t := time.NewTicker(r.Every)
 	defer t.Stop()
 	for {
-		if conn == nil || conn.IsClosed() {
-			conn, since = r.hold(ctx, cfg, log)
+		if conn != nil && !alive(ctx, conn) {
+			_ = conn.Close(context.Background())
+			conn, lost = nil, true
+		}
+		if conn == nil {
+			if conn, since = r.hold(ctx, cfg, log); conn != nil && lost {
+				lost = false
+				if r.OnReconnect != nil {
+					r.OnReconnect(ctx)
+				}
+			}
 		}
 		if conn != nil && time.Since(since) >= r.Grace {
 			if n, err := r.rescue(ctx); err != nil {
@@ -80,6 +99,17 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// alive pings the liveness session (a session the server ended is only
+// noticed when used).
+func alive(ctx context.Context, c *pgx.Conn) bool {
+	if c.IsClosed() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, lockCallTimeout)
+	defer cancel()
+	return c.Ping(ctx) == nil
 }
 
 // hold connects and takes the liveness lock, or returns nil (tried again

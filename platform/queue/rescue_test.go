@@ -88,3 +88,28 @@ func TestDeadWorkerRescue(t *testing.T) {
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT array(SELECT e->>'error' FROM unnest(errors) e) FROM river_job WHERE kind = 'test_stuck'").Scan(&errs))
 	require.Contains(t, errs, "its worker "+firstID+" died; rescued")
 }
+
+// TestRescueReconnect: when the liveness session is lost (the database
+// restarted) and taken again, OnReconnect is called, once per recovery.
+func TestRescueReconnect(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	var reconnects atomic.Int64
+	go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: "reconnect-test", Every: 50 * time.Millisecond, Grace: time.Hour,
+		OnReconnect: func(context.Context) { reconnects.Add(1) }}.Run(ctx)
+	sessions := func() (n int) {
+		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+			queue.LivenessApplicationName).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return sessions() == 1 }, 5*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Zero(t, reconnects.Load(), "the first session is not a recovery")
+	_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+		queue.LivenessApplicationName)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return reconnects.Load() == 1 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return sessions() == 1 }, 5*time.Second, 20*time.Millisecond, "the lock is held again")
+}

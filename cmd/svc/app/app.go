@@ -44,6 +44,7 @@ type App struct {
 	Clock    clock.Clock
 	Inserter *river.Client[*sql.Tx]
 	Keys     *apikey.Store
+	recovery []river.JobArgs
 
 	foundation
 	ledgerArea
@@ -133,6 +134,9 @@ type Jobs struct {
 	// SingleFlight are the kinds of which one job at a time runs across
 	// every worker (queue.WorkerParams.SingleFlight).
 	SingleFlight []string
+	// Recovery are the passes to run at once when the database is back
+	// after an outage (RecoveryJobs).
+	Recovery []river.JobArgs
 }
 
 // AddPeriodic schedules args every interval (jobs.Periodic) and makes its
@@ -145,6 +149,12 @@ func (j *Jobs) AddPeriodic(every time.Duration, args river.JobArgs) {
 	j.SingleFlight = append(j.SingleFlight, args.Kind())
 }
 
+// RecoveryJobs are the passes a worker runs at once when the database is
+// back after an outage (known once Worker has been called): the deposit
+// poll, so that deposits paid meanwhile, whose processor webhooks were
+// refused, settle within seconds; the payout pass; the event sweep.
+func (a *App) RecoveryJobs() []river.JobArgs { return a.recovery }
+
 // Worker returns the River client that runs every job (not yet started).
 func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	j := &Jobs{Workers: river.NewWorkers()}
@@ -154,6 +164,7 @@ func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 		}
 	}
 	p.Workers, p.PeriodicJobs, p.SingleFlight, p.Log = j.Workers, j.Periodic, j.SingleFlight, a.Log
+	a.recovery = j.Recovery
 	if p.Concurrency == 0 {
 		p.Concurrency = a.Cfg.Worker.Concurrency
 	}

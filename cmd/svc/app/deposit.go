@@ -57,6 +57,7 @@ func (a *App) jobsDeposits(j *Jobs) error {
 	river.AddWorker(j.Workers, &deposit.PoolReleaseWorker{Service: a.Deposits})
 	river.AddWorker(j.Workers, &deposit.WalletScanWorker{Service: a.Deposits})
 	j.AddPeriodic(a.Cfg.Worker.DepositPollEvery, deposit.PollArgs{})
+	j.Recovery = append(j.Recovery, deposit.PollArgs{})
 	j.AddPeriodic(deposit.PoolReleaseEvery, deposit.PoolReleaseArgs{})
 	j.AddPeriodic(a.Cfg.Worker.WalletScanEvery, deposit.WalletScanArgs{})
 	return nil

@@ -41,5 +41,6 @@ func (a *App) jobsEvents(j *Jobs) error {
 	river.AddWorker(j.Workers, &event.SweepWorker{Deliverer: a.Deliverer})
 	// Also at a worker's start, which drains a backlog once a URL is set.
 	j.AddPeriodic(event.SweepEvery, event.SweepArgs{})
+	j.Recovery = append(j.Recovery, event.SweepArgs{})
 	return nil
 }

@@ -65,6 +65,7 @@ func (a *App) jobsWithdrawals(j *Jobs) error {
 	if a.BTCPay != nil {
 		river.AddWorker(j.Workers, &withdrawal.PayoutsWorker{Service: a.Withdrawals})
 		j.AddPeriodic(a.Cfg.Payouts.PollInterval, withdrawal.PayoutsArgs{})
+		j.Recovery = append(j.Recovery, withdrawal.PayoutsArgs{})
 	}
 	if a.Tron == nil {
 		return nil
