@@ -87,8 +87,9 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		// (docs/performance.md); 20 ms lifts that at a small polling cost.
 		FetchCooldown: 20 * time.Millisecond,
 	}
+	cfg.Middleware = []rivertype.Middleware{newJobLog(quiet(p.Log))}
 	if len(p.SingleFlight) > 0 {
-		cfg.Middleware = []rivertype.Middleware{newSingleFlight(pool, p.SingleFlight, quiet(p.Log))}
+		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, quiet(p.Log)))
 	}
 	if p.FetchPollInterval > 0 {
 		cfg.FetchPollInterval = p.FetchPollInterval

@@ -1,0 +1,88 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// jobLogEvery is how often repeated failures of one kind are summed up in
+// one line.
+const jobLogEvery = 30 * time.Second
+
+// jobLog is River worker middleware that makes failing jobs visible in
+// the log (River itself says nothing at info): a failure is logged at warn
+// (kind, attempt, error), the last attempt's at error. Repeated failures of
+// a kind are folded: the first is logged, then one line per kind every
+// jobLogEvery with how many failed meanwhile and the latest error, so an
+// outage is a handful of lines rather than silence or thousands.
+//
+// The error's text is the job's wrapped error: the service's errors name
+// the operation and never carry a key or a secret (the processor and node
+// clients drop URLs and bodies from theirs).
+type jobLog struct {
+	river.WorkerMiddlewareDefaults
+	log   *slog.Logger
+	now   func() time.Time
+	mu    sync.Mutex
+	kinds map[string]*foldState
+}
+
+type foldState struct {
+	last    time.Time // when a line was last written
+	folded  int       // failures since, not written
+	lastErr string
+}
+
+func newJobLog(log *slog.Logger) *jobLog {
+	return &jobLog{log: log, now: time.Now, kinds: map[string]*foldState{}}
+}
+
+// Work runs the job and logs its failure.
+func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	err := doInner(ctx)
+	if err == nil {
+		return nil
+	}
+	var cancel *river.JobCancelError
+	if errors.As(err, &cancel) {
+		return err
+	}
+	msg := err.Error()
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	if job.Attempt >= job.MaxAttempts {
+		m.log.Error("job failed for the last time; it will not be retried", "kind", job.Kind, "job_id", job.ID,
+			"attempt", job.Attempt, "error", msg)
+		return err
+	}
+	m.mu.Lock()
+	st := m.kinds[job.Kind]
+	if st == nil {
+		st = &foldState{}
+		m.kinds[job.Kind] = st
+	}
+	now := m.now()
+	if !st.last.IsZero() && now.Sub(st.last) < jobLogEvery {
+		st.folded++
+		st.lastErr = msg
+		m.mu.Unlock()
+		return err
+	}
+	folded := st.folded
+	st.last, st.folded, st.lastErr = now, 0, ""
+	m.mu.Unlock()
+	if folded > 0 {
+		m.log.Warn("jobs failing; will retry", "kind", job.Kind, "failures_since_last_line", folded+1,
+			"attempt", job.Attempt, "error", msg)
+	} else {
+		m.log.Warn("job failed; will retry", "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt, "error", msg)
+	}
+	return err
+}
