@@ -351,6 +351,10 @@ type receiver struct {
 	down       atomic.Bool
 	badSig     atomic.Int64
 	deliveries atomic.Int64
+	// hold, when set, keeps each delivery open, unanswered and unrecorded,
+	// until its sender gives up or goes away (a worker killed mid-delivery).
+	hold atomic.Bool
+	held atomic.Int64 // deliveries being held now
 }
 
 func newReceiver(secret string) *receiver { return &receiver{Receiver: platformsim.New(secret)} }
@@ -359,6 +363,12 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.URL.Path == "/webhooks" {
 		if r.down.Load() {
 			http.Error(w, "receiver down", http.StatusServiceUnavailable)
+			return
+		}
+		if r.hold.Load() {
+			r.held.Add(1)
+			defer r.held.Add(-1)
+			<-req.Context().Done()
 			return
 		}
 		r.deliveries.Add(1)
