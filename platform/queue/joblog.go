@@ -19,8 +19,9 @@ const jobLogEvery = 30 * time.Second
 // the log (River itself says nothing at info): a failure is logged at warn
 // (kind, attempt, error), the last attempt's at error. Repeated failures of
 // a kind are folded: the first is logged, then one line per kind every
-// jobLogEvery with how many failed meanwhile and the latest error, so an
-// outage is a handful of lines rather than silence or thousands.
+// jobLogEvery with how many failed meanwhile and the latest error, and one
+// when a job of the kind succeeds again, so an outage is a handful of
+// lines rather than silence or thousands.
 //
 // The error's text is the job's wrapped error: the service's errors name
 // the operation and never carry a key or a secret (the processor and node
@@ -43,10 +44,26 @@ func newJobLog(log *slog.Logger) *jobLog {
 	return &jobLog{log: log, now: time.Now, kinds: map[string]*foldState{}}
 }
 
+// recovered writes the failures of a kind still folded when one of its
+// jobs succeeds again, so the end of an outage sums it up.
+func (m *jobLog) recovered(kind string) {
+	m.mu.Lock()
+	st := m.kinds[kind]
+	if st == nil || st.folded == 0 {
+		m.mu.Unlock()
+		return
+	}
+	folded, lastErr := st.folded, st.lastErr
+	st.last, st.folded, st.lastErr = m.now(), 0, ""
+	m.mu.Unlock()
+	m.log.Warn("jobs succeeding again after failures", "kind", kind, "failures_since_last_line", folded, "last_error", lastErr)
+}
+
 // Work runs the job and logs its failure.
 func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	err := doInner(ctx)
 	if err == nil {
+		m.recovered(job.Kind)
 		return nil
 	}
 	var cancel *river.JobCancelError

@@ -52,4 +52,18 @@ func TestJobLogFoldsFailures(t *testing.T) {
 	require.Len(t, lines(), 4)
 	require.Contains(t, lines()[3], "level=ERROR", "the last attempt is an error")
 	require.Contains(t, lines()[3], "will not be retried")
+
+	// The end of an outage sums up what was folded since the last line
+	// (processor_webhook's last line is older than the interval: the
+	// first of these is written, the next six folded).
+	for i := 0; i < 7; i++ {
+		run("processor_webhook", 3, fail)
+	}
+	require.Len(t, lines(), 5)
+	run("processor_webhook", 1, func(context.Context) error { return nil })
+	require.Len(t, lines(), 6)
+	require.Contains(t, lines()[5], "succeeding again")
+	require.Contains(t, lines()[5], "failures_since_last_line=6")
+	run("processor_webhook", 1, func(context.Context) error { return nil })
+	require.Len(t, lines(), 6, "nothing more to say")
 }
