@@ -11,12 +11,16 @@ package health
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
+
+	"svc/platform/db"
 )
 
 // Check is one readiness component. It returns nil when ok, or an error
@@ -113,6 +117,29 @@ func (s *Service) healthz(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"status": "ok", "database": "ok", "version": s.Version})
 }
 
+// refusalWindow is how long a refused write keeps the database component
+// degraded: readiness follows what requests saw, without writing on every
+// probe.
+const refusalWindow = 10 * time.Second
+
+// writable is readiness's database check: it answers, it takes writes (not
+// a standby in recovery, not read-only by default), and no request of this
+// process saw it refuse work (disk full, too many connections) in the last
+// refusalWindow.
+func (s *Service) writable(ctx context.Context) error {
+	var readOnly bool
+	if err := s.DB.NewRaw("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'").Scan(ctx, &readOnly); err != nil {
+		return err
+	}
+	if readOnly {
+		return errors.New("the database is read-only (a standby, or default_transaction_read_only): writes are refused")
+	}
+	if at := db.LastRefusal(); !at.IsZero() && time.Since(at) < refusalWindow {
+		return fmt.Errorf("the database refused writes %s ago (disk full, read-only or out of connections)", time.Since(at).Round(time.Second))
+	}
+	return nil
+}
+
 func (s *Service) pingDB(ctx context.Context) error {
 	var one int
 	return s.DB.NewRaw("SELECT 1").Scan(ctx, &one)
@@ -121,7 +148,7 @@ func (s *Service) pingDB(ctx context.Context) error {
 func (s *Service) readyz(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 5*time.Second)
 	defer cancel()
-	checks := append([]Check{{Name: "database", Run: s.pingDB}, {Name: "worker", Run: nil}}, s.Checks...)
+	checks := append([]Check{{Name: "database", Run: s.writable}, {Name: "worker", Run: nil}}, s.Checks...)
 	comps := make([]Component, len(checks))
 	ready := true
 	for i, ch := range checks {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -130,6 +131,22 @@ func IsCheckViolation(err error, constraint string) bool {
 
 // IsNoRows reports sql.ErrNoRows.
 func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// lastRefusal is when this process last saw the database refuse work
+// (NoteRefusal): what its own requests observed, for readiness.
+var lastRefusal atomic.Int64
+
+// NoteRefusal records that the database refused a request's work for a
+// condition an operator fixes (IsUnavailable, not a lost connection).
+func NoteRefusal(at time.Time) { lastRefusal.Store(at.UnixNano()) }
+
+// LastRefusal is when NoteRefusal was last called (zero: never).
+func LastRefusal() time.Time {
+	if n := lastRefusal.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // IsUnavailable reports an error that means the database cannot serve the
 // request now, through no fault of the request: the connection was lost

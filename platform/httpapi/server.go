@@ -181,6 +181,7 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			msg := "the database is unreachable or the connection was lost; retry with the same Idempotency-Key"
 			if !db.IsConnectionLoss(err) {
 				msg = "the database refuses the change for now (full, read-only or out of connections); retry with the same Idempotency-Key"
+				db.NoteRefusal(time.Now()) // /readyz shows it
 			}
 			e = fault.Wrap(fault.Unavailable, msg, err).WithRetryAfter(time.Second)
 		}

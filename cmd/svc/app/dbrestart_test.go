@@ -87,8 +87,10 @@ func TestSurvivesADatabaseRestart(t *testing.T) {
 // a full disk or too many connections are classified alike) makes writes
 // answer 503 with Retry-After and a plain detail, never 500, and nothing
 // changes; once it takes writes again, the same request succeeds.
+//
+// Not parallel: what requests saw refused is process-wide (db.LastRefusal),
+// and other tests read /readyz.
 func TestReadOnlyDatabaseAnswers503(t *testing.T) {
-	t.Parallel()
 	e := apptest.New(t)
 	ctx := context.Background()
 	var name string
@@ -123,6 +125,21 @@ func TestReadOnlyDatabaseAnswers503(t *testing.T) {
 	require.Contains(t, string(r.Body), "retry with the same Idempotency-Key")
 	require.Equal(t, "1", r.Header.Get("Retry-After"))
 	require.Equal(t, http.StatusOK, e.Get("/v1/assets").Status, "reads still answer")
+	database := func() string { // the database component of /readyz
+		var b struct {
+			Components []struct{ Name, Status string } `json:"components"`
+		}
+		e.Get("/readyz").JSON(t, &b)
+		for _, c := range b.Components {
+			if c.Name == "database" {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	require.Equal(t, "degraded", database(), "readiness sees writes refused")
+	require.Equal(t, http.StatusOK, e.Get("/healthz").Status, "the process is alive: liveness is not readiness")
 	readOnly(false)
+	apptest.Eventually(t, 15*time.Second, func() bool { return database() == "ok" }, "readiness sees writes taken again")
 	apptest.Eventually(t, 10*time.Second, func() bool { r = write(); return r.Status == http.StatusNotFound }, "writes taken again")
 }
