@@ -46,14 +46,7 @@ func TestDeadWorkerRescue(t *testing.T) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
 	newClient := func() (string, func()) {
-		c, err := queue.NewWorker(d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2, FetchPollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		require.NoError(t, c.Start(ctx))
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = c.Stop(sctx)
-		})
+		c := startWorker(t, d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2})
 		rctx, stop := context.WithCancel(ctx)
 		go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: c.ID(), Every: 100 * time.Millisecond, Grace: time.Second}.Run(rctx)
 		t.Cleanup(stop)

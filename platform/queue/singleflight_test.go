@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -64,15 +66,7 @@ func TestSingleFlight(t *testing.T) {
 	river.AddWorker(workers, pass)
 	river.AddWorker(workers, other)
 	for i := 0; i < 2; i++ {
-		c, err := queue.NewWorker(d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 5, SingleFlight: []string{"test_pass"},
-			FetchPollInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		require.NoError(t, c.Start(ctx))
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = c.Stop(sctx)
-		})
+		startWorker(t, d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 5, SingleFlight: []string{"test_pass"}})
 	}
 	ins, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{})
 	require.NoError(t, err)
@@ -100,4 +94,20 @@ func TestSingleFlight(t *testing.T) {
 	_, err = ins.Insert(ctx, passArgs{N: 99}, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return pass.ran.Load() == 2 }, 10*time.Second, 20*time.Millisecond)
+}
+
+// startWorker starts a worker client that polls often, stopped when the
+// test ends.
+func startWorker(t *testing.T, pool *pgxpool.Pool, p queue.WorkerParams) *river.Client[pgx.Tx] {
+	t.Helper()
+	p.FetchPollInterval = 50 * time.Millisecond
+	c, err := queue.NewWorker(pool, p)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
 }

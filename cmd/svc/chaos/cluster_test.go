@@ -200,10 +200,9 @@ type proc struct {
 	name, bin, log, health string
 	args, env              []string
 
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
-	kills int
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 func (p *proc) start() error {
@@ -246,7 +245,6 @@ func (p *proc) alive() bool {
 func (p *proc) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
-	p.kills++
 	p.mu.Unlock()
 	if cmd == nil {
 		return

@@ -45,14 +45,19 @@ type driver struct {
 }
 
 type dep struct {
-	id, user, asset string
-	units           int64
-	paid            bool
+	id, asset string
+	paid      bool
 }
 
-type wd struct {
-	id, user, asset string
-	gross           int64
+type wd struct{ id string }
+
+// scale is the number of decimals of an asset's amounts (or of a
+// processor payment method's).
+func scale(asset string) int {
+	if strings.HasPrefix(asset, "USDT") {
+		return 6
+	}
+	return 8
 }
 
 var users = []string{"ana", "ben", "chloe", "dev", "eli", "fay", "gus", "hana"}
@@ -327,7 +332,7 @@ func (d *driver) deposit(ctx context.Context, r *rand.Rand) {
 				return
 			}
 			d.mu.Lock()
-			d.deposits = append(d.deposits, &dep{id: body.ID, user: user, asset: asset, units: units})
+			d.deposits = append(d.deposits, &dep{id: body.ID, asset: asset})
 			d.mu.Unlock()
 		})
 }
@@ -363,11 +368,7 @@ func (d *driver) pay(r *rand.Rand) {
 	frac := func(num, den int64) string {
 		q, _ := due.Mul(decimal.MustNew(num, 0))
 		q, _ = q.Quo(decimal.MustNew(den, 0))
-		scale := 8
-		if x.asset == "USDT_TRC20" {
-			scale = 6
-		}
-		return q.Trunc(scale).String()
+		return q.Trunc(scale(x.asset)).String()
 	}
 	kind, _ := pick(r, []string{"full", "full", "full", "split", "under", "over", "late", "expire"})
 	if x.asset == "BTC_LN" && kind != "expire" && kind != "late" {
@@ -478,7 +479,7 @@ func (d *driver) withdraw(ctx context.Context, r *rand.Rand, tag string) {
 				return
 			}
 			d.mu.Lock()
-			d.wds = append(d.wds, &wd{id: body.ID, user: user, asset: asset, gross: gross})
+			d.wds = append(d.wds, &wd{id: body.ID})
 			d.mu.Unlock()
 		})
 }
@@ -495,11 +496,7 @@ func available(resp response, asset string) int64 {
 	}
 	for _, x := range b.Balances {
 		if x.Asset == asset {
-			scale := 8
-			if asset == "USDT_TRC20" {
-				scale = 6
-			}
-			units, _ := money.ParseDecimal(x.Available, scale)
+			units, _ := money.ParseDecimal(x.Available, scale(asset))
 			return units
 		}
 	}

@@ -270,11 +270,7 @@ func (o *oracle) processorPayments(ctx context.Context) error {
 			r := rows[i]
 			switch {
 			case r.Credited:
-				scale := 8
-				if strings.HasPrefix(p.Method, "USDT") {
-					scale = 6
-				}
-				if want, err := money.ParseDecimal(p.Amount, scale); err == nil && (r.Units == nil || *r.Units != want) {
+				if want, err := money.ParseDecimal(p.Amount, scale(p.Method)); err == nil && (r.Units == nil || *r.Units != want) {
 					o.v.add("payment %s credited %v units, the processor says %s", p.ID, r.Units, p.Amount)
 				}
 			case r.Status == "review" || r.Status == "dismissed":
