@@ -60,7 +60,10 @@ func Open(ctx context.Context, url string, maxConns int) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: standard_conforming_strings must be on (the server says %q): string literals would not be safe", scs)
 	}
-	sqldb := stdlib.OpenDBFromPool(pool)
+	// As stdlib.OpenDBFromPool, with simpleConnector: the pool keeps the
+	// idle connections, database/sql none.
+	sqldb := sql.OpenDB(simpleConnector{stdlib.GetPoolConnector(pool)})
+	sqldb.SetMaxIdleConns(0)
 	return &DB{Pool: pool, SQL: sqldb, Bun: bun.NewDB(sqldb, pgdialect.New())}, nil
 }
 
@@ -78,19 +81,25 @@ const maxTxAttempts = 5
 // serialization failure or a deadlock. fn must therefore be safe to run
 // again: it must not call the network or keep state across attempts.
 func RunInTx(ctx context.Context, db bun.IDB, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return retryTransient(ctx, "transaction", func() error { return db.RunInTx(ctx, nil, fn) })
+}
+
+// retryTransient runs one transaction's attempt, again while it fails with
+// a serialization failure or a deadlock, at most maxTxAttempts times.
+func retryTransient(ctx context.Context, what string, attempt func() error) error {
 	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
-		err = db.RunInTx(ctx, nil, fn)
+	for n := 1; n <= maxTxAttempts; n++ {
+		err = attempt()
 		if err == nil || !IsTransient(err) {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+		case <-time.After(time.Duration(n*n) * 5 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("transaction failed after %d attempts: %w", maxTxAttempts, err)
+	return fmt.Errorf("%s failed after %d attempts: %w", what, maxTxAttempts, err)
 }
 
 // PostgreSQL error codes used by the service.

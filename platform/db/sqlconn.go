@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 )
 
@@ -36,4 +37,47 @@ func SQLOf(idb bun.IDB) (Querier, error) {
 		return v.Conn, nil
 	}
 	return nil, fmt.Errorf("db: unsupported database handle %T", idb)
+}
+
+// Pipeline sends the statements queued on b in one round trip, as one
+// implicit transaction: they commit together after the last one, or not at
+// all when any of them fails. read reads each statement's result from br in
+// queue order; Pipeline returns read's error, else the batch's.
+//
+// Only the pool can pipeline (idb must be the *bun.DB, not a transaction),
+// and only through pgx, which database/sql does not expose: the statements
+// are pgx's, with real parameters, prepared once per connection.
+//
+// As RunInTx does for a transaction, a batch the server refused with a
+// serialization failure or a deadlock is sent again a bounded number of
+// times, so read may run more than once. An error that is a
+// *pgconn.PgError means the server refused and nothing committed; any
+// other error after the batch was sent (the connection lost) leaves the
+// outcome unknown, as for a COMMIT.
+func Pipeline(ctx context.Context, idb bun.IDB, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	pool, ok := idb.(*bun.DB)
+	if !ok {
+		return fmt.Errorf("db: a pipeline runs on the pool, not on a %T", idb)
+	}
+	return retryTransient(ctx, "pipeline", func() error { return pipelineOnce(ctx, pool, b, read) })
+}
+
+func pipelineOnce(ctx context.Context, pool *bun.DB, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	conn, err := pool.DB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		c, err := pgxConn(dc)
+		if err != nil {
+			return err
+		}
+		br := c.SendBatch(ctx, b)
+		err = read(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
 }
