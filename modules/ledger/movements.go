@@ -27,13 +27,23 @@ func CreditDeposit(ctx context.Context, idb bun.IDB, asset, externalUserID strin
 // sourceRef is the withdrawal id; the release or settlement of this hold
 // uses the same one.
 func PlaceHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
-	if amount <= 0 {
-		return Posted{}, fmt.Errorf("%w: hold amount must be positive, got %d", ErrInvalidEntry, amount)
+	e, err := HoldEntry(asset, externalUserID, amount, sourceRef, memo)
+	if err != nil {
+		return Posted{}, err
 	}
-	return Post(ctx, idb, Entry{Kind: WithdrawalHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+	return Post(ctx, idb, e)
+}
+
+// HoldEntry is the entry PlaceHold posts, for a caller that queues it with
+// QueuePost.
+func HoldEntry(asset, externalUserID string, amount int64, sourceRef, memo string) (Entry, error) {
+	if amount <= 0 {
+		return Entry{}, fmt.Errorf("%w: hold amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	return Entry{Kind: WithdrawalHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
 		{Account: User(UserAvailable, externalUserID), Amount: -amount},
 		{Account: User(UserHold, externalUserID), Amount: amount},
-	}})
+	}}, nil
 }
 
 // ReleaseHold returns the hold placed under sourceRef to the user's

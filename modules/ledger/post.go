@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
@@ -35,54 +36,121 @@ func Post(ctx context.Context, idb bun.IDB, e Entry) (Posted, error) {
 	if err != nil {
 		return Posted{}, err
 	}
-	stmt, args, debits := buildPost(e)
+	stmt, args, debits := buildPost(e, false)
 	rows, err := q.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return Posted{}, postError(e, err)
 	}
-	var (
-		entryID, existingID sql.NullInt64
-		createdAt           sql.NullTime
-		failed              int
-		postings            []Posting
-	)
+	r, err := readPost(e, rows)
+	if cerr := rows.Close(); err == nil && cerr != nil {
+		err = postError(e, cerr)
+	}
+	if err != nil {
+		return Posted{}, err
+	}
+	if r.existingID.Valid {
+		return replay(ctx, q, e, r.existingID.Int64)
+	}
+	return r.posted(e, debits)
+}
+
+// QueuedPost is a posting queued on a pgx batch by QueuePost.
+type QueuedPost struct {
+	e      Entry
+	debits int
+}
+
+// QueuePost queues on b the statement that posts e, for a caller that sends
+// a posting and its own statements in one round trip, as one implicit
+// transaction (db.Pipeline). Nothing can be inspected between the
+// statements there, so the posting is strict: a debit that does not fit
+// raises (an *InsufficientFundsError), and a fact posted before fails
+// (ErrConcurrentPost) instead of being replayed; either error rolls back
+// every statement of the batch. Read the result with Read, in queue order.
+func QueuePost(b *pgx.Batch, e Entry) (*QueuedPost, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	stmt, args, debits := buildPost(e, true)
+	b.Queue(stmt, args...)
+	return &QueuedPost{e: e, debits: debits}, nil
+}
+
+// Read reads the queued posting's result from br.
+func (q *QueuedPost) Read(br pgx.BatchResults) (Posted, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return Posted{}, postError(q.e, err)
+	}
+	r, err := readPost(q.e, rows)
+	rows.Close()
+	if err == nil && rows.Err() != nil {
+		err = postError(q.e, rows.Err())
+	}
+	if err != nil {
+		return Posted{}, err
+	}
+	if r.existingID.Valid {
+		// Not possible: a strict statement does not replay.
+		return Posted{}, fmt.Errorf("ledger: post %s %s: %w", q.e.Kind, q.e.SourceRef, ErrConcurrentPost)
+	}
+	return r.posted(q.e, q.debits)
+}
+
+// postRows is what readPost needs of a result: database/sql's rows and
+// pgx's both have it.
+type postRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// postResult is the row set of buildPost's statement.
+type postResult struct {
+	entryID, existingID sql.NullInt64
+	createdAt           sql.NullTime
+	failed              int
+	postings            []Posting
+}
+
+// readPost reads the result of buildPost's statement.
+func readPost(e Entry, rows postRows) (postResult, error) {
+	var r postResult
 	for rows.Next() {
 		var pid, acct, amt sql.NullInt64
-		if err := rows.Scan(&entryID, &createdAt, &existingID, &failed, &pid, &acct, &amt); err != nil {
-			rows.Close()
-			return Posted{}, fmt.Errorf("ledger: post %s %s: %w", e.Kind, e.SourceRef, err)
+		if err := rows.Scan(&r.entryID, &r.createdAt, &r.existingID, &r.failed, &pid, &acct, &amt); err != nil {
+			return postResult{}, fmt.Errorf("ledger: post %s %s: %w", e.Kind, e.SourceRef, err)
 		}
 		if pid.Valid {
-			postings = append(postings, Posting{ID: pid.Int64, EntryID: entryID.Int64, Amount: amt.Int64})
+			r.postings = append(r.postings, Posting{ID: pid.Int64, EntryID: r.entryID.Int64, Amount: amt.Int64})
 		}
 	}
 	if err := rows.Err(); err != nil {
-		rows.Close()
-		return Posted{}, postError(e, err)
+		return postResult{}, postError(e, err)
 	}
-	if err := rows.Close(); err != nil {
-		return Posted{}, postError(e, err)
-	}
+	return r, nil
+}
 
+// posted turns a result that is not a replay into the stored entry, or the
+// debit that did not fit into an *InsufficientFundsError.
+func (r postResult) posted(e Entry, debits int) (Posted, error) {
 	switch {
-	case entryID.Valid:
+	case r.entryID.Valid:
 		// Postings come back in id order, which is the lines' order (the
 		// statement inserts them sorted by line).
-		if len(postings) != len(e.Lines) {
-			return Posted{}, fmt.Errorf("ledger: post %s %s: %d postings stored for %d lines", e.Kind, e.SourceRef, len(postings), len(e.Lines))
+		if len(r.postings) != len(e.Lines) {
+			return Posted{}, fmt.Errorf("ledger: post %s %s: %d postings stored for %d lines", e.Kind, e.SourceRef, len(r.postings), len(e.Lines))
 		}
-		for i := range postings {
-			if postings[i].Amount != e.Lines[i].Amount {
+		for i := range r.postings {
+			if r.postings[i].Amount != e.Lines[i].Amount {
 				return Posted{}, fmt.Errorf("ledger: post %s %s: posting order does not match the lines", e.Kind, e.SourceRef)
 			}
-			postings[i].Account = e.Lines[i].Account
+			r.postings[i].Account = e.Lines[i].Account
 		}
-		return Posted{ID: entryID.Int64, Kind: e.Kind, Asset: e.Asset, SourceRef: e.SourceRef, Memo: e.Memo,
-			CreatedAt: createdAt.Time, Postings: postings}, nil
-	case existingID.Valid:
-		return replay(ctx, q, e, existingID.Int64)
-	case failed >= 0 && failed < len(e.Lines):
-		l := e.Lines[failed]
+		return Posted{ID: r.entryID.Int64, Kind: e.Kind, Asset: e.Asset, SourceRef: e.SourceRef, Memo: e.Memo,
+			CreatedAt: r.createdAt.Time, Postings: r.postings}, nil
+	case r.failed >= 0 && r.failed < len(e.Lines):
+		l := e.Lines[r.failed]
 		return Posted{}, &InsufficientFundsError{Asset: e.Asset, Account: l.Account, Amount: -l.Amount}
 	default:
 		return Posted{}, fmt.Errorf("ledger: post %s %s: nothing posted (%d debits)", e.Kind, e.SourceRef, debits)
@@ -189,7 +257,10 @@ SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, 
 }
 
 // buildPost writes the single statement that posts e (see Post) and returns
-// it with its arguments and the number of guarded debits.
+// it with its arguments and the number of guarded debits. A strict
+// statement (QueuePost) raises where Post's reports: a debit that does not
+// fit raises as a partial one does, and a fact posted before fails on the
+// entries' unique (kind, source_ref) instead of being replayed.
 //
 // The statement's CTEs, in the order their data dependencies force:
 //
@@ -205,7 +276,7 @@ SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, 
 // It returns one row per posting (or one row with null postings) carrying
 // the new entry's id, the replayed entry's id, and the index of the first
 // debit that did not fit.
-func buildPost(e Entry) (string, []any, int) {
+func buildPost(e Entry, strict bool) (string, []any, int) {
 	args := []any{string(e.Kind), e.Asset, e.SourceRef, nullString(e.Memo)}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -238,6 +309,10 @@ func buildPost(e Entry) (string, []any, int) {
 			strings.Join(keys, ", ")))
 		lockRef = ` AND (SELECT count(*) FROM lk) >= 0`
 	}
+	notReplay := " AND NOT EXISTS (SELECT 1 FROM existing)"
+	if strict {
+		notReplay = ""
+	}
 	for _, i := range users {
 		l := e.Lines[i]
 		if l.Amount > 0 {
@@ -247,7 +322,7 @@ func buildPost(e Entry) (string, []any, int) {
 		name := fmt.Sprintf("a%d", i)
 		ctes = append(ctes, fmt.Sprintf(`%s AS (UPDATE ledger_accounts SET balance = balance - %s::bigint
     WHERE owner = %s::text AND asset = $2::text AND kind = '%s' AND balance >= %s::bigint
-      AND NOT EXISTS (SELECT 1 FROM existing)%s RETURNING id)`, name, amt, owners[i], l.Account.Kind, amt, lockRef))
+      %s%s RETURNING id)`, name, amt, owners[i], l.Account.Kind, amt, notReplay, lockRef))
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 		debits = append(debits, i)
 	}
@@ -269,16 +344,19 @@ func buildPost(e Entry) (string, []any, int) {
 		b.WriteString(" ELSE -1 END")
 		failed = b.String()
 	}
-	if lockRef != "" {
-		ctes = append(ctes, fmt.Sprintf(`ok AS (SELECT CASE WHEN s.n = 0 OR s.n = %d THEN s.n = %d AND NOT s.replay
-        ELSE ledger_refuse_partial_debit($1::text, $3::text, %s) END AS ok
-    FROM (SELECT %s AS n, EXISTS (SELECT 1 FROM existing) AS replay, (SELECT count(*) FROM lk) AS locked) s
-   WHERE s.locked >= 0)`, len(debits), len(debits), failed, n))
-	} else {
-		ctes = append(ctes, fmt.Sprintf(`ok AS (SELECT CASE WHEN s.n = 0 OR s.n = %d THEN s.n = %d AND NOT s.replay
-        ELSE ledger_refuse_partial_debit($1::text, $3::text, %s) END AS ok
-    FROM (SELECT %s AS n, EXISTS (SELECT 1 FROM existing) AS replay) s)`, len(debits), len(debits), failed, n))
+	// ok: whether the entry is written. Some but not all debits fitting
+	// always raises; a strict statement raises when any did not fit.
+	cond := fmt.Sprintf("s.n = 0 OR s.n = %d THEN s.n = %d AND NOT s.replay", len(debits), len(debits))
+	if strict {
+		cond = fmt.Sprintf("s.n = %d THEN true", len(debits))
 	}
+	locked, lockedWhere := "", ""
+	if lockRef != "" {
+		locked, lockedWhere = ", (SELECT count(*) FROM lk) AS locked", "\n   WHERE s.locked >= 0"
+	}
+	ctes = append(ctes, fmt.Sprintf(`ok AS (SELECT CASE WHEN %s
+        ELSE ledger_refuse_partial_debit($1::text, $3::text, %s) END AS ok
+    FROM (SELECT %s AS n, EXISTS (SELECT 1 FROM existing) AS replay%s) s%s)`, cond, failed, n, locked, lockedWhere))
 	for _, i := range users {
 		l := e.Lines[i]
 		if l.Amount < 0 {

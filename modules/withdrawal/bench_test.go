@@ -29,9 +29,10 @@ const benchUsers = 2_000
 // is what POST /v1/withdrawals does after the HTTP layer: the
 // Idempotency-Key claimed (its own transaction), the destination checked
 // (including the lookup of the service's own deposit addresses), the fee
-// estimated (the processor's fee rate, cached), and one transaction with
-// the hold, the gates (the asset's rolling 24-hour volume, locked per
-// asset), the row and the key's stored response. Every withdrawal is BTC,
+// estimated (the processor's fee rate, cached), the asset's rolling
+// 24-hour volume reserved (a statement of its own, serialized per asset),
+// and one transaction with the hold, the row and the key's stored response
+// (pipelined in one round trip). Every withdrawal is BTC,
 // from one of 2,000 funded users, and auto-approved: the busiest path, and
 // the one serialized per asset by the daily cap. With scripts/bench.sh,
 // pgbench TPC-B runs with as many clients right before each case.

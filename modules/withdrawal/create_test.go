@@ -14,6 +14,7 @@ import (
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
 	"svc/platform/config"
+	"svc/platform/idempotency"
 )
 
 // TestCreateAutoApproved: a withdrawal under every gate is approved at
@@ -232,4 +233,40 @@ func TestCreateAfterTheKeyWasPruned(t *testing.T) {
 	other := e.Do(apptestReq(body, "pat-key"))
 	require.Equal(t, http.StatusUnprocessableEntity, other.Status, string(other.Body))
 	require.Contains(t, detail(t, other), "other parameters")
+}
+
+// TestCreateKeyTakenOver: an attempt whose Idempotency-Key was taken over
+// by a retry (the first ran past the takeover window) and the retry both
+// finish: one withdrawal and one hold. The late first attempt commits its
+// withdrawal and answers 409 (retry); the retry, whose row would repeat
+// the key, answers that same withdrawal.
+func TestCreateKeyTakenOver(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.fund(t, "tina", asset.BTC, 100_000)
+	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: e.Clock.Now}
+	hash := idempotency.Hash(http.MethodPost, "/v1/withdrawals", []byte("tina"))
+	first, _, err := idem.Begin(ctx, "tina-key", http.MethodPost, "/v1/withdrawals", hash)
+	require.NoError(t, err)
+	e.Clock.Advance(idempotency.TakeoverAfter + time.Second)
+	retry, stored, err := idem.Begin(ctx, "tina-key", http.MethodPost, "/v1/withdrawals", hash)
+	require.NoError(t, err)
+	require.Nil(t, stored)
+	require.NotNil(t, retry, "the retry takes the key over")
+
+	p := withdrawal.CreateParams{ExternalUserID: "tina", Asset: asset.BTC, Amount: 30_000,
+		Destination: p2wpkh(t, chain.Regtest, "tina"), IdempotencyKey: "tina-key"}
+	_, _, err = e.Svc.Create(ctx, p, first)
+	require.ErrorIs(t, err, withdrawal.ErrTakenOver)
+	v, _, err := e.Svc.Create(ctx, p, retry)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("count(*)").
+		Where("external_user_id = 'tina'").Scan(ctx, &n))
+	require.Equal(t, 1, n, "one withdrawal for the key")
+	require.Equal(t, "0.00030000", e.balance(t, "tina", asset.BTC).Held)
+	got := e.get(t, v.WithdrawalID)
+	require.Equal(t, withdrawal.StatusApproved, got.Status)
+	e.requireBooks(t)
 }

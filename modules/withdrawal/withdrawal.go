@@ -20,7 +20,9 @@
 // (402 when available is short; held money never counts), evaluates the
 // gates, writes the row, the event and the idempotency key's response.
 // Nothing here calls the network inside a transaction: the fee rate is read
-// (and cached) before it.
+// (and cached) before it. An auto-approved withdrawal, the common case,
+// sends its transaction (the hold, the row, the key's response) as one
+// pipelined round trip (insertApproved).
 //
 // # Gates
 //

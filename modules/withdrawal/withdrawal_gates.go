@@ -14,6 +14,30 @@ import (
 // Window is the length of the rolling caps.
 const Window = 24 * time.Hour
 
+// gates returns the reasons a withdrawal of gross waits for an operator,
+// with the asset's rolling volume at total, in the order they are written.
+// The per-user cap is counted after the hold: userCap is its reason when it
+// fired.
+func gates(a asset.Asset, gross, total int64, userCap string) []string {
+	var reasons []string
+	if a.Code == asset.USDTTRC20 {
+		reasons = append(reasons, reasonUSDT())
+	}
+	if gross > a.WithdrawalAutoLimit {
+		reasons = append(reasons, reasonAutoLimit(a, gross))
+	}
+	if total > a.WithdrawalDailyCap {
+		reasons = append(reasons, reasonDailyCap(a, total))
+	}
+	if userCap != "" {
+		reasons = append(reasons, userCap)
+	}
+	if a.WithdrawalsHaltedSince != nil {
+		reasons = append(reasons, reasonInsolvency(a))
+	}
+	return reasons
+}
+
 // The gates' reasons start with the name of the setting that fired, so an
 // integrator can tell them apart; the rest is for people.
 func reasonUSDT() string {

@@ -68,17 +68,22 @@ func insertNew(ctx context.Context, idb bun.IDB, w Withdrawal) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.ExecContext(ctx, `INSERT INTO withdrawals (id, external_user_id, asset, status, destination, amount_gross,
-    fee_mode, fee_estimate, approval_mode, approval_reason, volume_minute, payment_hash, invoice_expires_at,
-    idempotency_key, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-		w.ID, w.ExternalUserID, w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,
-		w.ApprovalMode, w.ApprovalReason, w.VolumeMinute, w.PaymentHash, w.InvoiceExpiresAt, w.IdempotencyKey,
-		w.CreatedAt, w.UpdatedAt)
-	if err != nil {
+	if _, err := q.ExecContext(ctx, insertNewSQL, insertNewArgs(w)...); err != nil {
 		return fmt.Errorf("insert withdrawal %s: %w", w.ID, err)
 	}
 	return nil
+}
+
+// insertNewSQL is the statement of insertNew, with insertNewArgs.
+const insertNewSQL = `INSERT INTO withdrawals (id, external_user_id, asset, status, destination, amount_gross,
+    fee_mode, fee_estimate, approval_mode, approval_reason, volume_minute, payment_hash, invoice_expires_at,
+    idempotency_key, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+
+func insertNewArgs(w Withdrawal) []any {
+	return []any{w.ID, w.ExternalUserID, w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,
+		w.ApprovalMode, w.ApprovalReason, w.VolumeMinute, w.PaymentHash, w.InvoiceExpiresAt, w.IdempotencyKey,
+		w.CreatedAt, w.UpdatedAt}
 }
 
 // Page limits of the user list (openapi.json WithdrawalsLimit) and of the

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
@@ -217,6 +218,29 @@ func (r *Record) CompleteTx(ctx context.Context, tx bun.IDB, status int, content
 		return fmt.Errorf("complete idempotency key: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
+		return ErrLost
+	}
+	return nil
+}
+
+// QueueComplete queues on b the statement that stores the request's final
+// response, for a handler that sends its effect and the response in one
+// round trip (db.Pipeline), where they commit together. Read its result
+// with ReadComplete, in queue order: ErrLost when the key was taken over.
+func (r *Record) QueueComplete(b *pgx.Batch, status int, contentType string, body []byte) {
+	b.Queue(`UPDATE idempotency_keys
+   SET state = 'completed', response_status = $1, response_type = $2, response_body = $3, completed_at = $4,
+       lock_token = NULL, locked_at = NULL
+ WHERE key = $5 AND lock_token = $6 AND state = 'in_flight'`, status, contentType, body, r.store.Now().UTC(), r.stored, r.token)
+}
+
+// ReadComplete reads the result of the statement QueueComplete queued.
+func (r *Record) ReadComplete(br pgx.BatchResults) error {
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("complete idempotency key: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
 		return ErrLost
 	}
 	return nil
