@@ -32,10 +32,18 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 func TestAdminKeysAndAssets(t *testing.T) {
-	t.Setenv("DATABASE_URL", dbtest.NewURL(t))
+	u := dbtest.NewURL(t)
+	t.Setenv("DATABASE_URL", u)
+	t.Setenv("MIGRATE_DATABASE_URL", dbtest.OwnerURL(u))
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
 
+	// As the owner, granting the runtime role; again, the same.
+	for range 2 {
+		out, err := run(t, "migrate")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "grants applied to the runtime role "+dbtest.RuntimeRole)
+	}
 	out, err := run(t, "migrate")
 	require.NoError(t, err, out)
 
@@ -93,6 +101,7 @@ func adminDB(t *testing.T) *db.DB {
 	t.Helper()
 	dbURL := dbtest.NewURL(t)
 	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("MIGRATE_DATABASE_URL", dbtest.OwnerURL(dbURL))
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
 	d, err := db.Open(context.Background(), dbURL, 2)
@@ -216,5 +225,29 @@ func TestServeRefusesAnUnmigratedDatabase(t *testing.T) {
 		cancel()
 		require.ErrorContains(t, err, "the database is not migrated", name)
 		require.ErrorContains(t, err, "run `svc migrate`", name)
+	}
+}
+
+// TestProductionRefusesAnUnsafeRole: in production svc api and svc worker
+// refuse to start as a role that could switch the ledger's guards off (the
+// schema owner here), saying how to fix it.
+func TestProductionRefusesAnUnsafeRole(t *testing.T) {
+	u := dbtest.NewURL(t)
+	for k, v := range map[string]string{
+		"DATABASE_URL": dbtest.OwnerURL(u), "BITCOIN_NETWORK": "regtest", "LOG_LEVEL": "error",
+		"SVC_ENV": "production", "API_KEY_MODE": "live",
+		"BTCPAY_URL": "https://btcpay.example", "BTCPAY_API_KEY": "a-real-api-key", "BTCPAY_STORE_ID": "s",
+		"PROCESSOR_WEBHOOK_SECRET": "0123456789abcdef-ingress", "TRONGRID_URL": "https://api.trongrid.io",
+		"PLATFORM_WEBHOOK_URL": "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET": "0123456789abcdef-platform",
+		"PORT": "18089", // never bound: the refusal comes first
+	} {
+		t.Setenv(k, v)
+	}
+	for _, cmd := range []string{"api", "worker"} {
+		out, err := run(t, cmd)
+		require.Error(t, err, out)
+		require.ErrorContains(t, err, "unsafe database role")
+		require.ErrorContains(t, err, "owns the ledger's tables")
+		require.ErrorContains(t, err, "MIGRATE_DATABASE_URL")
 	}
 }

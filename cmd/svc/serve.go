@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/migrations"
 	"svc/platform/db"
 	"svc/platform/queue"
@@ -28,7 +29,7 @@ func newAPICmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+			if err := requireStartable(ctx, a); err != nil {
 				return err
 			}
 			srv := a.HTTP()
@@ -63,7 +64,7 @@ func newWorkerCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+			if err := requireStartable(ctx, a); err != nil {
 				return err
 			}
 			w, err := a.Worker(queue.WorkerParams{})
@@ -100,6 +101,27 @@ func newWorkerCmd() *cobra.Command {
 	}
 }
 
+// requireStartable refuses to serve an unmigrated database, and a runtime
+// role that could switch the ledger's guards off: in production it is an
+// error, in development a warning.
+func requireStartable(ctx context.Context, a *app.App) error {
+	if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+		return err
+	}
+	problems, err := db.RuntimeRoleProblems(ctx, a.DB)
+	if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	if a.Cfg.Production() {
+		return db.RoleProblemsError(problems)
+	}
+	a.Log.Warn("database role: the ledger's guards do not hold against this role (refused in production)", "problems", problems)
+	return nil
+}
+
 func newMigrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
@@ -110,7 +132,11 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := db.Open(cmd.Context(), cfg.Database.URL, 4)
+			url := cfg.Database.URL
+			if cfg.Database.MigrateURL != "" {
+				url = cfg.Database.MigrateURL
+			}
+			d, err := db.Open(cmd.Context(), url, 4)
 			if err != nil {
 				return err
 			}
@@ -119,6 +145,24 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			if cfg.Database.MigrateURL == "" {
+				return nil
+			}
+			owner, err := db.UserOf(cfg.Database.MigrateURL)
+			if err != nil {
+				return fmt.Errorf("MIGRATE_DATABASE_URL: %w", err)
+			}
+			runtime, err := db.UserOf(cfg.Database.URL)
+			if err != nil {
+				return fmt.Errorf("DATABASE_URL: %w", err)
+			}
+			if owner == runtime {
+				return nil
+			}
+			if err := db.GrantRuntime(cmd.Context(), d, runtime); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "grants applied to the runtime role %s\n", runtime)
 			return nil
 		},
 	}

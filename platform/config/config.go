@@ -49,6 +49,8 @@ type HTTP struct {
 type Database struct {
 	URL      string `mapstructure:"url" env:"DATABASE_URL" default:"" required:"true" doc:"PostgreSQL connection URL"`
 	MaxConns int    `mapstructure:"max_conns" env:"DATABASE_MAX_CONNS" default:"20" doc:"size of each process's connection pool"`
+	// MigrateURL is the schema owner's connection, for svc migrate only.
+	MigrateURL string `mapstructure:"migrate_url" env:"MIGRATE_DATABASE_URL" default:"" doc:"PostgreSQL URL of the schema owner, used by svc migrate only (unset: DATABASE_URL); when its user differs from DATABASE_URL's, migrate grants that runtime role what the service needs and nothing more"`
 }
 
 // APIKeys configures the format of minted API keys.
@@ -155,6 +157,11 @@ func (c Config) Validate() error {
 	if c.Database.URL != "" {
 		if u, err := url.Parse(c.Database.URL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			add("DATABASE_URL", "must be a postgres:// or postgresql:// URL")
+		}
+	}
+	if c.Database.MigrateURL != "" {
+		if u, err := url.Parse(c.Database.MigrateURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			add("MIGRATE_DATABASE_URL", "must be a postgres:// or postgresql:// URL")
 		}
 	}
 	if c.Database.MaxConns < 2 {

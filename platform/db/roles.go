@@ -1,0 +1,177 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The service runs with two PostgreSQL roles (docs/operations.md):
+//
+//   - the owner, which svc migrate connects as (MIGRATE_DATABASE_URL): it
+//     owns every table, function and sequence, and is the only role that
+//     can change the schema, switch a trigger off or truncate a table;
+//   - the runtime role, which svc api, svc worker and svc admin connect as
+//     (DATABASE_URL): it reads and writes rows, and nothing more.
+//
+// The append-only tables (the ledger's entries and postings, the audit
+// trail) then hold against the service's own account: their triggers
+// refuse UPDATE and DELETE even to the owner, and the runtime role has
+// neither the privilege to change those rows nor the ownership that
+// switching the triggers off needs.
+
+// UserOf returns the user a PostgreSQL URL connects as.
+func UserOf(url string) (string, error) {
+	c, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "", fmt.Errorf("parse database URL: %w", err)
+	}
+	return c.User, nil
+}
+
+// readOnlyTables are read by the runtime role and never written: the
+// migration history (svc api and svc worker refuse to start while one is
+// pending).
+var readOnlyTables = []string{"bun_migrations", "bun_migration_locks", "river_migration"}
+
+// GrantRuntime gives role exactly what svc api, svc worker and svc admin
+// need on the schema d's user owns, after revoking whatever it had, so that
+// running it again (every svc migrate does) converges to the same grants:
+//
+//   - every table: SELECT, INSERT, UPDATE, DELETE; never TRUNCATE,
+//     REFERENCES or TRIGGER, and no ownership;
+//   - an append-only table (one with a *_append_only trigger: ledger
+//     entries and postings, the audit trail): SELECT and INSERT only;
+//   - ledger_accounts: SELECT, INSERT, and UPDATE of balance only;
+//   - the migration history: SELECT only;
+//   - every sequence: USAGE and SELECT (nextval).
+//
+// It refuses a role that is a superuser, can bypass row security, or is
+// d's own user.
+func GrantRuntime(ctx context.Context, d *DB, role string) error {
+	var me string
+	var exists, super, bypass bool
+	err := d.Pool.QueryRow(ctx, `SELECT current_user, r.rolname IS NOT NULL, coalesce(r.rolsuper, false), coalesce(r.rolbypassrls, false)
+  FROM (SELECT 1) x LEFT JOIN pg_roles r ON r.rolname = $1`, role).Scan(&me, &exists, &super, &bypass)
+	if err != nil {
+		return fmt.Errorf("grant runtime role: %w", err)
+	}
+	switch {
+	case !exists:
+		return fmt.Errorf("grant runtime role: the role %q of DATABASE_URL does not exist; create it (CREATE ROLE %s LOGIN PASSWORD '...'; see docs/operations.md)", role, pgx.Identifier{role}.Sanitize())
+	case role == me:
+		return fmt.Errorf("grant runtime role: DATABASE_URL and MIGRATE_DATABASE_URL both connect as %q; the runtime role must be another one", role)
+	case super || bypass:
+		return fmt.Errorf("grant runtime role: %q is a superuser or bypasses row security; the runtime role must be an ordinary role (ALTER ROLE %s NOSUPERUSER NOBYPASSRLS)", role, pgx.Identifier{role}.Sanitize())
+	}
+	rows, err := d.Pool.Query(ctx, `SELECT c.relname,
+       EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname LIKE '%\_append\_only')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND pg_get_userbyid(c.relowner) = current_user
+ ORDER BY c.relname`)
+	if err != nil {
+		return fmt.Errorf("grant runtime role: list tables: %w", err)
+	}
+	type table struct {
+		name       string
+		appendOnly bool
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (table, error) {
+		var t table
+		return t, r.Scan(&t.name, &t.appendOnly)
+	})
+	if err != nil {
+		return fmt.Errorf("grant runtime role: list tables: %w", err)
+	}
+	rt := pgx.Identifier{role}.Sanitize()
+	stmts := []string{
+		"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM " + rt,
+		"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM " + rt,
+		"REVOKE CREATE ON SCHEMA public FROM " + rt,
+		"GRANT USAGE ON SCHEMA public TO " + rt,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + rt,
+	}
+	for _, t := range tables {
+		name := pgx.Identifier{t.name}.Sanitize()
+		var privs string
+		switch {
+		case t.appendOnly:
+			privs = "SELECT, INSERT"
+		case t.name == "ledger_accounts":
+			privs = "SELECT, INSERT, UPDATE (balance)"
+		case isReadOnly(t.name):
+			privs = "SELECT"
+		default:
+			privs = "SELECT, INSERT, UPDATE, DELETE"
+		}
+		stmts = append(stmts, fmt.Sprintf("GRANT %s ON %s TO %s", privs, name, rt))
+	}
+	tx, err := d.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("grant runtime role: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("grant runtime role: %s: %w", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("grant runtime role: %w", err)
+	}
+	return nil
+}
+
+func isReadOnly(table string) bool {
+	for _, t := range readOnlyTables {
+		if t == table {
+			return true
+		}
+	}
+	return false
+}
+
+// RuntimeRoleProblems lists why d's user is not a proper runtime role: it
+// is a superuser, bypasses row security, owns (or is a member of the role
+// that owns) the ledger's tables, or may create objects in the schema.
+// Each problem says how to fix it. None means the split is in place.
+func RuntimeRoleProblems(ctx context.Context, d *DB) ([]string, error) {
+	var (
+		user          string
+		super, bypass bool
+		owns, create  bool
+	)
+	err := d.Pool.QueryRow(ctx, `SELECT current_user, r.rolsuper, r.rolbypassrls,
+       EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = current_schema() AND c.relname IN ('ledger_entries', 'ledger_postings', 'ledger_accounts')
+                  AND pg_has_role(current_user, c.relowner, 'USAGE')),
+       has_schema_privilege(current_user, current_schema(), 'CREATE')
+  FROM pg_roles r WHERE r.rolname = current_user`).Scan(&user, &super, &bypass, &owns, &create)
+	if err != nil {
+		return nil, fmt.Errorf("check the database role: %w", err)
+	}
+	var p []string
+	if super {
+		p = append(p, fmt.Sprintf("DATABASE_URL connects as %q, a superuser, which can switch the ledger's append-only triggers off", user))
+	}
+	if bypass {
+		p = append(p, fmt.Sprintf("DATABASE_URL connects as %q, which bypasses row security", user))
+	}
+	if owns && !super {
+		p = append(p, fmt.Sprintf("DATABASE_URL connects as %q, which owns the ledger's tables and can alter them", user))
+	}
+	if create && !super {
+		p = append(p, fmt.Sprintf("DATABASE_URL connects as %q, which may create objects in the schema", user))
+	}
+	if len(p) > 0 {
+		p = append(p, "connect svc api, svc worker and svc admin as an ordinary role, and svc migrate as the schema owner (MIGRATE_DATABASE_URL), which grants the runtime role what it needs (docs/operations.md)")
+	}
+	return p, nil
+}
+
+// RoleProblemsError joins RuntimeRoleProblems into one error.
+func RoleProblemsError(problems []string) error {
+	return fmt.Errorf("unsafe database role: %s", strings.Join(problems, "; "))
+}

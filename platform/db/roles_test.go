@@ -1,0 +1,98 @@
+package db_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/platform/db"
+	"svc/platform/dbtest"
+)
+
+// TestGrantRuntime: migrate's grants give the runtime role rows, never
+// the schema; applying them again changes nothing; a role that could not
+// be a runtime role is refused.
+func TestGrantRuntime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := dbtest.NewURL(t) // migrated and granted by its owner, as svc migrate does
+	owner, err := db.Open(ctx, dbtest.OwnerURL(u), 2)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+
+	has := func(table, priv string) bool {
+		var ok bool
+		require.NoError(t, owner.Pool.QueryRow(ctx, "SELECT has_table_privilege($1, $2, $3)", dbtest.RuntimeRole, table, priv).Scan(&ok))
+		return ok
+	}
+	hasColumn := func(table, column, priv string) bool {
+		var ok bool
+		require.NoError(t, owner.Pool.QueryRow(ctx, "SELECT has_column_privilege($1, $2, $3, $4)", dbtest.RuntimeRole, table, column, priv).Scan(&ok))
+		return ok
+	}
+	check := func() {
+		t.Helper()
+		for _, table := range []string{"ledger_entries", "ledger_postings", "audit_log"} {
+			require.True(t, has(table, "SELECT"), table)
+			require.True(t, has(table, "INSERT"), table)
+			for _, p := range []string{"UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
+				require.False(t, has(table, p), "%s %s", table, p)
+			}
+		}
+		require.True(t, hasColumn("ledger_accounts", "balance", "UPDATE"))
+		for _, c := range []string{"owner", "kind", "asset", "id"} {
+			require.False(t, hasColumn("ledger_accounts", c, "UPDATE"), c)
+		}
+		require.False(t, has("ledger_accounts", "DELETE"))
+		for _, p := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+			require.True(t, has("withdrawals", p), p)
+			require.True(t, has("river_job", p), p)
+		}
+		require.False(t, has("withdrawals", "TRUNCATE"))
+		require.True(t, has("bun_migrations", "SELECT"))
+		require.False(t, has("bun_migrations", "INSERT"))
+		var create bool
+		require.NoError(t, owner.Pool.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", dbtest.RuntimeRole).Scan(&create))
+		require.False(t, create)
+	}
+	check()
+	require.NoError(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole))
+	require.NoError(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole))
+	check()
+
+	err = db.GrantRuntime(ctx, owner, dbtest.OwnerRole)
+	require.ErrorContains(t, err, "must be another one")
+	err = db.GrantRuntime(ctx, owner, "svc_nobody")
+	require.ErrorContains(t, err, "does not exist")
+	admin, err := db.UserOf(dbtest.AdminURL(t))
+	require.NoError(t, err)
+	var super bool
+	require.NoError(t, owner.Pool.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", admin).Scan(&super))
+	if super {
+		require.ErrorContains(t, db.GrantRuntime(ctx, owner, admin), "superuser")
+	}
+}
+
+// TestRuntimeRoleProblems: the runtime role passes; the owner and a
+// superuser are named, with the fix.
+func TestRuntimeRoleProblems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := dbtest.NewURL(t)
+	problems := func(url string) []string {
+		d, err := db.Open(ctx, url, 2)
+		require.NoError(t, err)
+		defer d.Close()
+		p, err := db.RuntimeRoleProblems(ctx, d)
+		require.NoError(t, err)
+		return p
+	}
+	require.Empty(t, problems(u))
+	p := strings.Join(problems(dbtest.OwnerURL(u)), "; ")
+	require.Contains(t, p, "owns the ledger's tables")
+	require.Contains(t, p, "MIGRATE_DATABASE_URL")
+	p = strings.Join(problems(dbtest.AdminURLOf(t, u)), "; ")
+	require.Contains(t, p, "a superuser")
+}
