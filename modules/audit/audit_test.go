@@ -27,6 +27,7 @@ import (
 	"svc/platform/clock"
 	"svc/platform/config"
 	"svc/platform/db"
+	"svc/platform/dbtest"
 )
 
 // apptestActor mints the harness's two keys, the first entries of every
@@ -144,13 +145,18 @@ func TestRolledBackActionLeavesNoEntry(t *testing.T) {
 	require.Zero(t, count(t, e, audit.ListParams{Target: "evt_y"}))
 }
 
-// The database itself refuses to change or delete the trail.
+// The database itself refuses to change or delete the trail: the runtime
+// role the service connects as has no privilege to, and even the schema
+// owner is stopped by the trail's triggers.
 func TestTrailIsAppendOnly(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
 	ctx := context.Background()
 	before := count(t, e, audit.ListParams{})
 	require.Equal(t, 2, before, "the harness's two mints")
+	owner, err := db.Open(ctx, dbtest.OwnerURL(e.App.Cfg.Database.URL), 2)
+	require.NoError(t, err)
+	defer owner.Close()
 	for _, stmt := range []string{
 		"UPDATE audit_log SET actor = 'cli:mallory'",
 		"UPDATE audit_log SET detail = '{}' WHERE id = (SELECT max(id) FROM audit_log)",
@@ -158,6 +164,8 @@ func TestTrailIsAppendOnly(t *testing.T) {
 		"TRUNCATE audit_log",
 	} {
 		_, err := e.App.DB.Bun.ExecContext(ctx, stmt)
+		require.ErrorContains(t, err, "permission denied", stmt)
+		_, err = owner.Bun.ExecContext(ctx, stmt)
 		require.ErrorContains(t, err, "append-only", stmt)
 	}
 	list, _, err := audit.List(ctx, e.App.DB.Bun, audit.ListParams{})

@@ -101,7 +101,7 @@ func BenchmarkLedger(b *testing.B) {
 		shards int
 	}{{"derived", 0}, {"sharded16", 16}, {"onerow", 1}} {
 		b.Run(design.name, func(b *testing.B) {
-			d := newDB(b, 40)
+			d := newDBAs(b, 40, dbtest.OwnerURL) // the sharded designs add tables and triggers
 			ctx := context.Background()
 			// Every bench user starts with a balance that covers its holds.
 			for _, a := range benchAssets {
@@ -258,7 +258,7 @@ func bulkDeposits(b testing.TB, d *bun.DB, asset, prefix string, users, n int, a
 // postings (500,000 deposits over 50,000 users), the size the issue asks
 // to measure. Building it takes a while; the check is what is timed.
 func BenchmarkCheck(b *testing.B) {
-	d := newDB(b, 4)
+	d := newDBAs(b, 4, dbtest.OwnerURL) // bulk loading
 	const entries = 500_000
 	start := time.Now()
 	for i := range 5 {

@@ -22,6 +22,17 @@ func newDB(t testing.TB, maxConns int) *bun.DB {
 	return d.Bun
 }
 
+// newDBAs returns a fresh migrated database connected as the role that
+// as returns for its URL (dbtest.OwnerURL, or the admin for a test that
+// writes with the triggers off).
+func newDBAs(t testing.TB, maxConns int, as func(string) string) *bun.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), as(dbtest.NewURL(t)), maxConns)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d.Bun
+}
+
 // inTx runs fn in its own committed transaction.
 func inTx(t testing.TB, d *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) error {
 	t.Helper()

@@ -12,13 +12,16 @@ import (
 
 	"svc/modules/ledger"
 	"svc/platform/db"
+	"svc/platform/dbtest"
 )
 
 // TestDatabaseRefuses checks the rules the database enforces by itself,
-// with SQL that goes around the ledger package.
+// with SQL that goes around the ledger package, as the schema owner: the
+// triggers hold even for the role that could switch them off
+// (TestRuntimeRoleCannotTamper shows the runtime role cannot even try).
 func TestDatabaseRefuses(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, 4)
+	d := newDBAs(t, 4, dbtest.OwnerURL)
 	ctx := context.Background()
 	p := credit(t, d, "BTC", "ivan", 1_000, "pay-1")
 	var custody, ivan, usdtCustody int64
@@ -141,7 +144,7 @@ func constraintOf(err error) string {
 // (as a superuser could) and expects the check to name what is wrong.
 func TestCheckFindsCorruption(t *testing.T) {
 	t.Parallel()
-	d := newDB(t, 4)
+	d := newDBAs(t, 4, func(u string) string { return dbtest.AdminURLOf(t, u) })
 	ctx := context.Background()
 	credit(t, d, "BTC", "judy", 1_000, "pay-1")
 	credit(t, d, "BTC", "ken", 500, "pay-2")

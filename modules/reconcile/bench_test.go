@@ -19,6 +19,7 @@ import (
 	"svc/platform/chain/chaintest"
 	"svc/platform/config"
 	"svc/platform/db"
+	"svc/platform/dbtest"
 	"svc/platform/money"
 	"svc/platform/tron/tronsim"
 )
@@ -55,8 +56,7 @@ func BenchmarkReport(b *testing.B) {
 	start := time.Now()
 	seedBook(b, d, e.Sim.TronPool())
 	built := time.Since(start)
-	_, err := d.ExecContext(ctx, "VACUUM ANALYZE")
-	require.NoError(b, err)
+	dbtest.VacuumAnalyze(b, e.App.Cfg.Database.URL)
 	b.Logf("built %d postings over %d users in %s (VACUUM ANALYZE: %s more)", benchPostings, benchUsers,
 		built.Round(time.Second), (time.Since(start) - built).Round(time.Second))
 

@@ -67,8 +67,7 @@ func benchCreate(b *testing.B, clients int, holdOnly bool) {
 		require.NoError(b, err, "LEDGER_BENCH_DURATION")
 		dur = d
 	}
-	_, err := e.App.DB.Bun.ExecContext(ctx, "VACUUM ANALYZE")
-	require.NoError(b, err)
+	dbtest.VacuumAnalyze(b, e.App.Cfg.Database.URL)
 	tpcb := dbtest.PgbenchTPS(b, clients, dur)
 
 	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}

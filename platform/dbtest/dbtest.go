@@ -1,6 +1,14 @@
 // Package dbtest gives each test its own real PostgreSQL database, cloned in
 // milliseconds from a template that is migrated once per migration set.
-// The server comes from DATABASE_URL (make test provides one).
+// The server comes from DATABASE_URL (make test provides one), whose user
+// must be able to create databases and roles.
+//
+// The databases are split as in production (docs/operations.md): the
+// schema belongs to the owner role (OwnerRole), which migrates the
+// template, and the URL a test gets connects as the runtime role
+// (RuntimeRole) with only the grants svc migrate gives it. A test that
+// must do what only the owner can (tamper with the ledger, build bulk
+// data) asks for OwnerURL.
 package dbtest
 
 import (
@@ -22,6 +30,12 @@ import (
 
 	"svc/migrations"
 	"svc/platform/db"
+)
+
+// The roles of the test databases.
+const (
+	OwnerRole   = "svc_owner"
+	RuntimeRole = "svc_app"
 )
 
 // AdminURL returns DATABASE_URL or fails the test with how to get one.
@@ -65,7 +79,7 @@ func NewURL(t testing.TB) string {
 	}
 	defer conn.Close(ctx)
 	for attempt := 0; ; attempt++ {
-		_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl))
+		_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s OWNER %s", name, tmpl, OwnerRole))
 		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
 			break
 		}
@@ -82,7 +96,46 @@ func NewURL(t testing.TB) string {
 		defer c.Close(context.Background())
 		_, _ = c.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
 	})
-	return withDatabase(admin, name)
+	return withUser(withDatabase(admin, name), RuntimeRole)
+}
+
+// OwnerURL returns the URL of the same database as u, connecting as the
+// schema owner.
+func OwnerURL(u string) string { return withUser(u, OwnerRole) }
+
+// VacuumAnalyze vacuums and analyzes the database of u as its owner: the
+// runtime role a test connects as may not (PostgreSQL skips, with a
+// warning, the tables a role does not own), and a benchmark measured on a
+// never-vacuumed database measures the missing statistics.
+func VacuumAnalyze(t testing.TB, u string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, OwnerURL(u))
+	if err != nil {
+		t.Fatalf("dbtest: connect as owner: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		t.Fatalf("dbtest: VACUUM ANALYZE: %v", err)
+	}
+}
+
+// AdminURLOf returns the URL of the same database as u, connecting as
+// DATABASE_URL's user (a superuser on the private server): for a test
+// that does what not even the owner can, like writing with the triggers
+// off (session_replication_role).
+func AdminURLOf(t testing.TB, u string) string {
+	t.Helper()
+	a, err := url.Parse(AdminURL(t))
+	if err != nil {
+		t.Fatalf("dbtest: DATABASE_URL: %v", err)
+	}
+	v, err := url.Parse(u)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	v.User = a.User
+	return v.String()
 }
 
 func withDatabase(admin, name string) string {
@@ -93,6 +146,50 @@ func withDatabase(admin, name string) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// withUser returns raw with its user replaced by role, keeping the
+// password: the test roles are given the admin's (ensureRoles).
+func withUser(raw, role string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	if pw, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(role, pw)
+	} else {
+		u.User = url.User(role)
+	}
+	return u.String()
+}
+
+// ensureRoles creates the owner and the runtime roles when they are
+// missing, with the admin URL's password if it has one. The caller holds
+// the template lock, so parallel test binaries do not race.
+func ensureRoles(ctx context.Context, conn *pgx.Conn, admin string) error {
+	pw := ""
+	if u, err := url.Parse(admin); err == nil {
+		pw, _ = u.User.Password()
+	}
+	for _, role := range []string{OwnerRole, RuntimeRole} {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			continue
+		}
+		stmt := "CREATE ROLE " + role + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS"
+		if pw != "" {
+			stmt += " PASSWORD " + quoteLiteral(pw)
+		}
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("create role %s: %w", role, err)
+		}
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // template returns the name of the migrated template database for the
 // current migration files, creating it under an advisory lock so parallel
@@ -108,6 +205,9 @@ func template(ctx context.Context, admin string) (string, error) {
 		return "", err
 	}
 	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(7263541)") //nolint:errcheck
+	if err := ensureRoles(ctx, conn, admin); err != nil {
+		return "", err
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return "", err
@@ -119,14 +219,19 @@ func template(ctx context.Context, admin string) (string, error) {
 	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
 		return "", err
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", building)); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s OWNER %s", building, OwnerRole)); err != nil {
 		return "", err
 	}
-	d, err := db.Open(ctx, withDatabase(admin, building), 4)
+	// As svc migrate does with MIGRATE_DATABASE_URL: the owner migrates,
+	// then grants the runtime role.
+	d, err := db.Open(ctx, withUser(withDatabase(admin, building), OwnerRole), 4)
 	if err != nil {
 		return "", err
 	}
 	err = db.Migrate(ctx, d, migrations.FS, slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = db.GrantRuntime(ctx, d, RuntimeRole)
+	}
 	d.Close()
 	if err != nil {
 		return "", err
@@ -153,6 +258,7 @@ func migrationsHash() string {
 		h.Write(b)
 	}
 	h.Write([]byte("river-v0.41.0"))
+	h.Write([]byte("roles:" + OwnerRole + "," + RuntimeRole))
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
@@ -41,9 +42,19 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := &testBundle{db: dbtest.New(t), clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
-	_, err := b.db.Pool.Exec(context.Background(), "CREATE TABLE effects (id serial PRIMARY KEY, note text)")
+	u := dbtest.NewURL(t)
+	// The test's own table, created by the schema owner as a migration
+	// would, and granted to the runtime role the service connects as.
+	owner, err := pgx.Connect(context.Background(), dbtest.OwnerURL(u))
 	require.NoError(t, err)
+	_, err = owner.Exec(context.Background(), `CREATE TABLE effects (id serial PRIMARY KEY, note text);
+GRANT SELECT, INSERT ON effects TO `+dbtest.RuntimeRole+`; GRANT USAGE ON SEQUENCE effects_id_seq TO `+dbtest.RuntimeRole)
+	require.NoError(t, err)
+	require.NoError(t, owner.Close(context.Background()))
+	d, err := db.Open(context.Background(), u, 10)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	b := &testBundle{db: d, clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	store := &idempotency.Store{DB: b.db.Bun, Now: b.clock.Now}
 	log := slog.New(slog.DiscardHandler)
 	app := httpapi.New(httpapi.Options{Log: log})

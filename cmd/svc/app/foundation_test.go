@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/apikey"
 	"svc/modules/audit"
 	"svc/platform/clock"
+	"svc/platform/dbtest"
 )
 
 func TestHealthAndAssets(t *testing.T) {
@@ -61,7 +63,10 @@ func TestReadyzFollowsTheWorkerHeartbeat(t *testing.T) {
 
 	// A migration this build knows that the database has not applied (a
 	// deployment that skipped svc migrate) degrades readiness, named.
-	_, err := e.App.DB.Pool.Exec(context.Background(), "DELETE FROM bun_migrations WHERE name = (SELECT max(name) FROM bun_migrations)")
+	owner, err := pgx.Connect(context.Background(), dbtest.OwnerURL(e.App.Cfg.Database.URL))
+	require.NoError(t, err)
+	defer owner.Close(context.Background())
+	_, err = owner.Exec(context.Background(), "DELETE FROM bun_migrations WHERE name = (SELECT max(name) FROM bun_migrations)")
 	require.NoError(t, err)
 	r = e.Do(apptest.Req{Method: "GET", Path: "/readyz", Key: "-"})
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
