@@ -9,6 +9,13 @@
 #                          fault tests
 #   scripts/db.sh crash    stop the private server at once (pg_ctl -m
 #                          immediate); scripts/db.sh starts it again
+#   scripts/db.sh roles URL
+#                          with URL a superuser's: create the schema owner
+#                          (svc_owner) and the runtime role (svc_app) when
+#                          missing, give the owner URL's database and every
+#                          object in its public schema to the owner, and print
+#                          the owner's URL, then the runtime role's
+#                          (docs/operations.md)
 #
 # Order: $DATABASE_URL if it answers; otherwise a private server under
 # $SVC_PG_DATA (default .data/pg, git-ignored) on port $SVC_PG_PORT (default
@@ -67,6 +74,44 @@ if [ "${1:-}" = crash ]; then
   owner=$(stat -c %U "$DATA")
   run_as "$owner" "$bin/pg_ctl" -D "$DATA" -m immediate -w -t 60 stop >/dev/null
   say "stopped the private server in $DATA at once"
+  exit 0
+fi
+
+if [ "${1:-}" = roles ]; then
+  url="${2:?usage: scripts/db.sh roles URL}"
+  if command -v psql >/dev/null 2>&1; then PSQL=psql; else PSQL="$(pgbin)/psql"; fi
+  db=$(printf '%s' "$url" | sed -E 's#^postgres(ql)?://[^/]*/([^?]*).*#\2#')
+  "$PSQL" "$url" -v ON_ERROR_STOP=1 -Atq >&2 <<SQL
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'svc_owner') THEN
+    CREATE ROLE svc_owner LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'svc_app') THEN
+    CREATE ROLE svc_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+  END IF;
+END \$\$;
+ALTER DATABASE "$db" OWNER TO svc_owner;
+-- A database migrated before the roles were split: its objects move to
+-- the owner (the functions too, so later migrations may replace them).
+DO \$\$ DECLARE r record; BEGIN
+  FOR r IN SELECT format('ALTER %s %s OWNER TO svc_owner',
+                         CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW' ELSE 'TABLE' END, c.oid::regclass) AS stmt
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'S', 'v') AND pg_get_userbyid(c.relowner) <> 'svc_owner'
+              AND NOT (c.relkind = 'S' AND EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')))
+  LOOP EXECUTE r.stmt; END LOOP;
+  FOR r IN SELECT format('ALTER FUNCTION %s OWNER TO svc_owner', p.oid::regprocedure) AS stmt
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'public' AND pg_get_userbyid(p.proowner) <> 'svc_owner'
+  LOOP EXECUTE r.stmt; END LOOP;
+  FOR r IN SELECT format('ALTER TYPE %s OWNER TO svc_owner', t.oid::regtype) AS stmt
+             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+            WHERE n.nspname = 'public' AND t.typtype IN ('e', 'd') AND pg_get_userbyid(t.typowner) <> 'svc_owner'
+  LOOP EXECUTE r.stmt; END LOOP;
+END \$\$;
+SQL
+  printf '%s\n' "$url" | sed -E 's#^(postgres(ql)?://)[^@/]*@#\1svc_owner@#'
+  printf '%s\n' "$url" | sed -E 's#^(postgres(ql)?://)[^@/]*@#\1svc_app@#'
   exit 0
 fi
 

@@ -6,8 +6,19 @@ cd "$(dirname "$0")/.."
 export PORT="${PORT:-8080}"
 SIM_PORT="${SIM_PORT:-8090}"
 RECEIVER_PORT="${RECEIVER_PORT:-8091}"
-export DATABASE_URL
-DATABASE_URL=$(scripts/db.sh)
+export DATABASE_URL MIGRATE_DATABASE_URL
+ADMIN_URL=$(scripts/db.sh)
+# Two roles, as in production (docs/operations.md): migrate runs as the
+# schema owner and grants the runtime role, which the api and the worker
+# connect as. Without a superuser URL (roles cannot be made), one URL.
+if roles=$(scripts/db.sh roles "$ADMIN_URL" 2>/dev/null); then
+  MIGRATE_DATABASE_URL=$(printf '%s\n' "$roles" | sed -n 1p)
+  DATABASE_URL=$(printf '%s\n' "$roles" | sed -n 2p)
+else
+  echo "run: could not create the owner and runtime roles on $ADMIN_URL; using it for everything (the ledger's guards then do not hold against the service's own role)" >&2
+  MIGRATE_DATABASE_URL=$ADMIN_URL
+  DATABASE_URL=$ADMIN_URL
+fi
 export SVC_CONFIG_FILE="${SVC_CONFIG_FILE:-configs/local.yaml}"
 mkdir -p .data/logs
 pids=()
@@ -34,7 +45,7 @@ cat <<MSG
 
 svc is running (logs in .data/logs/):
   API          http://localhost:$PORT   (docs: http://localhost:$PORT/docs)
-  database     $DATABASE_URL
+  database     $DATABASE_URL (runtime role; migrations: $MIGRATE_DATABASE_URL)
 
 Dev keys (minted just now):
   readwrite    $RW
