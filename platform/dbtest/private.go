@@ -55,6 +55,18 @@ func (s *PrivateServer) Restart() { s.t.Helper(); s.run("restart") }
 // back on the same data and port.
 func (s *PrivateServer) Crash() { s.t.Helper(); s.run("crash") }
 
+// Roles creates the schema owner and the runtime role on the server
+// (scripts/db.sh roles) and returns their URLs, for processes run as in
+// production: svc migrate as the owner, the rest as the runtime role.
+func (s *PrivateServer) Roles() (owner, runtime string) {
+	s.t.Helper()
+	lines := strings.Split(s.run("roles", s.URL), "\n")
+	if len(lines) < 2 {
+		s.t.Fatalf("scripts/db.sh roles: expected two URLs, got %q", lines)
+	}
+	return lines[len(lines)-2], lines[len(lines)-1]
+}
+
 // Start starts a crashed or stopped server again.
 func (s *PrivateServer) Start() { s.t.Helper(); s.run() }
 

@@ -79,6 +79,7 @@ func startCluster(t testing.TB, dir string) *cluster {
 		t.Fatalf("build svc: %v\n%s", err, out)
 	}
 	c.pg = dbtest.StartPrivateServer(t)
+	owner, runtime := c.pg.Roles() // as in production: docs/operations.md
 
 	c.recv = newReceiver(platformSecret)
 	recvURL := serve(t, c.recv)
@@ -101,7 +102,7 @@ func startCluster(t testing.TB, dir string) *cluster {
 	c.sim = sim
 
 	c.env = append(os.Environ(),
-		"DATABASE_URL="+c.pg.URL, "DATABASE_MAX_CONNS=10", "SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=info",
+		"DATABASE_URL="+runtime, "MIGRATE_DATABASE_URL="+owner, "DATABASE_MAX_CONNS=10", "SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=info",
 		"BITCOIN_NETWORK=regtest", "LIGHTNING_ENABLED=true", "HTTP_LISTEN_HOST=127.0.0.1",
 		"BTCPAY_URL="+sim.URL(), "BTCPAY_API_KEY="+sim.APIKey(), "BTCPAY_STORE_ID="+sim.StoreID(),
 		"PROCESSOR_WEBHOOK_SECRET="+processorSecret, "BTCPAY_TIMEOUT=2s",
