@@ -71,7 +71,7 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func startCluster(t testing.TB, dir string) *cluster {
+func startCluster(t testing.TB, dir string, env ...string) *cluster {
 	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
 	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
 	build.Dir = moduleRoot()
@@ -111,6 +111,7 @@ func startCluster(t testing.TB, dir string) *cluster {
 		"DEPOSIT_POLL_INTERVAL=3s", "WALLET_SCAN_INTERVAL=5s", "DISCOVERY_INTERVAL=20s", "PAYOUT_POLL_INTERVAL=2s",
 		"WORKER_HEARTBEAT_INTERVAL=2s", "WORKER_STALE_AFTER=10s", "READYZ_CACHE_TTL=0s",
 	)
+	c.env = append(c.env, env...) // a test's own settings win: the last of a name is used
 	c.svc("migrate")
 	c.rwKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform", "--as", "chaos"))
 	c.admKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator", "--as", "chaos"))
