@@ -236,10 +236,11 @@ func TestCreateAfterTheKeyWasPruned(t *testing.T) {
 }
 
 // TestCreateKeyTakenOver: an attempt whose Idempotency-Key was taken over
-// by a retry (the first ran past the takeover window) and the retry both
-// finish: one withdrawal and one hold. The late first attempt commits its
-// withdrawal and answers 409 (retry); the retry, whose row would repeat
-// the key, answers that same withdrawal.
+// by a retry (the first ran past the takeover window) never commits its
+// withdrawal: the retry decides. When the retry already answered with a
+// refusal (stored as the key's final answer), no withdrawal exists; when
+// the retry creates it, there is exactly one. The first attempt answers
+// 409 (retry) either way.
 func TestCreateKeyTakenOver(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -247,26 +248,44 @@ func TestCreateKeyTakenOver(t *testing.T) {
 	e.fund(t, "tina", asset.BTC, 100_000)
 	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: e.Clock.Now}
 	hash := idempotency.Hash(http.MethodPost, "/v1/withdrawals", []byte("tina"))
-	first, _, err := idem.Begin(ctx, "tina-key", http.MethodPost, "/v1/withdrawals", hash)
-	require.NoError(t, err)
-	e.Clock.Advance(idempotency.TakeoverAfter + time.Second)
-	retry, stored, err := idem.Begin(ctx, "tina-key", http.MethodPost, "/v1/withdrawals", hash)
-	require.NoError(t, err)
-	require.Nil(t, stored)
-	require.NotNil(t, retry, "the retry takes the key over")
+	takeOver := func(key string) (first, retry *idempotency.Record) {
+		first, _, err := idem.Begin(ctx, key, http.MethodPost, "/v1/withdrawals", hash)
+		require.NoError(t, err)
+		e.Clock.Advance(idempotency.TakeoverAfter + time.Second)
+		retry, stored, err := idem.Begin(ctx, key, http.MethodPost, "/v1/withdrawals", hash)
+		require.NoError(t, err)
+		require.Nil(t, stored)
+		require.NotNil(t, retry, "the retry takes the key over")
+		return first, retry
+	}
+	withdrawals := func() int {
+		var n int
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("count(*)").
+			Where("external_user_id = 'tina'").Scan(ctx, &n))
+		return n
+	}
+	params := func(key string) withdrawal.CreateParams {
+		return withdrawal.CreateParams{ExternalUserID: "tina", Asset: asset.BTC, Amount: 30_000,
+			Destination: p2wpkh(t, chain.Regtest, "tina"), IdempotencyKey: key}
+	}
 
-	p := withdrawal.CreateParams{ExternalUserID: "tina", Asset: asset.BTC, Amount: 30_000,
-		Destination: p2wpkh(t, chain.Regtest, "tina"), IdempotencyKey: "tina-key"}
-	_, _, err = e.Svc.Create(ctx, p, first)
+	// The retry answered first, with a refusal: the late first attempt
+	// must not create the withdrawal behind the key's stored 422.
+	first, retry := takeOver("tina-key-1")
+	require.NoError(t, retry.CompleteTx(ctx, e.App.DB.Bun, http.StatusUnprocessableEntity, "application/json", []byte(`{"detail":"refused"}`)))
+	_, _, err := e.Svc.Create(ctx, params("tina-key-1"), first)
 	require.ErrorIs(t, err, withdrawal.ErrTakenOver)
-	v, _, err := e.Svc.Create(ctx, p, retry)
+	require.Zero(t, withdrawals(), "nothing behind a key that answered 422")
+	require.Equal(t, "0.00000000", e.balance(t, "tina", asset.BTC).Held)
+
+	// The retry creates it: one withdrawal.
+	first, retry = takeOver("tina-key-2")
+	_, _, err = e.Svc.Create(ctx, params("tina-key-2"), first)
+	require.ErrorIs(t, err, withdrawal.ErrTakenOver)
+	v, _, err := e.Svc.Create(ctx, params("tina-key-2"), retry)
 	require.NoError(t, err)
-	var n int
-	require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("count(*)").
-		Where("external_user_id = 'tina'").Scan(ctx, &n))
-	require.Equal(t, 1, n, "one withdrawal for the key")
+	require.Equal(t, 1, withdrawals(), "one withdrawal for the key")
 	require.Equal(t, "0.00030000", e.balance(t, "tina", asset.BTC).Held)
-	got := e.get(t, v.WithdrawalID)
-	require.Equal(t, withdrawal.StatusApproved, got.Status)
+	require.Equal(t, withdrawal.StatusApproved, e.get(t, v.WithdrawalID).Status)
 	e.requireBooks(t)
 }

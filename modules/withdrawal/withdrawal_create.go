@@ -135,10 +135,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if len(reasons) == 0 && a.WithdrawalUserDailyCap == nil && (rec == nil || canPipeline) {
 		// Auto-approved, the common case: one round trip (insertApproved).
 		view, body, err = s.insertApproved(ctx, intent, a, pc)
-		switch {
-		case errors.Is(err, idempotency.ErrLost):
-			outcome = outcomeCommitted
-		case err != nil && rolledBack(err):
+		if err != nil && rolledBack(err) {
 			outcome = outcomeRolledBack
 		}
 	} else {
@@ -231,7 +228,6 @@ func (s *Service) giveBack(ctx context.Context, w Withdrawal) {
 const (
 	outcomeUnknown    = iota // the commit may or may not have happened
 	outcomeRolledBack        // nothing was written
-	outcomeCommitted         // the withdrawal exists (its key was taken over)
 )
 
 // pipelineCompleter is a Completer that can also store the response in
@@ -249,10 +245,9 @@ type pipelineCompleter interface {
 // row and the response back with it. On two cores under load, round trips
 // and statements are what a creation costs (docs/performance.md).
 //
-// A key taken over by a newer attempt (idempotency.ErrLost) does not roll
-// back here: the withdrawal commits without the key's response, and the
-// newer attempt, whose row would repeat the key, fails on its uniqueness
-// and answers this withdrawal (Create).
+// A key taken over by a newer attempt makes the response's statement raise
+// (idempotency.Record.QueueComplete), which rolls back the hold and the row
+// too: the newer attempt decides, as in the ordinary transaction.
 func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asset, rec pipelineCompleter) (CreatedView, []byte, error) {
 	s.decide(&w, nil)
 	view := renderCreated(w, a.Decimals)
@@ -292,15 +287,24 @@ func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asse
 }
 
 // rolledBack reports an error of insertApproved that the database answered
-// with a refusal, after which nothing of the pipeline committed: a
-// PostgreSQL error, or the ledger's reading of one (a strict hold that did
-// not fit raises; see ledger.QueuePost).
+// with a refusal, after which nothing of the pipeline committed: an ERROR
+// from PostgreSQL (not a FATAL, which can end a session after its commit),
+// or the ledger's reading of one (a strict hold that did not fit raises;
+// see ledger.QueuePost). Anything else (the connection lost) leaves the
+// outcome unknown.
 func rolledBack(err error) bool {
 	var (
 		pe  *pgconn.PgError
 		ife *ledger.InsufficientFundsError
 	)
-	return errors.As(err, &pe) || errors.As(err, &ife) || errors.Is(err, ledger.ErrConcurrentPost)
+	if errors.As(err, &pe) {
+		sev := pe.SeverityUnlocalized
+		if sev == "" {
+			sev = pe.Severity
+		}
+		return sev == "ERROR"
+	}
+	return errors.As(err, &ife) || errors.Is(err, ledger.ErrConcurrentPost)
 }
 
 // holdError is the answer to a hold that could not be placed.

@@ -73,7 +73,14 @@ func pipelineOnce(ctx context.Context, pool *bun.DB, b *pgx.Batch, read func(br 
 		if err != nil {
 			return err
 		}
-		br := c.SendBatch(ctx, b)
+		// A batch must be sent only once (pgx keeps each query's statement
+		// description from the first send), and a retry may run on another
+		// connection: send a fresh copy of the queued statements.
+		var fresh pgx.Batch
+		for _, q := range b.QueuedQueries {
+			fresh.Queue(q.SQL, q.Arguments...)
+		}
+		br := c.SendBatch(ctx, &fresh)
 		err = read(br)
 		if cerr := br.Close(); err == nil {
 			err = cerr

@@ -29,6 +29,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
@@ -225,23 +226,35 @@ func (r *Record) CompleteTx(ctx context.Context, tx bun.IDB, status int, content
 
 // QueueComplete queues on b the statement that stores the request's final
 // response, for a handler that sends its effect and the response in one
-// round trip (db.Pipeline), where they commit together. Read its result
-// with ReadComplete, in queue order: ErrLost when the key was taken over.
+// round trip (db.Pipeline), where they commit together. When the key was
+// taken over by a newer attempt the statement raises
+// (idempotency_require_claim, migration 0013), so the effect is rolled
+// back with it. Read its result with ReadComplete, in queue order.
 func (r *Record) QueueComplete(b *pgx.Batch, status int, contentType string, body []byte) {
-	b.Queue(`UPDATE idempotency_keys
-   SET state = 'completed', response_status = $1, response_type = $2, response_body = $3, completed_at = $4,
-       lock_token = NULL, locked_at = NULL
- WHERE key = $5 AND lock_token = $6 AND state = 'in_flight'`, status, contentType, body, r.store.Now().UTC(), r.stored, r.token)
+	b.Queue(`WITH done AS (
+  UPDATE idempotency_keys
+     SET state = 'completed', response_status = $1, response_type = $2, response_body = $3, completed_at = $4,
+         lock_token = NULL, locked_at = NULL
+   WHERE key = $5 AND lock_token = $6 AND state = 'in_flight'
+  RETURNING 1)
+SELECT idempotency_require_claim(EXISTS (SELECT 1 FROM done))`, status, contentType, body, r.store.Now().UTC(), r.stored, r.token)
 }
 
-// ReadComplete reads the result of the statement QueueComplete queued.
+// codeClaimLost is idempotency_require_claim's SQLSTATE.
+const codeClaimLost = "SV001"
+
+// ReadComplete reads the result of the statement QueueComplete queued: an
+// error wrapping both ErrLost and the database's refusal when the key was
+// taken over (nothing of the batch committed).
 func (r *Record) ReadComplete(br pgx.BatchResults) error {
-	tag, err := br.Exec()
-	if err != nil {
+	var ok bool
+	err := br.QueryRow().Scan(&ok)
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == codeClaimLost:
+		return fmt.Errorf("complete idempotency key: %w (%w)", ErrLost, err)
+	case err != nil:
 		return fmt.Errorf("complete idempotency key: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return ErrLost
 	}
 	return nil
 }
