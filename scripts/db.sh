@@ -110,8 +110,16 @@ DO \$\$ DECLARE r record; BEGIN
   LOOP EXECUTE r.stmt; END LOOP;
 END \$\$;
 SQL
-  printf '%s\n' "$url" | sed -E 's#^(postgres(ql)?://)[^@/]*@#\1svc_owner@#'
-  printf '%s\n' "$url" | sed -E 's#^(postgres(ql)?://)[^@/]*@#\1svc_app@#'
+  # The URLs carry no password: the private server trusts local
+  # connections; elsewhere, give the roles passwords and set the URLs by hand.
+  with_user() { # url role
+    case "$1" in
+      *://*@*) printf '%s\n' "$1" | sed -E "s#^(postgres(ql)?://)[^@/]*@#\\1$2@#" ;;
+      *) printf '%s\n' "$1" | sed -E "s#^(postgres(ql)?://)#\\1$2@#" ;;
+    esac
+  }
+  with_user "$url" svc_owner
+  with_user "$url" svc_app
   exit 0
 fi
 

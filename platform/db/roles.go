@@ -135,7 +135,8 @@ func isReadOnly(table string) bool {
 
 // RuntimeRoleProblems lists why d's user is not a proper runtime role: it
 // is a superuser, bypasses row security, owns (or is a member of the role
-// that owns) the ledger's tables, or may create objects in the schema.
+// that owns, even without inheriting: it could SET ROLE) the ledger's or
+// the audit trail's tables, or may create objects in the schema.
 // Each problem says how to fix it. None means the split is in place.
 func RuntimeRoleProblems(ctx context.Context, d *DB) ([]string, error) {
 	var (
@@ -145,8 +146,8 @@ func RuntimeRoleProblems(ctx context.Context, d *DB) ([]string, error) {
 	)
 	err := d.Pool.QueryRow(ctx, `SELECT current_user, r.rolsuper, r.rolbypassrls,
        EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = current_schema() AND c.relname IN ('ledger_entries', 'ledger_postings', 'ledger_accounts')
-                  AND pg_has_role(current_user, c.relowner, 'USAGE')),
+                WHERE n.nspname = current_schema() AND c.relname IN ('ledger_entries', 'ledger_postings', 'ledger_accounts', 'audit_log')
+                  AND pg_has_role(current_user, c.relowner, 'MEMBER')),
        has_schema_privilege(current_user, current_schema(), 'CREATE')
   FROM pg_roles r WHERE r.rolname = current_user`).Scan(&user, &super, &bypass, &owns, &create)
 	if err != nil {

@@ -2,9 +2,13 @@ package db_test
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"svc/platform/db"
@@ -95,4 +99,19 @@ func TestRuntimeRoleProblems(t *testing.T) {
 	require.Contains(t, p, "MIGRATE_DATABASE_URL")
 	p = strings.Join(problems(dbtest.AdminURLOf(t, u)), "; ")
 	require.Contains(t, p, "a superuser")
+
+	// A member of the owner that does not inherit its privileges could
+	// still SET ROLE to it.
+	admin, err := pgx.Connect(ctx, dbtest.AdminURL(t))
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	member := fmt.Sprintf("svc_member_%d", time.Now().UnixNano())
+	_, err = admin.Exec(ctx, "CREATE ROLE "+member+" LOGIN NOINHERIT IN ROLE "+dbtest.OwnerRole)
+	require.NoError(t, err)
+	defer admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+member) //nolint:errcheck // runs before the close above
+	mu, err := url.Parse(u)
+	require.NoError(t, err)
+	mu.User = url.User(member)
+	p = strings.Join(problems(mu.String()), "; ")
+	require.Contains(t, p, "owns the ledger's tables")
 }

@@ -86,6 +86,11 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		// worker at about ten webhook-driven settlements a second
 		// (docs/performance.md); 20 ms lifts that at a small polling cost.
 		FetchCooldown: 20 * time.Millisecond,
+		// River's daily REINDEX CONCURRENTLY of its job indexes needs their
+		// ownership, which the runtime role does not have (docs/operations.md:
+		// the owner reindexes them when they bloat). An empty, non-nil list
+		// reindexes nothing.
+		ReindexerIndexNames: []string{},
 	}
 	cfg.Middleware = []rivertype.Middleware{newJobLog(quiet(p.Log))}
 	if len(p.SingleFlight) > 0 {
