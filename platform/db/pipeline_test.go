@@ -55,6 +55,32 @@ func TestPipeline(t *testing.T) {
 	require.Equal(t, "23505", pe.Code)
 	require.Equal(t, 2, count(), "3 and 4 were rolled back with the failed statement")
 
+	// A serialization failure is retried with the whole batch, whose first
+	// attempt left nothing behind.
+	_, err = d.Bun.ExecContext(ctx, `CREATE SEQUENCE attempts;
+CREATE FUNCTION fail_first() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('attempts') = 1 THEN
+        RAISE EXCEPTION 'first attempt' USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN true;
+END $$`)
+	require.NoError(t, err)
+	var b pgx.Batch
+	b.Queue("INSERT INTO p VALUES ($1)", 5)
+	b.Queue("SELECT fail_first()")
+	reads := 0
+	require.NoError(t, db.Pipeline(ctx, d.Bun, &b, func(br pgx.BatchResults) error {
+		reads++
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	}))
+	require.Equal(t, 2, reads, "sent twice")
+	require.Equal(t, 3, count(), "the row once")
+
 	tx, err := d.Bun.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback() //nolint:errcheck // the test's own transaction
