@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,39 +143,21 @@ func runBench(b *testing.B, ctx context.Context, d *bun.DB, sc benchScenario, wr
 	_, _ = d.ExecContext(ctx, "CHECKPOINT")
 	// The reference, right before the case so both see the same machine.
 	tpcb := dbtest.PgbenchTPS(b, writers, dur)
-	var (
-		entries atomic.Int64
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		firstEr error
-	)
-	b.ResetTimer()
-	start := time.Now()
-	deadline := start.Add(dur)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(run), uint64(w)))
-			for time.Now().Before(deadline) {
-				ref := fmt.Sprintf("bench-%d-%d", run, benchSeq.Add(1))
-				n, err := sc.op(ctx, d, rng, ref)
-				if err != nil {
-					errOnce.Do(func() { firstEr = err })
-					return
-				}
-				entries.Add(int64(n))
-			}
-		}()
+	rngs := make([]*rand.Rand, writers)
+	for w := range rngs {
+		rngs[w] = rand.New(rand.NewPCG(uint64(run), uint64(w)))
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	require.NoError(b, firstEr)
+	var entries atomic.Int64
+	load := dbtest.RunClients(b, writers, dur, func(w int, _ int64) error {
+		ref := fmt.Sprintf("bench-%d-%d", run, benchSeq.Add(1))
+		n, err := sc.op(ctx, d, rngs[w], ref)
+		entries.Add(int64(n))
+		return err
+	})
 	n := entries.Load()
-	rate := float64(n) / elapsed.Seconds()
+	rate := float64(n) / load.Elapsed.Seconds()
 	b.ReportMetric(rate, "entries/s")
-	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/op")
+	b.ReportMetric(float64(load.Elapsed.Nanoseconds())/float64(n), "ns/op")
 	if tpcb > 0 {
 		b.ReportMetric(tpcb, "tpcb_tps")
 		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")

@@ -13,13 +13,10 @@ import (
 )
 
 // newDB returns a fresh migrated database with room for maxConns
-// connections.
+// connections, connected as the runtime role.
 func newDB(t testing.TB, maxConns int) *bun.DB {
 	t.Helper()
-	d, err := db.Open(context.Background(), dbtest.NewURL(t), maxConns)
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	return d.Bun
+	return newDBAs(t, maxConns, func(u string) string { return u })
 }
 
 // newDBAs returns a fresh migrated database connected as the role that

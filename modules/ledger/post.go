@@ -90,11 +90,7 @@ func (q *QueuedPost) Read(br pgx.BatchResults) (Posted, error) {
 	if err != nil {
 		return Posted{}, err
 	}
-	if r.existingID.Valid {
-		// Not possible: a strict statement does not replay.
-		return Posted{}, fmt.Errorf("ledger: post %s %s: %w", q.e.Kind, q.e.SourceRef, ErrConcurrentPost)
-	}
-	return r.posted(q.e, q.debits)
+	return r.posted(q.e, q.debits) // a strict statement never replays
 }
 
 // postRows is what readPost needs of a result: database/sql's rows and

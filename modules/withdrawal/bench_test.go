@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,64 +69,23 @@ func benchCreate(b *testing.B, clients int, holdOnly bool) {
 	tpcb := dbtest.PgbenchTPS(b, clients, dur)
 
 	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}
-	var (
-		seq     atomic.Int64
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		lat     []time.Duration
-		errOnce sync.Once
-		firstEr error
-	)
-	b.ResetTimer()
-	start := time.Now()
-	deadline := start.Add(dur)
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := make([]time.Duration, 0, 4096)
-			for time.Now().Before(deadline) {
-				i := seq.Add(1)
-				p := withdrawal.CreateParams{ExternalUserID: fmt.Sprint("bench-", (int(i)*7919+w)%benchUsers), Asset: asset.BTC,
-					Amount: 20_000 + i%1000, Destination: dests[i%int64(len(dests))], IdempotencyKey: fmt.Sprint("bench-", i)}
-				t0 := time.Now()
-				var err error
-				if holdOnly {
-					_, err = ledger.PlaceHold(ctx, e.App.DB.Bun, asset.BTC, p.ExternalUserID, p.Amount, p.IdempotencyKey, "bench")
-				} else {
-					var rec *idempotency.Record
-					rec, _, err = idem.Begin(ctx, p.IdempotencyKey, http.MethodPost, "/v1/withdrawals", idempotency.Hash(http.MethodPost, "/v1/withdrawals", []byte(p.IdempotencyKey)))
-					if err == nil {
-						_, _, err = e.Svc.Create(ctx, p, rec)
-					}
-				}
-				if err != nil {
-					errOnce.Do(func() { firstEr = err })
-					return
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	require.NoError(b, firstEr)
-	require.NotEmpty(b, lat)
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	rate := float64(len(lat)) / elapsed.Seconds()
-	b.ReportMetric(rate, "ops/s")
-	b.ReportMetric(pct(0.50), "p50_ms")
-	b.ReportMetric(pct(0.99), "p99_ms")
+	load := dbtest.RunClients(b, clients, dur, func(w int, i int64) error {
+		p := withdrawal.CreateParams{ExternalUserID: fmt.Sprint("bench-", (int(i)*7919+w)%benchUsers), Asset: asset.BTC,
+			Amount: 20_000 + i%1000, Destination: dests[i%int64(len(dests))], IdempotencyKey: fmt.Sprint("bench-", i)}
+		if holdOnly {
+			_, err := ledger.PlaceHold(ctx, e.App.DB.Bun, asset.BTC, p.ExternalUserID, p.Amount, p.IdempotencyKey, "bench")
+			return err
+		}
+		rec, _, err := idem.Begin(ctx, p.IdempotencyKey, http.MethodPost, "/v1/withdrawals", idempotency.Hash(http.MethodPost, "/v1/withdrawals", []byte(p.IdempotencyKey)))
+		if err == nil {
+			_, _, err = e.Svc.Create(ctx, p, rec)
+		}
+		return err
+	})
+	load.Report(b)
 	if tpcb > 0 {
 		b.ReportMetric(tpcb, "tpcb_tps")
-		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")
+		b.ReportMetric(100*load.Rate/tpcb, "pct_of_tpcb")
 	}
 	if holdOnly {
 		// Holds without withdrawals: release them so that the money check

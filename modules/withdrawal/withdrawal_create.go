@@ -125,8 +125,9 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	var (
 		view CreatedView
 		body []byte
-		// outcome is what became of the withdrawal when err is not nil.
-		outcome = outcomeUnknown
+		// undone is true when err came with nothing written for certain;
+		// otherwise the commit's outcome is unknown.
+		undone bool
 	)
 	// The gates known before the hold; the per-user cap needs the hold's
 	// lock (below), so it is counted inside the transaction.
@@ -135,9 +136,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if len(reasons) == 0 && a.WithdrawalUserDailyCap == nil && (rec == nil || canPipeline) {
 		// Auto-approved, the common case: one round trip (insertApproved).
 		view, body, err = s.insertApproved(ctx, intent, a, pc)
-		if err != nil && rolledBack(err) {
-			outcome = outcomeRolledBack
-		}
+		undone = err != nil && rolledBack(err)
 	} else {
 		// finished is true when the last attempt's work succeeded, so that
 		// an error after it came from COMMIT, whose outcome is unknown.
@@ -182,15 +181,13 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 			finished = true
 			return nil
 		})
-		if err != nil && !finished {
-			outcome = outcomeRolledBack
-		}
+		undone = err != nil && !finished
 	}
 	switch {
-	case err != nil && outcome == outcomeRolledBack:
+	case err != nil && undone:
 		// Rolled back for certain: the reservation is given back.
 		s.giveBack(ctx, intent)
-	case err != nil && outcome == outcomeUnknown:
+	case err != nil:
 		// The commit's outcome is unknown: the withdrawal may exist, and
 		// then the reservation is its own. It stays (the cap errs on the
 		// operator's side) and counts until it leaves the window.
@@ -223,12 +220,6 @@ func (s *Service) giveBack(ctx context.Context, w Withdrawal) {
 	s.log().Warn("withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
 		"withdrawal_id", w.ID, "asset", w.Asset, "error", err)
 }
-
-// The outcomes of a creation that returned an error.
-const (
-	outcomeUnknown    = iota // the commit may or may not have happened
-	outcomeRolledBack        // nothing was written
-)
 
 // pipelineCompleter is a Completer that can also store the response in
 // the same round trip as the effect (*idempotency.Record).

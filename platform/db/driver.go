@@ -53,13 +53,11 @@ func (c simpleConn) QueryContext(ctx context.Context, query string, args []drive
 }
 
 // pgxConn returns the pgx connection under a database/sql driver
-// connection of the pool.
+// connection of the pool (Open's, made by simpleConnector).
 func pgxConn(dc any) (*pgx.Conn, error) {
-	switch c := dc.(type) {
-	case simpleConn:
-		return c.Conn.Conn(), nil
-	case *stdlib.Conn:
-		return c.Conn(), nil
+	c, ok := dc.(simpleConn)
+	if !ok {
+		return nil, fmt.Errorf("db: a connection of db.Open's pool is needed, not %T", dc)
 	}
-	return nil, fmt.Errorf("db: a pgx connection is needed, not %T", dc)
+	return c.Conn.Conn(), nil
 }

@@ -1,4 +1,4 @@
-package db
+package db_test
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"svc/platform/db"
+	"svc/platform/dbtest"
 )
 
 // BenchmarkQueryPath measures how the service's two kinds of query travel
@@ -108,71 +108,23 @@ INSERT INTO accounts (owner, kind, balance) SELECT 'user-' || i, k, i FROM gener
 			defer pool.Close()
 			var connector = stdlib.GetPoolConnector(pool)
 			if m.literals {
-				connector = simpleConnector{connector}
+				connector = db.SimpleConnector(connector)
 			}
 			sqldb := sql.OpenDB(connector)
 			sqldb.SetMaxIdleConns(0)
 			defer sqldb.Close()
-			rate, p50, p99 := runQueryPath(b, sqldb, 32, dur)
-			b.ReportMetric(rate, "ops/s")
-			b.ReportMetric(p50, "p50_ms")
-			b.ReportMetric(p99, "p99_ms")
-		})
-	}
-}
-
-// runQueryPath runs the operation from clients goroutines for dur.
-func runQueryPath(b *testing.B, sqldb *sql.DB, clients int, dur time.Duration) (rate, p50, p99 float64) {
-	ctx := context.Background()
-	var (
-		seq     atomic.Int64
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		lat     []time.Duration
-		errOnce sync.Once
-		first   error
-	)
-	b.ResetTimer()
-	start := time.Now()
-	deadline := start.Add(dur)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := make([]time.Duration, 0, 1<<14)
-			for time.Now().Before(deadline) {
-				i := seq.Add(1)*7919%100000 + 1
-				t0 := time.Now()
+			ctx := context.Background()
+			dbtest.RunClients(b, 32, dur, func(_ int, seq int64) error {
+				i := seq*7919%100000 + 1
 				var bal int64
 				// As bun sends it: the value in the text.
 				err := sqldb.QueryRowContext(ctx, fmt.Sprintf("SELECT balance FROM accounts WHERE owner = 'user-%d' AND kind = 'available'", i)).Scan(&bal)
-				if err == nil {
-					// As db.Querier sends it: a real parameter.
-					err = sqldb.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE owner = $1 AND kind = 'hold'", fmt.Sprint("user-", i)).Scan(&bal)
-				}
 				if err != nil {
-					errOnce.Do(func() { first = err })
-					return
+					return err
 				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
+				// As db.Querier sends it: a real parameter.
+				return sqldb.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE owner = $1 AND kind = 'hold'", fmt.Sprint("user-", i)).Scan(&bal)
+			}).Report(b)
+		})
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if first != nil {
-		b.Fatal(first)
-	}
-	if len(lat) == 0 {
-		b.Fatal("no operation completed")
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	return float64(len(lat)) / elapsed.Seconds(), pct(0.50), pct(0.99)
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -101,7 +102,7 @@ func GrantRuntime(ctx context.Context, d *DB, role string) error {
 			privs = "SELECT, INSERT"
 		case t.name == "ledger_accounts":
 			privs = "SELECT, INSERT, UPDATE (balance)"
-		case isReadOnly(t.name):
+		case slices.Contains(readOnlyTables, t.name):
 			privs = "SELECT"
 		default:
 			privs = "SELECT, INSERT, UPDATE, DELETE"
@@ -122,15 +123,6 @@ func GrantRuntime(ctx context.Context, d *DB, role string) error {
 		return fmt.Errorf("grant runtime role: %w", err)
 	}
 	return nil
-}
-
-func isReadOnly(table string) bool {
-	for _, t := range readOnlyTables {
-		if t == table {
-			return true
-		}
-	}
-	return false
 }
 
 // RuntimeRoleProblems lists why d's user is not a proper runtime role: it

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
 	"svc/platform/chain/chaintest"
@@ -69,6 +71,40 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// scenarioDir is where a scenario test keeps its processes' logs: a
+// temporary folder removed afterwards, or one kept (and named in the
+// test's log) when CHAOS_KEEP is set.
+func scenarioDir(t *testing.T) string {
+	if testing.Short() {
+		t.Skip("runs the whole service as separate processes")
+	}
+	if os.Getenv("CHAOS_KEEP") != "" {
+		dir, err := os.MkdirTemp("", "svc-chaos-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs in %s", dir)
+		return dir
+	}
+	return t.TempDir()
+}
+
+// newDeposit creates a BTC deposit of 0.001 for user through the API and
+// returns its id and the processor's invoice for it.
+func (d *driver) newDeposit(t *testing.T, user string) (depositID, invoiceID string) {
+	t.Helper()
+	resp, ok := d.call(context.Background(), http.MethodPost, "/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"}, false)
+	require.True(t, ok)
+	require.Equal(t, http.StatusCreated, resp.status, string(resp.body))
+	var dep struct {
+		ID string `json:"deposit_id"`
+	}
+	require.NoError(t, resp.decode(&dep))
+	inv, ok := d.c.sim.InvoiceByOrderID(dep.ID)
+	require.True(t, ok)
+	return dep.ID, inv.ID
 }
 
 func startCluster(t testing.TB, dir string, env ...string) *cluster {

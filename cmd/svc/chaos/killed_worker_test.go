@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -21,31 +19,15 @@ import (
 // back by a live worker (queue.DeadWorkerRescue) instead of waiting for
 // River's time-based rescue.
 func TestKilledWorkerDelivery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole service as separate processes")
-	}
-	dir := t.TempDir()
-	if os.Getenv("CHAOS_KEEP") != "" {
-		dir, _ = os.MkdirTemp("", "svc-chaos-")
-		t.Logf("logs in %s", dir)
-	}
-	c := startCluster(t, dir)
+	c := startCluster(t, scenarioDir(t))
 	v := &violations{}
 	d := newDriver(t, c, v, 1)
 	d.waitAssets(t)
 	ctx := context.Background()
 
 	c.recv.hold.Store(true)
-	resp, ok := d.call(ctx, http.MethodPost, "/v1/deposits", map[string]any{"external_user_id": "kw", "asset": "BTC", "expected_amount": "100000"}, false)
-	require.True(t, ok)
-	require.Equal(t, http.StatusCreated, resp.status, string(resp.body))
-	var dep struct {
-		ID string `json:"deposit_id"`
-	}
-	require.NoError(t, resp.decode(&dep))
-	inv, ok := c.sim.InvoiceByOrderID(dep.ID)
-	require.True(t, ok)
-	_, err := c.sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
+	_, invoice := d.newDeposit(t, "kw")
+	_, err := c.sim.Pay(invoice, btcpaysim.PayParams{Settled: true})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.recv.held.Load() > 0 }, time.Minute, 50*time.Millisecond,
 		"a delivery reaches the receiver and is held")

@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -22,32 +20,15 @@ import (
 // after the restart, starts the periodic passes with RunOnStart. Either
 // alone passes this test; it checks the outcome the operator relies on.
 func TestDepositPaidDuringAnOutageSettlesOnRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole service as separate processes")
-	}
-	dir := t.TempDir()
-	if os.Getenv("CHAOS_KEEP") != "" {
-		dir, _ = os.MkdirTemp("", "svc-chaos-")
-		t.Logf("logs in %s", dir)
-	}
-	c := startCluster(t, dir, "DEPOSIT_POLL_INTERVAL=10m")
+	c := startCluster(t, scenarioDir(t), "DEPOSIT_POLL_INTERVAL=10m")
 	d := newDriver(t, c, &violations{}, 1)
 	d.waitAssets(t)
 	ctx := context.Background()
-
-	resp, ok := d.call(ctx, http.MethodPost, "/v1/deposits", map[string]any{"external_user_id": "outage", "asset": "BTC", "expected_amount": "100000"}, false)
-	require.True(t, ok)
-	require.Equal(t, http.StatusCreated, resp.status, string(resp.body))
-	var dep struct {
-		ID string `json:"deposit_id"`
-	}
-	require.NoError(t, resp.decode(&dep))
-	inv, ok := c.sim.InvoiceByOrderID(dep.ID)
-	require.True(t, ok)
+	depositID, invoice := d.newDeposit(t, "outage")
 
 	c.pg.Crash()
 	crashed := time.Now()
-	_, err := c.sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
+	_, err := c.sim.Pay(invoice, btcpaysim.PayParams{Settled: true})
 	require.NoError(t, err)
 	time.Sleep(15 * time.Second) // past the webhook's first retry (10 s), which fails too
 	c.pg.Start()
@@ -55,7 +36,7 @@ func TestDepositPaidDuringAnOutageSettlesOnRecovery(t *testing.T) {
 
 	status := func() string {
 		var s string
-		if err := c.db.Bun.NewSelect().Table("deposits").Column("status").Where("id = ?", dep.ID).Scan(ctx, &s); err != nil {
+		if err := c.db.Bun.NewSelect().Table("deposits").Column("status").Where("id = ?", depositID).Scan(ctx, &s); err != nil {
 			return ""
 		}
 		return s
