@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,7 @@ func adminDB(t *testing.T) *db.DB {
 }
 
 func TestAdminLedgerCheck(t *testing.T) {
+	super := dbtest.AdminURL(t) // before adminDB points DATABASE_URL at the runtime role
 	d := adminDB(t)
 	ctx := context.Background()
 	_, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
@@ -119,10 +121,13 @@ func TestAdminLedgerCheck(t *testing.T) {
 	out, err := run(t, "admin", "ledger", "check")
 	require.NoError(t, err, out)
 
-	// Corrupt one materialized balance by hand, as an operator might fear.
-	var id int64
-	require.NoError(t, d.Pool.QueryRow(ctx,
-		"UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'alice' AND kind = 'user_available' RETURNING id").Scan(&id))
+	// Corrupt one materialized balance by hand, as an operator might fear
+	// (only a superuser with the triggers off can: migration 0014).
+	runtime := os.Getenv("DATABASE_URL")
+	t.Setenv("DATABASE_URL", super) // ExecBehindTriggers connects as its user
+	require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, runtime,
+		"UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'alice' AND kind = 'user_available'"))
+	t.Setenv("DATABASE_URL", runtime)
 	out, err = run(t, "admin", "ledger", "check")
 	require.ErrorIs(t, err, errLedgerInconsistent)
 	require.Contains(t, out, "alice", "the report names the drifted account")

@@ -213,18 +213,24 @@ func bulkDeposits(b testing.TB, d *bun.DB, asset, prefix string, users, n int, a
 			// Fresh tables have no statistics; without them the planner
 			// nests loops over the whole join below.
 			{`ANALYZE ledger_accounts, ledger_entries`, nil},
-			{`INSERT INTO ledger_postings (entry_id, account_id, amount)
-			  SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN ?::bigint ELSE -?::bigint END
+			// The postings (a user posting with its running balance, in id
+			// order) and the balances they move, in one statement: the
+			// database refuses a balance that differs from its postings at
+			// the end of any statement (migration 0014).
+			{`WITH p AS (
+			  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+			  SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN ?::bigint ELSE -?::bigint END,
+			         CASE WHEN side = 0 THEN u.balance + ?::bigint * row_number() OVER (PARTITION BY u.id ORDER BY e.id) END
 			    FROM (SELECT id, ? || (split_part(source_ref, ':', 2)::int % ?) AS owner
 			            FROM ledger_entries WHERE starts_with(source_ref, ?)) e
 			    JOIN ledger_accounts u ON u.owner = e.owner AND u.asset = ? AND u.kind = 'user_available'
 			    JOIN ledger_accounts c ON c.asset = ? AND c.kind = 'custody' AND c.owner = ''
 			   CROSS JOIN (VALUES (0), (1)) s (side)
-			   ORDER BY e.id, side`, []any{amount, amount, prefix, users, tag, asset, asset}},
-			{`UPDATE ledger_accounts a SET balance = a.balance + x.total
-			    FROM (SELECT p.account_id, sum(p.amount) AS total FROM ledger_postings p
-			            JOIN ledger_entries e ON e.id = p.entry_id WHERE starts_with(e.source_ref, ?) GROUP BY p.account_id) x
-			   WHERE a.id = x.account_id AND a.balance IS NOT NULL`, []any{tag}},
+			   ORDER BY e.id, side
+			   RETURNING account_id, amount)
+			UPDATE ledger_accounts a SET balance = a.balance + x.total
+			  FROM (SELECT account_id, sum(amount) AS total FROM p GROUP BY account_id) x
+			 WHERE a.id = x.account_id AND a.balance IS NOT NULL`, []any{amount, amount, amount, prefix, users, tag, asset, asset}},
 		} {
 			if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
 				return err

@@ -20,7 +20,11 @@
 //	UPDATE ledger_accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1
 //
 // and zero rows means insufficient funds: there is no read-then-write, and a
-// CHECK (balance >= 0) backs it up. System account balances are derived from
+// CHECK (balance >= 0) backs it up. Each user posting carries the balance
+// its account's update returned (balance_after), and the database refuses,
+// at the end of any statement and from any role, a balance that is not its
+// latest posting's balance_after or a posting that does not continue the
+// chain (migration 0014): a balance cannot move without its postings. System account balances are derived from
 // their postings: they are on every deposit and payout, and a materialized
 // row would serialize all of them (docs/performance.md has the comparison).
 //

@@ -318,7 +318,7 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		name := fmt.Sprintf("a%d", i)
 		ctes = append(ctes, fmt.Sprintf(`%s AS (UPDATE ledger_accounts SET balance = balance - %s::bigint
     WHERE owner = %s::text AND asset = $2::text AND kind = '%s' AND balance >= %s::bigint
-      %s%s RETURNING id)`, name, amt, owners[i], l.Account.Kind, amt, notReplay, lockRef))
+      %s%s RETURNING id, balance)`, name, amt, owners[i], l.Account.Kind, amt, notReplay, lockRef))
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 		debits = append(debits, i)
 	}
@@ -362,21 +362,25 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		ctes = append(ctes, fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
     SELECT $2::text, '%s', %s::text, %s::bigint FROM ok WHERE ok.ok
     ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance
-    RETURNING id)`, name, l.Account.Kind, owners[i], arg(l.Amount)))
+    RETURNING id, balance)`, name, l.Account.Kind, owners[i], arg(l.Amount)))
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 	}
 	ctes = append(ctes, `e AS (INSERT INTO ledger_entries (kind, asset, source_ref, memo)
     SELECT $1::text, $2::text, $3::text, $4::text FROM ok WHERE ok.ok RETURNING id, created_at)`)
+	// A user posting carries its account's balance after it, as the
+	// account's own update returned it (migration 0014 checks the chain).
 	values := make([]string, len(e.Lines))
 	for i, l := range e.Lines {
-		acct := acctSQL[i]
-		if !l.Account.Kind.IsUser() {
+		acct, after := acctSQL[i], "NULL::bigint"
+		if l.Account.Kind.IsUser() {
+			after = fmt.Sprintf("(SELECT balance FROM a%d)", i)
+		} else {
 			acct = fmt.Sprintf("(SELECT id FROM ledger_accounts WHERE owner = '' AND asset = $2::text AND kind = '%s')", l.Account.Kind)
 		}
-		values[i] = fmt.Sprintf("(%d, %s, %s::bigint)", i, acct, arg(l.Amount))
+		values[i] = fmt.Sprintf("(%d, %s, %s::bigint, %s)", i, acct, arg(l.Amount), after)
 	}
-	ctes = append(ctes, fmt.Sprintf(`p AS (INSERT INTO ledger_postings (entry_id, account_id, amount)
-    SELECT e.id, v.account_id, v.amount FROM e, (VALUES %s) AS v (ord, account_id, amount)
+	ctes = append(ctes, fmt.Sprintf(`p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+    SELECT e.id, v.account_id, v.amount, v.balance_after FROM e, (VALUES %s) AS v (ord, account_id, amount, balance_after)
     ORDER BY v.ord RETURNING id, account_id, amount)`, strings.Join(values, ", ")))
 
 	stmt := "WITH " + strings.Join(ctes, ",\n") + fmt.Sprintf(`

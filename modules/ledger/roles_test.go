@@ -22,16 +22,17 @@ func TestRuntimeRoleCannotTamper(t *testing.T) {
 	p := credit(t, d, "BTC", "olga", 1_000, "pay-1")
 	_, err := hold(t, d, "BTC", "olga", 300, "wd-1")
 	require.NoError(t, err)
-	var olga, custody int64
+	var olga, custody, feeIncome int64
 	require.NoError(t, d.NewRaw(`SELECT
   (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'user_available' AND owner = 'olga'),
-  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'custody')`).Scan(ctx, &olga, &custody))
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'custody'),
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'fee_income')`).Scan(ctx, &olga, &custody, &feeIncome))
 
 	digest := func() string {
 		var s string
 		require.NoError(t, d.NewRaw(`SELECT concat_ws('|',
   (SELECT md5(string_agg(concat_ws(':', id, kind, asset, source_ref, memo, created_at), ',' ORDER BY id)) FROM ledger_entries),
-  (SELECT md5(string_agg(concat_ws(':', id, entry_id, account_id, amount), ',' ORDER BY id)) FROM ledger_postings),
+  (SELECT md5(string_agg(concat_ws(':', id, entry_id, account_id, amount, balance_after), ',' ORDER BY id)) FROM ledger_postings),
   (SELECT md5(string_agg(concat_ws(':', id, asset, kind, owner, balance), ',' ORDER BY id)) FROM ledger_accounts))`).Scan(ctx, &s))
 		return s
 	}
@@ -82,7 +83,19 @@ func TestRuntimeRoleCannotTamper(t *testing.T) {
 		{"PostingIntoAnotherTransactionsEntry", "ledger_postings_check",
 			exec(`INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, p.ID, olga, p.ID, custody)},
 		{"UnbalancedEntry", "ledger_entries_balanced",
-			inEntry("forged-1", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 500)`, olga)},
+			inEntry("forged-1", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 500)`, feeIncome)},
+		// A materialized balance moves only with its postings (migration 0014).
+		{"MoveABalance", "ledger_balance_posted", exec(`UPDATE ledger_accounts SET balance = balance + 1000 WHERE id = ?`, olga)},
+		{"MoveEveryBalance", "ledger_balance_posted", exec(`UPDATE ledger_accounts SET balance = balance + 1 WHERE balance IS NOT NULL`)},
+		{"NewAccountWithABalance", "ledger_balance_posted",
+			exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'mallory', 1000)`)},
+		{"CreditWithoutAnEntry", "ledger_balance_posted",
+			exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'olga', 1000)
+  ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance`)},
+		{"PostingWithoutItsBalance", "ledger_balance_posted",
+			inEntry("forged-2", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+  SELECT x.e, v.a, v.amount, v.after FROM (SELECT ?::bigint AS e) x,
+         (VALUES (?::bigint, 500::bigint, 1200::bigint), (?::bigint, -500::bigint, NULL::bigint)) AS v (a, amount, after)`, olga, custody)},
 		{"SecondCreditOfAPayment", "ledger_entries_source",
 			exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('deposit_credit', 'BTC', 'pay-1')`)},
 	} {

@@ -24,11 +24,12 @@ func TestDatabaseRefuses(t *testing.T) {
 	d := newDBAs(t, 4, dbtest.OwnerURL)
 	ctx := context.Background()
 	p := credit(t, d, "BTC", "ivan", 1_000, "pay-1")
-	var custody, ivan, usdtCustody int64
+	var custody, feeIncome, ivan, usdtCustody int64
 	require.NoError(t, d.NewRaw(`SELECT
   (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'custody'),
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'fee_income'),
   (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'user_available' AND owner = 'ivan'),
-  (SELECT id FROM ledger_accounts WHERE asset = 'USDT_TRC20' AND kind = 'custody')`).Scan(ctx, &custody, &ivan, &usdtCustody))
+  (SELECT id FROM ledger_accounts WHERE asset = 'USDT_TRC20' AND kind = 'custody')`).Scan(ctx, &custody, &feeIncome, &ivan, &usdtCustody))
 
 	exec := func(query string, args ...any) error {
 		return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
@@ -63,8 +64,55 @@ func TestDatabaseRefuses(t *testing.T) {
 				if err := tx.NewRaw(newEntry, "BTC", "bad-1").Scan(ctx, &id); err != nil {
 					return err
 				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5), (?, ?, -4)`, id, ivan, id, custody)
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5), (?, ?, -4)`, id, feeIncome, id, custody)
 				return err // the deferred trigger refuses at commit
+			})
+		}},
+		// Balances move only with their postings (migration 0014).
+		{"BalanceMovedByHand", "ledger_balance_posted", func() error {
+			return exec(`UPDATE ledger_accounts SET balance = balance + 1000 WHERE id = ?`, ivan)
+		}},
+		{"NewAccountWithABalance", "ledger_balance_posted", func() error {
+			return exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'mallory', 1000)`)
+		}},
+		{"UpsertedBalance", "ledger_balance_posted", func() error {
+			return exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'ivan', 1000)
+  ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance`)
+		}},
+		{"PostingWithoutItsBalance", "ledger_balance_posted", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-8").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after) VALUES (?, ?, 5, 1005), (?, ?, -5, NULL)`, id, ivan, id, custody)
+				return err
+			})
+		}},
+		{"PostingOffTheChain", "ledger_balance_posted", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-9").Scan(ctx, &id); err != nil {
+					return err
+				}
+				// The balance moves by 5 with a posting of 5, but the posting
+				// claims a running balance the account's history does not give.
+				_, err := tx.ExecContext(ctx, `WITH u AS (UPDATE ledger_accounts SET balance = 2005 WHERE id = ? RETURNING balance)
+  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+  SELECT ?, ?, 5, (SELECT balance FROM u) UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, id, ivan, id, custody)
+				return err
+			})
+		}},
+		{"UserPostingWithoutRunningBalance", "ledger_balance_posted", func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", "bad-10").Scan(ctx, &id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `WITH u AS (UPDATE ledger_accounts SET balance = balance + 5 WHERE id = ? RETURNING balance)
+  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+  SELECT ?, ?, 5, NULL::bigint FROM u UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, id, ivan, id, custody)
+				return err
 			})
 		}},
 		{"EntryWithoutPostings", "ledger_entries_balanced", func() error { return exec(newEntry, "BTC", "bad-2") }},
@@ -159,9 +207,16 @@ func TestCheckFindsCorruption(t *testing.T) {
 	require.Equal(t, int64(6), r.Postings)
 	require.Equal(t, int64(3), r.Entries)
 
-	// A balance corrupted by hand: the UPDATE is allowed (balances move),
-	// but it no longer matches the postings.
-	_, err = d.ExecContext(ctx, `UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'judy' AND kind = 'user_available'`)
+	// A balance corrupted by hand with the triggers off (with them on, the
+	// database refuses it: TestDatabaseRefuses): it no longer matches the
+	// postings.
+	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'judy' AND kind = 'user_available'`)
+		return err
+	})
 	require.NoError(t, err)
 	r, err = ledger.Check(ctx, d)
 	require.NoError(t, err)

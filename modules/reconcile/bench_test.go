@@ -186,17 +186,13 @@ SELECT DISTINCT asset, 'user_available', usr, 0 FROM bench_dep ON CONFLICT DO NO
 SELECT 'deposit_credit', asset, ref, 'deposit ' || id || ' payment ' || payment_id, at + interval '5 minutes'
   FROM bench_dep ORDER BY g`, nil},
 			{`ANALYZE bench_dep, ledger_accounts, ledger_entries`, nil},
-			{`INSERT INTO ledger_postings (entry_id, account_id, amount)
-SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN s.units ELSE -s.units END
+			{postingsWithBalances(`SELECT e.id AS entry_id, CASE WHEN side = 0 THEN u.id ELSE c.id END AS account_id,
+       CASE WHEN side = 0 THEN s.units ELSE -s.units END AS amount, side AS ord
   FROM bench_dep s
   JOIN ledger_entries e ON e.kind = 'deposit_credit' AND e.source_ref = s.ref
   JOIN ledger_accounts u ON u.owner = s.usr AND u.asset = s.asset AND u.kind = 'user_available'
   JOIN ledger_accounts c ON c.owner = '' AND c.asset = s.asset AND c.kind = 'custody'
- CROSS JOIN (VALUES (0), (1)) x (side)
- ORDER BY e.id, side`, nil},
-			{`UPDATE ledger_accounts a SET balance = a.balance + x.total
-  FROM (SELECT usr, asset, sum(units) AS total FROM bench_dep GROUP BY 1, 2) x
- WHERE a.owner = x.usr AND a.asset = x.asset AND a.kind = 'user_available'`, nil},
+ CROSS JOIN (VALUES (0), (1)) x (side)`), nil},
 			{`INSERT INTO deposit_payments (deposit_id, payment_id, txid, amount, units, processor_status, received_at,
                               after_expiration, credited, credited_at, resolved_by, ledger_entry_id, created_at, updated_at)
 SELECT s.id, s.payment_id, s.txid, round(s.units / 10::numeric ^ s.decimals, s.decimals)::text, s.units, 'Settled',
@@ -239,20 +235,33 @@ SELECT k, asset, id::text, CASE k WHEN 'withdrawal_hold' THEN 'withdrawal hold' 
  ORDER BY w, k`, nil},
 		{`ANALYZE bench_wd, ledger_accounts, ledger_entries`, nil},
 		// hold: available -gross, hold +gross; release: the reverse.
-		{`INSERT INTO ledger_postings (entry_id, account_id, amount)
-SELECT e.id, CASE WHEN (side = 0) = (e.kind = 'withdrawal_hold') THEN a.id ELSE h.id END,
-       CASE WHEN side = 0 THEN -s.gross ELSE s.gross END
+		{postingsWithBalances(`SELECT e.id AS entry_id, CASE WHEN (side = 0) = (e.kind = 'withdrawal_hold') THEN a.id ELSE h.id END AS account_id,
+       CASE WHEN side = 0 THEN -s.gross ELSE s.gross END AS amount, side AS ord
   FROM bench_wd s
   JOIN ledger_entries e ON e.kind IN ('withdrawal_hold', 'withdrawal_release') AND e.source_ref = s.id::text
   JOIN ledger_accounts a ON a.owner = s.usr AND a.asset = s.asset AND a.kind = 'user_available'
   JOIN ledger_accounts h ON h.owner = s.usr AND h.asset = s.asset AND h.kind = 'user_hold'
- CROSS JOIN (VALUES (0), (1)) x (side)
- ORDER BY e.id, side`, nil},
-		{`UPDATE ledger_accounts a SET balance = a.balance + CASE a.kind WHEN 'user_hold' THEN s.gross ELSE -s.gross END
-  FROM bench_wd s
- WHERE s.status NOT IN ('rejected', 'refunded') AND a.owner = s.usr AND a.asset = s.asset
-   AND a.kind IN ('user_available', 'user_hold')`, nil},
+ CROSS JOIN (VALUES (0), (1)) x (side)`), nil},
 	})
+}
+
+// postingsWithBalances is the statement that inserts the postings src
+// selects (entry_id, account_id, amount, ord: the order within the entry)
+// and moves the materialized balances by them, each user posting with its
+// running balance, in id order: the database refuses a balance that
+// differs from its postings at the end of any statement (migration 0014),
+// so the two cannot be separate statements.
+func postingsWithBalances(src string) string {
+	return `WITH src AS (` + src + `),
+p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+  SELECT s.entry_id, s.account_id, s.amount,
+         CASE WHEN a.balance IS NOT NULL THEN a.balance + sum(s.amount) OVER (PARTITION BY s.account_id ORDER BY s.entry_id) END
+    FROM src s JOIN ledger_accounts a ON a.id = s.account_id
+   ORDER BY s.entry_id, s.ord
+  RETURNING account_id, amount)
+UPDATE ledger_accounts a SET balance = a.balance + x.total
+  FROM (SELECT account_id, sum(amount) AS total FROM p GROUP BY account_id) x
+ WHERE a.id = x.account_id AND a.balance IS NOT NULL`
 }
 
 type stmt struct {

@@ -138,6 +138,38 @@ func AdminURLOf(t testing.TB, u string) string {
 	return v.String()
 }
 
+// ExecBehindTriggers runs query on the database of u as DATABASE_URL's
+// user with every trigger off (session_replication_role = replica, in one
+// transaction), and returns the rows it affected: for a test that corrupts
+// the ledger as only a superuser could, to show that a check finds it.
+// Through any other path the database refuses such a write
+// (migrations 0002 and 0014).
+func ExecBehindTriggers(t testing.TB, u, query string, args ...any) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, AdminURLOf(t, u))
+	if err != nil {
+		t.Fatalf("dbtest: connect as admin: %v", err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("dbtest: begin: %v", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+		t.Fatalf("dbtest: triggers off: %v", err)
+	}
+	tag, err := tx.Exec(ctx, query, args...)
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", query, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("dbtest: commit: %v", err)
+	}
+	return tag.RowsAffected()
+}
+
 func withDatabase(admin, name string) string {
 	u, err := url.Parse(admin)
 	if err != nil {
