@@ -28,6 +28,17 @@
 //
 // Without a URL nothing is sent and no attempt is spent: events stay
 // pending until a worker starts with PLATFORM_WEBHOOK_URL set.
+//
+// # Events API
+//
+// The platform can also read the events it is sent (GET /v1/events, as
+// Stripe's /v1/events), whatever their delivery status, as the very bytes
+// a delivery sends: to catch up after an outage instead of waiting for
+// retries. The list is one stream in which nothing can ever appear before
+// an event already listed (Feed says how), so a platform goes on from the
+// last id it read and misses nothing. Events are never deleted (a trigger
+// refuses it); the API promises at least 30 days (docs/webhooks.md), which
+// is what a platform may rely on if that ever changes.
 package event
 
 import (

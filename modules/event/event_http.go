@@ -45,16 +45,18 @@ type RedeliverResponse struct {
 	Status Status `json:"status"`
 }
 
-// Routes registers the admin endpoints on the /v1/admin router; idem is the
-// Idempotency-Key middleware that mutating routes need.
+// Routes registers the Events API on the /v1 router (readwrite; see
+// feedRoutes) and the operators' endpoints on the /v1/admin router; idem is
+// the Idempotency-Key middleware that mutating routes need.
 //
-//	GET  /events?status=&limit=          {events: [Record]}, newest first
-//	POST /events/{event_id}/redeliver    {id, status}
+//	GET  /admin/events?status=&limit=          {events: [Record]}, newest first
+//	POST /admin/events/{event_id}/redeliver    {id, status}
 //
 // event_id is the raw uuid (raw_id) or the evt_ id the list and the
 // payloads show. Anything that names no event, a malformed id included, is
 // 404; an event that is not dead is 409.
-func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
+func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
+	s.feedRoutes(platform)
 	admin.Get("/events", s.handleList)
 	admin.Post("/events/:event_id/redeliver", idem, s.handleRedeliver)
 }

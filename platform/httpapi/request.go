@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
@@ -213,6 +214,24 @@ func QueryInt(c *fiber.Ctx, name string, def, min, max int) (int, error) {
 			Msg: fmt.Sprintf("Input should be less than or equal to %d", max), Ctx: map[string]any{"le": max}})
 	}
 	return n, nil
+}
+
+// QueryTime reads an optional RFC 3339 timestamp query parameter (with a
+// time zone: "Z" or an offset such as +00:00), returning nil when it is
+// absent. A "+" sent unencoded arrives as a space (form encoding) and is
+// read as the "+" it was. A bad value is a 422 at ["query", name].
+func QueryTime(c *fiber.Ctx, name string) (*time.Time, error) {
+	args := c.Context().QueryArgs()
+	if !args.Has(name) {
+		return nil, nil
+	}
+	raw := string(args.Peek(name)) // a copy: fiber reuses its buffers
+	t, err := time.Parse(time.RFC3339Nano, strings.ReplaceAll(raw, " ", "+"))
+	if err != nil {
+		return nil, fault.Validation(fault.FieldError{Loc: []any{"query", name}, Type: "datetime_parsing", Input: raw,
+			Msg: "Input should be an RFC 3339 timestamp with a time zone, such as 2026-01-02T03:04:05+00:00"})
+	}
+	return &t, nil
 }
 
 // OnlyQuery refuses query parameters other than allowed, each as a 422

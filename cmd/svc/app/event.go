@@ -29,8 +29,10 @@ func (a *App) initEvents(context.Context) error {
 	return nil
 }
 
+// routesEvents registers the Events API (GET /v1/events, readwrite) and the
+// operators' event endpoints (docs/webhooks.md).
 func (a *App) routesEvents(r Routers) {
-	a.Events.Routes(r.Admin, r.Idem)
+	a.Events.Routes(r.Platform, r.Admin, r.Idem)
 }
 
 func (a *App) jobsEvents(j *Jobs) error {
