@@ -32,6 +32,13 @@ func newAPICmd() *cobra.Command {
 			if err := requireStartable(ctx, a); err != nil {
 				return err
 			}
+			// METRICS_ADDR: /metrics and pprof, apart from PORT. Stopped
+			// last, after the API has drained.
+			_, stopMetrics, err := a.ServeMetrics()
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			srv := a.HTTP()
 			ln, err := net.Listen("tcp", a.Cfg.HTTP.ListenAddr())
 			if err != nil {
@@ -67,6 +74,11 @@ func newWorkerCmd() *cobra.Command {
 			if err := requireStartable(ctx, a); err != nil {
 				return err
 			}
+			_, stopMetrics, err := a.ServeMetrics() // METRICS_ADDR, as for the api
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			w, err := a.Worker(queue.WorkerParams{})
 			if err != nil {
 				return err

@@ -193,9 +193,18 @@ type staleError string
 
 func (e staleError) Error() string { return string(e) }
 
-func (s *Service) worker(ctx context.Context) (string, error) {
+// LastBeat returns the most recent worker heartbeat; nil before the first.
+func LastBeat(ctx context.Context, idb bun.IDB) (*time.Time, error) {
 	var last *time.Time
-	if err := s.DB.NewRaw("SELECT max(beat_at) FROM worker_heartbeats").Scan(ctx, &last); err != nil {
+	if err := idb.NewRaw("SELECT max(beat_at) FROM worker_heartbeats").Scan(ctx, &last); err != nil {
+		return nil, fmt.Errorf("worker heartbeat: %w", err)
+	}
+	return last, nil
+}
+
+func (s *Service) worker(ctx context.Context) (string, error) {
+	last, err := LastBeat(ctx, s.DB)
+	if err != nil {
 		return "", staleError("database unreachable")
 	}
 	if last == nil {

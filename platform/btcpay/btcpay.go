@@ -47,6 +47,10 @@ type Options struct {
 	// HTTPClient, when set, sends the requests (tests wrap its transport to
 	// record traffic). Its own Timeout is left as given.
 	HTTPClient *http.Client
+	// Observe, when set, is told of every call (metrics): its fixed
+	// operation name ("create invoice"), its outcome (Outcome) and how long
+	// it took.
+	Observe func(op, outcome string, took time.Duration)
 }
 
 // Client calls one BTCPay store. It is safe for concurrent use.
@@ -56,6 +60,7 @@ type Client struct {
 	store   string
 	timeout time.Duration
 	hc      *http.Client
+	observe func(op, outcome string, took time.Duration)
 }
 
 // New returns a client for o.
@@ -76,7 +81,7 @@ func New(o Options) (*Client, error) {
 		// for a body that trickles in after the headers.
 		hc = &http.Client{Timeout: o.Timeout + 5*time.Second}
 	}
-	return &Client{base: u, key: o.APIKey, store: o.StoreID, timeout: o.Timeout, hc: hc}, nil
+	return &Client{base: u, key: o.APIKey, store: o.StoreID, timeout: o.Timeout, hc: hc, observe: o.Observe}, nil
 }
 
 // StoreID returns the store the client works on.
@@ -145,6 +150,41 @@ func each[T any](ctx context.Context, c *Client, op, path string, query url.Valu
 // do sends one request and hands a success's body to read (an error
 // answer is classified from its first maxResponseBytes).
 func (c *Client) do(ctx context.Context, op, method, path string, query url.Values, in any, read func(body io.Reader, status int) error) error {
+	if c.observe == nil {
+		return c.send(ctx, op, method, path, query, in, read)
+	}
+	start := time.Now()
+	err := c.send(ctx, op, method, path, query, in, read)
+	c.observe(op, Outcome(err), time.Since(start))
+	return err
+}
+
+// The outcomes of a call, as Outcome names them.
+const (
+	OutcomeOK          = "ok"
+	OutcomeNotFound    = "not_found"   // a 404: the invoice, payout or transaction is unknown
+	OutcomeRefused     = "refused"     // any other definitive refusal (*RefusedError)
+	OutcomeUnreachable = "unreachable" // ErrUnreachable: down, timed out, 5xx, or an answer that cannot be read
+	OutcomeError       = "error"       // the request could not be built
+)
+
+// Outcome names what came of a call from its error.
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrNotFound):
+		return OutcomeNotFound
+	case errors.Is(err, ErrRefused):
+		return OutcomeRefused
+	case errors.Is(err, ErrUnreachable):
+		return OutcomeUnreachable
+	default:
+		return OutcomeError
+	}
+}
+
+func (c *Client) send(ctx context.Context, op, method, path string, query url.Values, in any, read func(body io.Reader, status int) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 

@@ -32,6 +32,7 @@ type Config struct {
 	Tron     Tron     `mapstructure:"tron"`
 	Deposits Deposits `mapstructure:"deposits"`
 	Payouts  Payouts  `mapstructure:"payouts"`
+	Metrics  Metrics  `mapstructure:"metrics"`
 }
 
 // HTTP configures the API listener.
@@ -120,6 +121,11 @@ type Payouts struct {
 	FeeMode                string        `mapstructure:"fee_mode" env:"WITHDRAWAL_FEE_MODE" default:"deduct" doc:"deduct (the user receives the gross minus the fee) or absorb (the user receives the whole gross; the service pays the fee)"`
 	FeeRateTTL             time.Duration `mapstructure:"fee_rate_ttl" env:"BTC_FEE_RATE_TTL" default:"30s" doc:"how long a BTC fee-rate estimate read from the processor is reused for new withdrawals"`
 	PollInterval           time.Duration `mapstructure:"poll_interval" env:"PAYOUT_POLL_INTERVAL" default:"10s" doc:"how often the worker submits approved BTC and BTC_LN withdrawals and reads their open payouts (webhooks act at once)"`
+}
+
+// Metrics configures the metrics listener of svc api and svc worker.
+type Metrics struct {
+	Addr string `mapstructure:"addr" env:"METRICS_ADDR" default:"" doc:"host:port of the metrics listener of svc api and svc worker (Prometheus /metrics and net/http/pprof /debug/pprof/, never on PORT); empty turns it off. It has no authentication: bind it to a private address (127.0.0.1:9090, or the pod's address behind a network policy), and give the api and the worker different ports when they share a host"`
 }
 
 // Production reports whether the deployment runs with real money.
@@ -252,6 +258,13 @@ func (c Config) Validate() error {
 	}
 	if c.Payouts.PollInterval < time.Second || c.Payouts.PollInterval > time.Hour {
 		add("PAYOUT_POLL_INTERVAL", "must be between 1s and 1h")
+	}
+	if a := c.Metrics.Addr; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil {
+			add("METRICS_ADDR", "must be host:port (127.0.0.1:9090, or :9090 for every interface)")
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			add("METRICS_ADDR", "must end with a port number from 0 to 65535")
+		}
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {
 		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")

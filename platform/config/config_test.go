@@ -65,6 +65,8 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"SVC_ENV", "production", "PROCESSOR_WEBHOOK_SECRET"},
 		{"PLATFORM_WEBHOOK_TIMEOUT", "5m", "PLATFORM_WEBHOOK_TIMEOUT"},
 		{"PAYOUT_POLL_INTERVAL", "100ms", "PAYOUT_POLL_INTERVAL"},
+		{"METRICS_ADDR", "9090", "METRICS_ADDR"},
+		{"METRICS_ADDR", "127.0.0.1:metrics", "METRICS_ADDR"},
 	} {
 		t.Run(tc.env+"="+tc.value+"/"+tc.named, func(t *testing.T) {
 			baseEnv(t)
@@ -101,6 +103,21 @@ func TestSettingsAreDocumented(t *testing.T) {
 	require.NoError(t, err)
 	for env := range seen {
 		require.Contains(t, string(readme), "`"+env+"`", "README's configuration table lists %s", env)
+	}
+}
+
+// TestMetricsListenerIsOffByDefault: METRICS_ADDR is empty unless set,
+// and takes host:port with or without a host.
+func TestMetricsListenerIsOffByDefault(t *testing.T) {
+	baseEnv(t)
+	cfg, err := load("")
+	require.NoError(t, err)
+	require.Empty(t, cfg.Metrics.Addr)
+	for _, addr := range []string{"127.0.0.1:9090", ":9091", "[::1]:9090"} {
+		t.Setenv("METRICS_ADDR", addr)
+		cfg, err := load("")
+		require.NoError(t, err, addr)
+		require.Equal(t, addr, cfg.Metrics.Addr)
 	}
 }
 

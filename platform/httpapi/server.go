@@ -29,7 +29,15 @@ const RequestIDHeader = "X-Request-Id"
 type Options struct {
 	BodyLimit int
 	Log       *slog.Logger
+	// Observe, when set, is told of every answered request (metrics):
+	// route is the matched route's template ("/v1/deposits/:deposit_id"),
+	// never the raw path, or UnmatchedRoute.
+	Observe func(method, route string, status int, took time.Duration)
 }
+
+// UnmatchedRoute is the route Observe is given for a request no route
+// served (404, 405).
+const UnmatchedRoute = "unmatched"
 
 // New returns a fiber app with the service's middleware and error handler.
 // Register routes on it, then call NotFound last.
@@ -57,7 +65,7 @@ func New(o Options) *fiber.App {
 		o.Log.Error("panic in handler", "panic", e, "path", c.Path(), "request_id", c.Locals(requestid.ConfigDefault.ContextKey))
 	}}))
 	app.Use(requestid.New(requestid.Config{Header: RequestIDHeader}))
-	app.Use(accessLog(o.Log))
+	app.Use(accessLog(o.Log, o.Observe))
 	return app
 }
 
@@ -68,6 +76,7 @@ func New(o Options) *fiber.App {
 // them (HEAD with GET), as HTTP expects.
 func NotFound(app *fiber.App) {
 	app.Use(func(c *fiber.Ctx) error {
+		c.Locals(unmatchedKey{}, true)
 		if allow := allowed(app, c.Path()); len(allow) > 0 {
 			c.Set(fiber.HeaderAllow, strings.Join(allow, ", "))
 			return fault.New(fault.MethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; allowed: %s", c.Method(), c.Path(), strings.Join(allow, ", ")))
@@ -117,7 +126,7 @@ func matches(pattern, path string) bool {
 	return len(ps) == len(xs)
 }
 
-func accessLog(log *slog.Logger) fiber.Handler {
+func accessLog(log *slog.Logger, observe func(method, route string, status int, took time.Duration)) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		start := time.Now()
 		err := c.Next()
@@ -126,14 +135,33 @@ func accessLog(log *slog.Logger) fiber.Handler {
 				_ = c.SendStatus(fiber.StatusInternalServerError)
 			}
 		}
+		took := time.Since(start)
 		// The path, never the query string: keys must not reach a log even
 		// when a client puts them there.
 		log.Info("http",
 			"method", c.Method(), "path", c.Path(), "route", c.Route().Path,
-			"status", c.Response().StatusCode(), "duration_ms", time.Since(start).Milliseconds(),
+			"status", c.Response().StatusCode(), "duration_ms", took.Milliseconds(),
 			"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+		if observe != nil {
+			// Copies: fiber reuses the buffers behind c's strings.
+			observe(strings.Clone(c.Method()), strings.Clone(routeOf(c)), c.Response().StatusCode(), took)
+		}
 		return nil
 	}
+}
+
+// unmatchedKey marks, in a request's locals, that NotFound answered it.
+type unmatchedKey struct{}
+
+// routeOf is the template of the route that answered c: the catch-all of
+// NotFound is UnmatchedRoute, and a group's key check, which answers 401
+// and 403 for every path under its prefix, gives the prefix ("/v1",
+// "/v1/admin").
+func routeOf(c *fiber.Ctx) string {
+	if c.Locals(unmatchedKey{}) != nil {
+		return UnmatchedRoute
+	}
+	return c.Route().Path
 }
 
 var statusOf = map[fault.Kind]int{

@@ -55,7 +55,21 @@ var (
 type Store struct {
 	DB  bun.IDB
 	Now func() time.Time
+	// Observe, when set, is told when the middleware replays a stored
+	// response or refuses a key (metrics).
+	Observe func(Outcome)
 }
+
+// Outcome is what the middleware did with a key other than running the
+// request.
+type Outcome string
+
+// The outcomes Store.Observe is told of.
+const (
+	OutcomeReplayed Outcome = "replayed"  // a stored response was sent again
+	OutcomeMismatch Outcome = "mismatch"  // 422: the key was used with another request
+	OutcomeInFlight Outcome = "in_flight" // 409: the key's first attempt still runs
+)
 
 // Record is one claimed key, owned by the current attempt.
 type Record struct {

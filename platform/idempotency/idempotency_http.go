@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -36,9 +37,16 @@ func (s *Store) Middleware(log *slog.Logger) fiber.Handler {
 		ctx := c.UserContext()
 		rec, stored, err := s.Begin(ctx, key, c.Method(), c.Path(), Hash(c.Method(), c.Path(), c.BodyRaw()))
 		if err != nil {
+			switch {
+			case errors.Is(err, ErrMismatch):
+				s.observe(OutcomeMismatch)
+			case errors.Is(err, ErrInFlight):
+				s.observe(OutcomeInFlight)
+			}
 			return err
 		}
 		if stored != nil {
+			s.observe(OutcomeReplayed)
 			c.Set(ReplayedHeader, "true")
 			if stored.ContentType != "" {
 				c.Set(fiber.HeaderContentType, stored.ContentType)
@@ -79,6 +87,12 @@ func (s *Store) Middleware(log *slog.Logger) fiber.Handler {
 			log.Error("store idempotent response", "error", err)
 		}
 		return nil
+	}
+}
+
+func (s *Store) observe(o Outcome) {
+	if s.Observe != nil {
+		s.Observe(o)
 	}
 }
 

@@ -62,6 +62,8 @@ type WorkerParams struct {
 	// every worker process; another one that finds it running completes at
 	// once (the periodic passes).
 	SingleFlight []string
+	// Observe, when set, is told of every run of every job (metrics).
+	Observe func(JobRun)
 }
 
 // NewWorker returns the River client that works jobs (not yet started).
@@ -93,6 +95,10 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		ReindexerIndexNames: []string{},
 	}
 	cfg.Middleware = []rivertype.Middleware{newJobLog(quiet(p.Log))}
+	if p.Observe != nil {
+		// Outermost: it sees what River will record.
+		cfg.Middleware = append([]rivertype.Middleware{&observeJobs{observe: p.Observe}}, cfg.Middleware...)
+	}
 	if len(p.SingleFlight) > 0 {
 		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, quiet(p.Log)))
 	}

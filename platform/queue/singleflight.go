@@ -67,6 +67,7 @@ func (m *singleFlight) Work(ctx context.Context, job *rivertype.JobRow, doInner 
 		return fmt.Errorf("single-flight %s: %w", job.Kind, err)
 	}
 	if !got {
+		markSkipped(ctx)
 		return nil // another pass of the kind is running; the next one is due within its interval
 	}
 	defer m.unlock(ctx, gen, key, job.Kind)

@@ -45,6 +45,7 @@ type Client struct {
 	usdt    chain.TronAddress
 	timeout time.Duration
 	hc      *http.Client
+	observe func(op, outcome string, took time.Duration)
 }
 
 // Option changes how a Client is built.
@@ -52,6 +53,13 @@ type Option func(*Client)
 
 // WithHTTPClient sends the requests through hc (tests record traffic).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithObserver tells fn of every call (metrics): its fixed operation name
+// (the node's method, "getaccount"), its outcome (Outcome) and how long it
+// took.
+func WithObserver(fn func(op, outcome string, took time.Duration)) Option {
+	return func(c *Client) { c.observe = fn }
+}
 
 // New returns a client for the node at cfg.URL that accepts cfg.USDTContract
 // as the USDT token.
@@ -84,6 +92,41 @@ func (c *Client) USDTContract() chain.TronAddress { return c.usdt }
 
 // post sends one JSON POST and decodes a 2xx JSON body into out.
 func (c *Client) post(ctx context.Context, op, path string, in, out any) error {
+	if c.observe == nil {
+		return c.send(ctx, op, path, in, out)
+	}
+	start := time.Now()
+	err := c.send(ctx, op, path, in, out)
+	c.observe(op, Outcome(err), time.Since(start))
+	return err
+}
+
+// The outcomes of a call, as Outcome names them.
+const (
+	OutcomeOK          = "ok"
+	OutcomeNotFound    = "not_found"   // the node does not know the transaction
+	OutcomeRefused     = "refused"     // ErrRefused: a 4xx or java-tron's {"Error": ...}
+	OutcomeUnreachable = "unreachable" // ErrUnreachable: down, timed out, 5xx, rate limited, unreadable
+	OutcomeError       = "error"       // the request could not be built
+)
+
+// Outcome names what came of a call from its error.
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrNotFound):
+		return OutcomeNotFound
+	case errors.Is(err, ErrRefused):
+		return OutcomeRefused
+	case errors.Is(err, ErrUnreachable):
+		return OutcomeUnreachable
+	default:
+		return OutcomeError
+	}
+}
+
+func (c *Client) send(ctx context.Context, op, path string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 

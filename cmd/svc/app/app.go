@@ -5,7 +5,8 @@
 //
 // Each business area keeps its wiring in its own file (ledger.go, event.go,
 // processor.go, audit.go, deposit.go): an embedded struct with its fields and the
-// init, routes and jobs methods that New, HTTP and Worker call.
+// init, routes and jobs methods that New, HTTP and Worker call. metrics.go
+// holds the Prometheus registry the others report to, and its listener.
 package app
 
 import (
@@ -46,6 +47,7 @@ type App struct {
 	Keys     *apikey.Store
 	recovery []river.JobArgs
 
+	metricsArea
 	foundation
 	ledgerArea
 	eventArea
@@ -77,6 +79,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		name string
 		init func(context.Context) error
 	}{
+		{"metrics", a.initMetrics},
 		{"foundation", a.initFoundation},
 		{"ledger", a.initLedger},
 		{"events", a.initEvents},
@@ -108,7 +111,7 @@ type Routers struct {
 
 // HTTP returns the API's fiber app with every route registered.
 func (a *App) HTTP() *fiber.App {
-	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log})
+	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log, Observe: a.Metrics.ObserveHTTP})
 	r := Routers{Public: app}
 	a.routesPublic(r) // health and docs first: they need no key
 	a.routesProcessorPublic(r)
@@ -164,6 +167,9 @@ func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 		}
 	}
 	p.Workers, p.PeriodicJobs, p.SingleFlight, p.Log = j.Workers, j.Periodic, j.SingleFlight, a.Log
+	if p.Observe == nil {
+		p.Observe = a.observeJob
+	}
 	a.recovery = j.Recovery
 	if p.Concurrency == 0 {
 		p.Concurrency = a.Cfg.Worker.Concurrency

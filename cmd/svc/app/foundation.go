@@ -25,7 +25,7 @@ type foundation struct {
 
 func (a *App) initFoundation(context.Context) error {
 	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now}
-	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now}
+	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now, Observe: a.observeIdempotency}
 	a.Health = &health.Service{DB: a.DB.Bun, Version: Version, Now: a.Clock.Now, StaleAfter: a.Cfg.Worker.StaleAfter,
 		CacheFor: a.Cfg.HTTP.ReadyzCacheTTL, Log: a.Log}
 	// The schema: every migration this build knows is applied.

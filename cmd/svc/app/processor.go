@@ -12,6 +12,7 @@ import (
 	"svc/modules/health"
 	"svc/modules/ingress"
 	"svc/platform/btcpay"
+	"svc/platform/metrics"
 	"svc/platform/tron"
 )
 
@@ -36,7 +37,7 @@ type processorArea struct {
 // the worker (at its start, then every DISCOVERY_INTERVAL).
 func (a *App) initProcessor(context.Context) error {
 	if a.Cfg.Tron.URL != "" {
-		c, err := tron.New(a.Cfg.Tron)
+		c, err := tron.New(a.Cfg.Tron, tron.WithObserver(a.observeUpstream(metrics.UpstreamTronGrid)))
 		if err != nil {
 			return err
 		}
@@ -48,7 +49,8 @@ func (a *App) initProcessor(context.Context) error {
 		a.Log.Info("BTCPAY_URL is not set: the payment processor, its webhook ingress and asset discovery are off")
 		return nil
 	}
-	c, err := btcpay.New(btcpay.Options{URL: b.URL, APIKey: b.APIKey, StoreID: b.StoreID, Timeout: b.Timeout})
+	c, err := btcpay.New(btcpay.Options{URL: b.URL, APIKey: b.APIKey, StoreID: b.StoreID, Timeout: b.Timeout,
+		Observe: a.observeUpstream(metrics.UpstreamBTCPay)})
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ type Env struct {
 	T          testing.TB
 	App        *app.App
 	URL        string // base URL of the API, e.g. http://127.0.0.1:41234
+	MetricsURL string // base URL of the metrics listener (WithMetrics), else ""
 	DBURL      string
 	RW, Admin  string // minted keys
 	AdminKeyID string
@@ -64,6 +65,12 @@ func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } 
 
 // WithWorker also starts the River worker.
 func WithWorker() Option { return func(s *settings) { s.worker = true } }
+
+// WithMetrics also starts the metrics listener (METRICS_ADDR) on a free
+// loopback port, as svc api and svc worker do (App.ServeMetrics).
+func WithMetrics() Option {
+	return WithConfig(func(c *config.Config) { c.Metrics.Addr = "127.0.0.1:0" })
+}
 
 // Config returns the test configuration before options: the service's
 // defaults, on regtest with Lightning opted in, a quick worker heartbeat
@@ -116,6 +123,14 @@ func New(t testing.TB, opts ...Option) *Env {
 	go func() { _ = srv.Listener(ln) }()
 	t.Cleanup(func() { _ = srv.ShutdownWithTimeout(5 * time.Second) })
 	e := &Env{T: t, App: a, URL: "http://" + ln.Addr().String(), DBURL: dbURL, Client: &http.Client{Timeout: 30 * time.Second}}
+	maddr, stopMetrics, err := a.ServeMetrics()
+	if err != nil {
+		t.Fatalf("apptest: %v", err)
+	}
+	t.Cleanup(stopMetrics)
+	if maddr != "" {
+		e.MetricsURL = "http://" + maddr
+	}
 	// Minting is audited: two apikey.mint entries by cli:apptest open every
 	// Env's audit trail.
 	actor := audit.CLI("apptest")

@@ -1,0 +1,32 @@
+package event
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Backlog is the outbound events not delivered: what the operator watches
+// (svc_events_pending, svc_events_dead and the oldest pending's age).
+type Backlog struct {
+	Pending, Dead int64
+	// OldestPending is when the oldest pending event was created; nil when
+	// none is pending.
+	OldestPending *time.Time
+}
+
+// Backlog counts the pending and dead events. It reads only those, through
+// the (status, created_at) index: its cost follows the backlog, not the
+// history of delivered events.
+func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	err := s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'dead') AS dead,
+       min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending
+  FROM outbound_events
+ WHERE status IN ('pending', 'dead')`).Scan(ctx, &b.Pending, &b.Dead, &b.OldestPending)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("event backlog: %w", err)
+	}
+	return b, nil
+}
