@@ -30,6 +30,28 @@
 -- of the account returns (modules/ledger/post.go). System accounts have no
 -- materialized balance and their postings no balance_after.
 
+-- A balance that already differs from its postings would fail every
+-- posting to its account from now on: refuse to migrate instead, and say
+-- which (svc admin ledger check lists them all).
+DO $$
+DECLARE
+    bad record;
+BEGIN
+    SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(sum(p.amount), 0) AS postings
+      INTO bad
+      FROM ledger_accounts a
+      LEFT JOIN ledger_postings p ON p.account_id = a.id
+     WHERE a.balance IS NOT NULL
+     GROUP BY a.id
+    HAVING a.balance <> coalesce(sum(p.amount), 0)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'ledger: the % % balance of "%" (account %) is % but its postings add up to %: find every such drift with svc admin ledger check and resolve it before this migration',
+            bad.asset, bad.kind, bad.owner, bad.id, bad.balance, bad.postings
+            USING ERRCODE = 'check_violation';
+    END IF;
+END $$;
+
 ALTER TABLE ledger_postings ADD COLUMN balance_after bigint;
 
 -- The running balance of every existing user posting, in id order.
