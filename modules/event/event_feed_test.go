@@ -283,7 +283,7 @@ func TestFeedNeverSkipsAnEventThatCommitsLate(t *testing.T) {
 	// Nor is it a cursor: a page after it would skip a1 and a2 for good.
 	r = e.Get("/v1/events?cursor=" + b.PublicID())
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
-	require.Equal(t, []any{"query", "cursor"}, fieldErrors(t, r)[0]["loc"])
+	require.Equal(t, []any{"query", "cursor"}, r.FieldErrors(t)[0]["loc"])
 
 	require.NoError(t, tx.Commit())
 	waitListed(t, e, 4)
@@ -367,7 +367,7 @@ func TestFeedRefusesBadQueries(t *testing.T) {
 		r := e.Get("/v1/events" + tc.query)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.query, r.Body)
 		var locs [][]any
-		for _, f := range fieldErrors(t, r) {
+		for _, f := range r.FieldErrors(t) {
 			locs = append(locs, f["loc"].([]any))
 		}
 		require.ElementsMatch(t, tc.locs, locs, tc.query)
@@ -419,15 +419,4 @@ func TestFeedNeedsAPlatformKey(t *testing.T) {
 			}
 		}
 	}
-}
-
-// fieldErrors returns the field errors of a 422.
-func fieldErrors(t testing.TB, r *apptest.Response) []map[string]any {
-	t.Helper()
-	var b struct {
-		Detail []map[string]any `json:"detail"`
-	}
-	r.JSON(t, &b)
-	require.NotEmpty(t, b.Detail, "field errors: %s", r.Body)
-	return b.Detail
 }

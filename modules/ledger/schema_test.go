@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +39,26 @@ func TestDatabaseRefuses(t *testing.T) {
 		})
 	}
 	newEntry := `INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', ?, ?) RETURNING id`
+	// inEntry writes a new BTC entry and then runs postings, with the new
+	// entry's id for each entryID{} argument, in one transaction.
+	inEntry := func(ref, postings string, args ...any) func() error {
+		return func() error {
+			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+				var id int64
+				if err := tx.NewRaw(newEntry, "BTC", ref).Scan(ctx, &id); err != nil {
+					return err
+				}
+				withID := slices.Clone(args)
+				for i, a := range withID {
+					if _, ok := a.(entryID); ok {
+						withID[i] = id
+					}
+				}
+				_, err := tx.ExecContext(ctx, postings, withID...)
+				return err
+			})
+		}
+	}
 	for _, tc := range []struct {
 		name, want string
 		run        func() error
@@ -58,16 +79,8 @@ func TestDatabaseRefuses(t *testing.T) {
 		{"BalanceOnSystemAccount", "ledger_accounts_materialized", func() error {
 			return exec(`UPDATE ledger_accounts SET balance = 5 WHERE id = ?`, custody)
 		}},
-		{"UnbalancedEntry", "ledger_entries_balanced", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-1").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5), (?, ?, -4)`, id, feeIncome, id, custody)
-				return err // the deferred trigger refuses at commit
-			})
-		}},
+		// The deferred trigger refuses it at commit.
+		{"UnbalancedEntry", "ledger_entries_balanced", inEntry("bad-1", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5), (?, ?, -4)`, entryID{}, feeIncome, entryID{}, custody)},
 		// Balances move only with their postings (migration 0014).
 		{"BalanceMovedByHand", "ledger_balance_posted", func() error {
 			return exec(`UPDATE ledger_accounts SET balance = balance + 1000 WHERE id = ?`, ivan)
@@ -79,76 +92,22 @@ func TestDatabaseRefuses(t *testing.T) {
 			return exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'ivan', 1000)
   ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance`)
 		}},
-		{"PostingWithoutItsBalance", "ledger_balance_posted", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-8").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after) VALUES (?, ?, 5, 1005), (?, ?, -5, NULL)`, id, ivan, id, custody)
-				return err
-			})
-		}},
-		{"PostingOffTheChain", "ledger_balance_posted", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-9").Scan(ctx, &id); err != nil {
-					return err
-				}
-				// The balance moves by 5 with a posting of 5, but the posting
-				// claims a running balance the account's history does not give.
-				_, err := tx.ExecContext(ctx, `WITH u AS (UPDATE ledger_accounts SET balance = 2005 WHERE id = ? RETURNING balance)
+		{"PostingWithoutItsBalance", "ledger_balance_posted", inEntry("bad-8", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after) VALUES (?, ?, 5, 1005), (?, ?, -5, NULL)`, entryID{}, ivan, entryID{}, custody)},
+		// The balance moves by 5 with a posting of 5, but the posting claims a
+		// running balance the account's history does not give.
+		{"PostingOffTheChain", "ledger_balance_posted", inEntry("bad-9", `WITH u AS (UPDATE ledger_accounts SET balance = 2005 WHERE id = ? RETURNING balance)
   INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-  SELECT ?, ?, 5, (SELECT balance FROM u) UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, id, ivan, id, custody)
-				return err
-			})
-		}},
-		{"UserPostingWithoutRunningBalance", "ledger_balance_posted", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-10").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `WITH u AS (UPDATE ledger_accounts SET balance = balance + 5 WHERE id = ? RETURNING balance)
+  SELECT ?, ?, 5, (SELECT balance FROM u) UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, entryID{}, ivan, entryID{}, custody)},
+		{"UserPostingWithoutRunningBalance", "ledger_balance_posted", inEntry("bad-10", `WITH u AS (UPDATE ledger_accounts SET balance = balance + 5 WHERE id = ? RETURNING balance)
   INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-  SELECT ?, ?, 5, NULL::bigint FROM u UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, id, ivan, id, custody)
-				return err
-			})
-		}},
+  SELECT ?, ?, 5, NULL::bigint FROM u UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, entryID{}, ivan, entryID{}, custody)},
 		{"EntryWithoutPostings", "ledger_entries_balanced", func() error { return exec(newEntry, "BTC", "bad-2") }},
 		{"PostingIntoAnEarlierEntry", "ledger_postings_check", func() error {
 			return exec(`INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, p.ID, ivan, p.ID, custody)
 		}},
-		{"PostingToAnotherAssetsAccount", "ledger_postings_check", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-4").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, id, custody, id, usdtCustody)
-				return err
-			})
-		}},
-		{"PostingToNoAccount", "ledger_postings_check", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-5").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, 999999, 1), (?, ?, -1)`, id, id, custody)
-				return err
-			})
-		}},
-		{"ZeroPosting", "ledger_postings_amount_check", func() error {
-			return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				var id int64
-				if err := tx.NewRaw(newEntry, "BTC", "bad-6").Scan(ctx, &id); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 0)`, id, custody)
-				return err
-			})
-		}},
+		{"PostingToAnotherAssetsAccount", "ledger_postings_check", inEntry("bad-4", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, entryID{}, custody, entryID{}, usdtCustody)},
+		{"PostingToNoAccount", "ledger_postings_check", inEntry("bad-5", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, 999999, 1), (?, ?, -1)`, entryID{}, entryID{}, custody)},
+		{"ZeroPosting", "ledger_postings_amount_check", inEntry("bad-6", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 0)`, entryID{}, custody)},
 		{"DuplicateFact", "ledger_entries_source", func() error {
 			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('deposit_credit', 'BTC', 'pay-1')`)
 		}},
@@ -162,14 +121,7 @@ func TestDatabaseRefuses(t *testing.T) {
 	}
 
 	// One posting only.
-	err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-		var id int64
-		if err := tx.NewRaw(newEntry, "BTC", "bad-7").Scan(ctx, &id); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5)`, id, custody)
-		return err
-	})
+	err := inEntry("bad-7", `INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 5)`, entryID{}, custody)()
 	require.True(t, db.IsCheckViolation(err, "ledger_entries_balanced"), "%v", err)
 
 	// Nothing of the above got in.
@@ -179,6 +131,9 @@ func TestDatabaseRefuses(t *testing.T) {
 	require.Equal(t, int64(1_000), avail)
 	requireInvariants(t, d)
 }
+
+// entryID stands for the id of the entry inEntry writes.
+type entryID struct{}
 
 func constraintOf(err error) string {
 	var pe *pgconn.PgError

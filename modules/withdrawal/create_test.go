@@ -93,7 +93,7 @@ func TestCreateBodyModel(t *testing.T) {
 	} {
 		r := e.Post("/v1/withdrawals", tc.body)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.name, r.Body)
-		fe := fieldErrors(t, r)
+		fe := r.FieldErrors(t)
 		require.Contains(t, joinLoc(fe), tc.loc, tc.name)
 	}
 	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)

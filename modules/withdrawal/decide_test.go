@@ -161,7 +161,7 @@ func TestRelease(t *testing.T) {
 	for _, body := range []any{nil, map[string]any{}, map[string]any{"attestation": "too short"}, map[string]any{"attestation": strings.Repeat("x", 2001)}, map[string]any{"attestation": 12}} {
 		r = e.decide(w.WithdrawalID, "release", body)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%v: %s", body, r.Body)
-		require.Contains(t, joinLoc(fieldErrors(t, r)), "body")
+		require.Contains(t, joinLoc(r.FieldErrors(t)), "body")
 	}
 	att := "Checked the processor: no payout exists for this withdrawal and none can be created."
 	r = e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})

@@ -61,7 +61,7 @@ func TestBadInputNeverReachesTheDatabase(t *testing.T) {
 	} {
 		r := e.Post("/v1/withdrawals", body)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%v: %s", body, r.Body)
-		fieldErrors(t, r)
+		r.FieldErrors(t)
 	}
 	require.Equal(t, http.StatusUnprocessableEntity, e.Get("/v1/users/a%00b/withdrawals").Status)
 	w := e.pending(t, "x", 2_000_000)
@@ -77,7 +77,7 @@ func TestBadInputNeverReachesTheDatabase(t *testing.T) {
 	} {
 		r := e.decide(w.WithdrawalID, tc.action, tc.body)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s %v: %s", tc.action, tc.body, r.Body)
-		fieldErrors(t, r)
+		r.FieldErrors(t)
 	}
 	require.Equal(t, withdrawal.StatusPendingApproval, e.get(t, w.WithdrawalID).Status)
 	require.Empty(t, e.auditRows(t, w.WithdrawalID))

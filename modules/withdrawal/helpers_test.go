@@ -239,17 +239,6 @@ func detail(t testing.TB, r *apptest.Response) string {
 	return s
 }
 
-// fieldErrors decodes a 422 body's field errors.
-func fieldErrors(t testing.TB, r *apptest.Response) []map[string]any {
-	t.Helper()
-	var b struct {
-		Detail []map[string]any `json:"detail"`
-	}
-	r.JSON(t, &b)
-	require.NotEmpty(t, b.Detail, "field errors: %s", r.Body)
-	return b.Detail
-}
-
 // Destinations. seed makes each call's value distinct.
 func hash20(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:20] }
 func hash32(seed string) []byte { h := sha256.Sum256([]byte(seed)); return h[:] }

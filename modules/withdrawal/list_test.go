@@ -57,7 +57,7 @@ func TestUserList(t *testing.T) {
 
 	r := e.Get("/v1/users/lister/withdrawals?limit=0&cursor=nope")
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status)
-	require.Len(t, fieldErrors(t, r), 2)
+	require.Len(t, r.FieldErrors(t), 2)
 	unknown := ids[0][:len(ids[0])-1] + "0" // another id (the last digit changed)
 	if unknown == ids[0] {
 		unknown = ids[0][:len(ids[0])-1] + "1"
@@ -116,6 +116,6 @@ func TestAdminList(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	r = e.AdminGet("/v1/admin/withdrawals?status=lost&limit=500&cursor=x")
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
-	require.Len(t, fieldErrors(t, r), 3)
+	require.Len(t, r.FieldErrors(t), 3)
 	require.Equal(t, http.StatusForbidden, e.Get("/v1/admin/withdrawals").Status)
 }

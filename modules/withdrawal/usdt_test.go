@@ -156,7 +156,7 @@ func TestMarkBroadcastMismatches(t *testing.T) {
 	for _, body := range []any{nil, map[string]any{}, map[string]any{"txid": "short"}, map[string]any{"txid": strings.Repeat("a", 129)}} {
 		r := u.decide(id, "mark-broadcast", body)
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%v: %s", body, r.Body)
-		fieldErrors(t, r)
+		r.FieldErrors(t)
 	}
 }
 

@@ -33,6 +33,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"svc/platform/fault"
 )
 
 // maxResponseBytes bounds what the client reads from one response.
@@ -48,7 +50,7 @@ type Options struct {
 	// record traffic). Its own Timeout is left as given.
 	HTTPClient *http.Client
 	// Observe, when set, is told of every call (metrics): its fixed
-	// operation name ("create invoice"), its outcome (Outcome) and how long
+	// operation name ("create invoice"), its outcome (fault.CallOutcome) and how long
 	// it took.
 	Observe func(op, outcome string, took time.Duration)
 }
@@ -155,33 +157,8 @@ func (c *Client) do(ctx context.Context, op, method, path string, query url.Valu
 	}
 	start := time.Now()
 	err := c.send(ctx, op, method, path, query, in, read)
-	c.observe(op, Outcome(err), time.Since(start))
+	c.observe(op, fault.CallOutcome(err, ErrNotFound, ErrRefused, ErrUnreachable), time.Since(start))
 	return err
-}
-
-// The outcomes of a call, as Outcome names them.
-const (
-	OutcomeOK          = "ok"
-	OutcomeNotFound    = "not_found"   // a 404: the invoice, payout or transaction is unknown
-	OutcomeRefused     = "refused"     // any other definitive refusal (*RefusedError)
-	OutcomeUnreachable = "unreachable" // ErrUnreachable: down, timed out, 5xx, or an answer that cannot be read
-	OutcomeError       = "error"       // the request could not be built
-)
-
-// Outcome names what came of a call from its error.
-func Outcome(err error) string {
-	switch {
-	case err == nil:
-		return OutcomeOK
-	case errors.Is(err, ErrNotFound):
-		return OutcomeNotFound
-	case errors.Is(err, ErrRefused):
-		return OutcomeRefused
-	case errors.Is(err, ErrUnreachable):
-		return OutcomeUnreachable
-	default:
-		return OutcomeError
-	}
 }
 
 func (c *Client) send(ctx context.Context, op, method, path string, query url.Values, in any, read func(body io.Reader, status int) error) error {

@@ -144,3 +144,31 @@ func MergeValidation(errs ...error) error {
 	}
 	return Validation(fields...)
 }
+
+// The outcomes of a call to an outside service (the processor, a TRON
+// node), as CallOutcome names them for metrics.
+const (
+	CallOK          = "ok"
+	CallNotFound    = "not_found"   // the service does not know what was asked about
+	CallRefused     = "refused"     // any other definitive refusal
+	CallUnreachable = "unreachable" // down, timed out, 5xx, or an answer that cannot be read
+	CallError       = "error"       // the request could not be built
+)
+
+// CallOutcome names what came of a call to an outside service from its
+// error, given the client's own sentinels (checked in this order, so a
+// not-found that is also a refusal is not_found).
+func CallOutcome(err, notFound, refused, unreachable error) string {
+	switch {
+	case err == nil:
+		return CallOK
+	case errors.Is(err, notFound):
+		return CallNotFound
+	case errors.Is(err, refused):
+		return CallRefused
+	case errors.Is(err, unreachable):
+		return CallUnreachable
+	default:
+		return CallError
+	}
+}

@@ -33,6 +33,7 @@ import (
 
 	"svc/platform/chain"
 	"svc/platform/config"
+	"svc/platform/fault"
 )
 
 // maxResponseBytes bounds what the client reads from one response.
@@ -55,7 +56,7 @@ type Option func(*Client)
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithObserver tells fn of every call (metrics): its fixed operation name
-// (the node's method, "getaccount"), its outcome (Outcome) and how long it
+// (the node's method, "getaccount"), its outcome (fault.CallOutcome) and how long it
 // took.
 func WithObserver(fn func(op, outcome string, took time.Duration)) Option {
 	return func(c *Client) { c.observe = fn }
@@ -97,33 +98,8 @@ func (c *Client) post(ctx context.Context, op, path string, in, out any) error {
 	}
 	start := time.Now()
 	err := c.send(ctx, op, path, in, out)
-	c.observe(op, Outcome(err), time.Since(start))
+	c.observe(op, fault.CallOutcome(err, ErrNotFound, ErrRefused, ErrUnreachable), time.Since(start))
 	return err
-}
-
-// The outcomes of a call, as Outcome names them.
-const (
-	OutcomeOK          = "ok"
-	OutcomeNotFound    = "not_found"   // the node does not know the transaction
-	OutcomeRefused     = "refused"     // ErrRefused: a 4xx or java-tron's {"Error": ...}
-	OutcomeUnreachable = "unreachable" // ErrUnreachable: down, timed out, 5xx, rate limited, unreadable
-	OutcomeError       = "error"       // the request could not be built
-)
-
-// Outcome names what came of a call from its error.
-func Outcome(err error) string {
-	switch {
-	case err == nil:
-		return OutcomeOK
-	case errors.Is(err, ErrNotFound):
-		return OutcomeNotFound
-	case errors.Is(err, ErrRefused):
-		return OutcomeRefused
-	case errors.Is(err, ErrUnreachable):
-		return OutcomeUnreachable
-	default:
-		return OutcomeError
-	}
 }
 
 func (c *Client) send(ctx context.Context, op, path string, in, out any) error {

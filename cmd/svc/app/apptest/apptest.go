@@ -197,6 +197,20 @@ func (r *Response) JSON(t testing.TB, v any) {
 	}
 }
 
+// FieldErrors decodes a 422 body's field errors ({detail: [...]}), failing
+// the test when there are none.
+func (r *Response) FieldErrors(t testing.TB) []map[string]any {
+	t.Helper()
+	var b struct {
+		Detail []map[string]any `json:"detail"`
+	}
+	r.JSON(t, &b)
+	if len(b.Detail) == 0 {
+		t.Fatalf("field errors: none in %s", r.Body)
+	}
+	return b.Detail
+}
+
 // Map decodes the body into a generic map.
 func (r *Response) Map(t testing.TB) map[string]any {
 	t.Helper()
