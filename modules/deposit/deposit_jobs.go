@@ -22,7 +22,8 @@ type PollWorker struct {
 }
 
 // Work polls. A deposit that cannot be reconciled is retried by the next
-// poll, so only a failure to read the list fails the job.
+// poll, so only a failure to read the list, or a processor found
+// unreachable, fails the job.
 func (w *PollWorker) Work(ctx context.Context, _ *river.Job[PollArgs]) error {
 	_, err := w.Service.Poll(ctx)
 	return err

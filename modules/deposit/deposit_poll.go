@@ -2,12 +2,15 @@ package deposit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+
+	"svc/platform/btcpay"
 )
 
 // Poll settings.
@@ -57,7 +60,11 @@ func (s *Service) dueForPoll(ctx context.Context, now time.Time) ([]uuid.UUID, e
 
 // Poll reconciles every deposit due for polling (see dueForPoll) against
 // the processor, a few at a time. A deposit that fails is logged and
-// retried on the next poll; the others go on.
+// retried on the next poll; the others go on. When the processor is
+// unreachable, the pass stops there and fails with that error (the job's
+// failure is what the job log reports, folded over an outage): asking a
+// processor that is down about every open deposit would only write one
+// warning per deposit per pass and delay its recovery.
 func (s *Service) Poll(ctx context.Context) (PollResult, error) {
 	if s.Processor == nil {
 		return PollResult{}, nil
@@ -67,27 +74,47 @@ func (s *Service) Poll(ctx context.Context) (PollResult, error) {
 		return PollResult{}, err
 	}
 	var (
-		mu     sync.Mutex
-		res    = PollResult{Visited: len(ids)}
-		wg     sync.WaitGroup
-		tokens = make(chan struct{}, pollParallel)
+		mu          sync.Mutex
+		res         = PollResult{Visited: len(ids)}
+		unreachable error // the first call that found the processor down
+		wg          sync.WaitGroup
+		tokens      = make(chan struct{}, pollParallel)
+		started     int
 	)
+	down := func() bool { mu.Lock(); defer mu.Unlock(); return unreachable != nil }
 	for _, id := range ids {
 		if ctx.Err() != nil {
 			break
 		}
 		tokens <- struct{}{}
+		if down() {
+			<-tokens
+			break
+		}
+		started++
 		wg.Add(1)
 		go func() {
 			defer func() { <-tokens; wg.Done() }()
-			if err := s.Reconcile(ctx, id); err != nil {
-				s.log().Warn("deposit: poll could not reconcile", "deposit_id", id, "error", err)
-				mu.Lock()
-				res.Failed++
-				mu.Unlock()
+			err := s.Reconcile(ctx, id)
+			if err == nil {
+				return
 			}
+			mu.Lock()
+			res.Failed++
+			if errors.Is(err, btcpay.ErrUnreachable) {
+				if unreachable == nil {
+					unreachable = err
+				}
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			s.log().Warn("deposit: poll could not reconcile", "deposit_id", id, "error", err)
 		}()
 	}
 	wg.Wait()
+	if unreachable != nil {
+		return res, fmt.Errorf("poll deposits: processor unreachable, pass stopped after %d of %d deposits: %w", started, len(ids), unreachable)
+	}
 	return res, ctx.Err()
 }

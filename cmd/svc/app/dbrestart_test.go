@@ -2,8 +2,13 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,21 +130,117 @@ func TestReadOnlyDatabaseAnswers503(t *testing.T) {
 	require.Contains(t, string(r.Body), "retry with the same Idempotency-Key")
 	require.Equal(t, "1", r.Header.Get("Retry-After"))
 	require.Equal(t, http.StatusOK, e.Get("/v1/assets").Status, "reads still answer")
-	database := func() string { // the database component of /readyz
-		var b struct {
-			Components []struct{ Name, Status string } `json:"components"`
-		}
-		e.Get("/readyz").JSON(t, &b)
-		for _, c := range b.Components {
-			if c.Name == "database" {
-				return c.Status
-			}
-		}
-		return ""
-	}
-	require.Equal(t, "degraded", database(), "readiness sees writes refused")
+	require.Equal(t, "degraded", readyDatabase(t, e), "readiness sees writes refused")
 	require.Equal(t, http.StatusOK, e.Get("/healthz").Status, "the process is alive: liveness is not readiness")
 	readOnly(false)
-	apptest.Eventually(t, 15*time.Second, func() bool { return database() == "ok" }, "readiness sees writes taken again")
+	apptest.Eventually(t, 15*time.Second, func() bool { return readyDatabase(t, e) == "ok" }, "readiness sees writes taken again")
 	apptest.Eventually(t, 10*time.Second, func() bool { r = write(); return r.Status == http.StatusNotFound }, "writes taken again")
+}
+
+// TestFullDiskAnswers503: the database's disk fills up. The idempotency
+// table lives on a small filesystem of its own (a tmpfs mounted for the
+// test, a tablespace on it) that is then filled to the last byte, so
+// PostgreSQL itself refuses the next write with 53100 (could not extend
+// file: no space left on device), as on a production server whose volume
+// is full. Writes answer 503 with a plain detail and Retry-After, never 500;
+// reads still answer; /readyz shows the database degraded while /healthz
+// stays ok; once space is freed, readiness recovers and the same request
+// succeeds. Needs root to mount the filesystem; skipped otherwise.
+//
+// Not parallel, for the reason TestReadOnlyDatabaseAnswers503 gives.
+func TestFullDiskAnswers503(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mounts a filesystem")
+	}
+	ctx := context.Background()
+	e := apptest.New(t)
+	var name string
+	require.NoError(t, e.App.DB.Bun.QueryRowContext(ctx, "SELECT current_database()").Scan(&name))
+	admin, err := pgx.Connect(ctx, dbtest.AdminURLOf(t, e.DBURL)) // a superuser, in the test's database
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	var dataDir string
+	require.NoError(t, admin.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir))
+	if !filepath.IsAbs(dataDir) {
+		t.Skip("the database server is not on this machine")
+	}
+	server, err := os.Stat(dataDir)
+	if err != nil {
+		t.Skipf("the database server is not on this machine: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "svc-full-disk-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755)) // the server's user walks into it
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small filesystem here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	uid := server.Sys().(*syscall.Stat_t).Uid
+	space := filepath.Join(dir, "pg")
+	require.NoError(t, os.Mkdir(space, 0o700))
+	require.NoError(t, os.Chown(space, int(uid), -1))
+
+	tablespace := "svc_full_" + name
+	_, err = admin.Exec(ctx, fmt.Sprintf("CREATE TABLESPACE %s LOCATION '%s'", tablespace, space))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		// Back to the default tablespace, so that the test's database can
+		// be dropped and the tablespace with it.
+		_, _ = admin.Exec(context.Background(), "ALTER TABLE idempotency_keys SET TABLESPACE pg_default")
+		_, _ = admin.Exec(context.Background(), "DROP TABLESPACE "+tablespace)
+	})
+	_, err = admin.Exec(ctx, "TRUNCATE idempotency_keys") // no free space in a page: the next insert extends the file
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "ALTER TABLE idempotency_keys SET TABLESPACE "+tablespace)
+	require.NoError(t, err)
+
+	fill := filepath.Join(dir, "fill")
+	f, err := os.Create(fill)
+	require.NoError(t, err)
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // the filesystem is full
+		}
+	}
+	_ = f.Close()
+
+	// A write that needs no processor: a decision on an unknown withdrawal
+	// claims its Idempotency-Key (an insert into the full table), then
+	// answers 404.
+	const key = "full-disk-1"
+	write := func() *apptest.Response {
+		return e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/admin/withdrawals/0b6c2b9e-4f1e-4c9b-8f44-1a2b3c4d5e6f/reject",
+			Body: map[string]any{}, Key: e.Admin, Idem: key})
+	}
+	r := write()
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	require.Contains(t, string(r.Body), "retry with the same Idempotency-Key")
+	require.Equal(t, "1", r.Header.Get("Retry-After"))
+	var n int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM idempotency_keys").Scan(&n))
+	require.Zero(t, n, "nothing was written")
+	require.Equal(t, http.StatusOK, e.Get("/v1/assets").Status, "reads still answer")
+	require.Equal(t, "degraded", readyDatabase(t, e), "readiness sees writes refused")
+	require.Equal(t, http.StatusOK, e.Get("/healthz").Status, "the process is alive: liveness is not readiness")
+
+	require.NoError(t, os.Remove(fill)) // the operator frees space
+	apptest.Eventually(t, 15*time.Second, func() bool { return readyDatabase(t, e) == "ok" }, "readiness sees writes taken again")
+	r = write()
+	require.Equal(t, http.StatusNotFound, r.Status, "the same request succeeds once there is space: %s", r.Body)
+}
+
+// readyDatabase is the status of the database component of /readyz.
+func readyDatabase(t *testing.T, e *apptest.Env) string {
+	var b struct {
+		Components []struct{ Name, Status string } `json:"components"`
+	}
+	e.Get("/readyz").JSON(t, &b)
+	for _, c := range b.Components {
+		if c.Name == "database" {
+			return c.Status
+		}
+	}
+	return ""
 }
