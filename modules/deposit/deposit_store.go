@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/schema"
 
 	"svc/platform/db"
 	"svc/platform/fault"
@@ -186,6 +188,12 @@ func (s *Service) AddressHistory(ctx context.Context, d Deposit) ([]Deposit, err
 		return nil, fmt.Errorf("address history: %w", err)
 	}
 	return out, nil
+}
+
+// IssuedExpr is IsDepositAddress as a boolean SQL expression, for a caller
+// that reads it with other things in one statement.
+func IssuedExpr(addresses ...string) schema.QueryWithArgs {
+	return bun.SafeQuery("EXISTS (SELECT 1 FROM deposits WHERE address = ANY(?))", pgdialect.Array(addresses))
 }
 
 // IsDepositAddress reports whether any of addresses was ever issued for a

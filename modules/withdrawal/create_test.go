@@ -111,7 +111,8 @@ func joinLoc(fe []map[string]any) string {
 	return strings.Join(out, ",")
 }
 
-// TestCreateAssetRules: an unknown asset is 404, a disabled one 503.
+// TestCreateAssetRules: an unknown asset is 404, a disabled one 503, whatever
+// the destination.
 func TestCreateAssetRules(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -123,6 +124,8 @@ func TestCreateAssetRules(t *testing.T) {
 	r = e.request("dave", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "dave"))
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	detail(t, r)
+	r = e.request("dave", asset.BTC, 20_000, "x")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "the asset is refused before the destination: %s", r.Body)
 	_, err = e.App.Assets.SetEnabled(context.Background(), asset.BTC, true)
 	require.NoError(t, err)
 }

@@ -10,6 +10,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/deposit"
 	"svc/platform/chain"
+	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -35,13 +36,15 @@ func refused(err error) error {
 var ErrOwnAddress = fault.New(fault.Invalid,
 	"destination_address refused: it is one of this service's own deposit addresses; withdraw to an address outside the service")
 
-// destination checks raw as a destination of asset a on the deployment's
-// network at now (syntax, checksum, network, invoice life) and refuses
-// the service's own addresses. The BOLT11 amount is checked by the caller,
-// which knows the net.
-func (s *Service) destination(ctx context.Context, a asset.Asset, raw string, now time.Time) (Destination, error) {
+// parseDestination checks raw as a destination of the asset code on the
+// deployment's network at now (syntax, checksum, network, invoice life)
+// and refuses the service's own USDT addresses, without the database. The
+// caller refuses the service's own deposit addresses (spellings, read with
+// the asset in one statement: assetAndIssued) and checks the BOLT11 amount,
+// knowing the net.
+func (s *Service) parseDestination(code, raw string, now time.Time) (Destination, error) {
 	var d Destination
-	switch a.Code {
+	switch code {
 	case asset.BTC:
 		addr, err := s.Config.Network.ParseBTCAddress(raw)
 		if err != nil {
@@ -69,18 +72,38 @@ func (s *Service) destination(ctx context.Context, a asset.Asset, raw string, no
 			return Destination{}, fault.New(fault.Invalid, "destination_address refused: it is the service's own hot wallet")
 		}
 	default:
-		return Destination{}, fmt.Errorf("withdrawal: no destination rule for asset %s", a.Code)
-	}
-	// The service's own deposit addresses, as the processor gave them and
-	// in canonical form (bech32 is case-insensitive), in one lookup.
-	own, err := deposit.IsDepositAddress(ctx, s.DB, raw, d.Canonical, strings.ToLower(raw))
-	if err != nil {
-		return Destination{}, err
-	}
-	if own {
-		return Destination{}, ErrOwnAddress
+		return Destination{}, fmt.Errorf("withdrawal: no destination rule for asset %s", code)
 	}
 	return d, nil
+}
+
+// spellings are the forms of a parsed destination that the service's own
+// deposit addresses are looked up by: as sent, as the processor gave them
+// and canonical (bech32 is case-insensitive).
+func (d Destination) spellings(raw string) []string {
+	return []string{raw, d.Canonical, strings.ToLower(raw)}
+}
+
+// assetAndIssued reads the asset code and whether any of spellings was
+// ever issued for a deposit (deposit.IssuedExpr), in one statement: every
+// withdrawal request needs both, and on two cores under load a round trip
+// is a measurable part of a creation (docs/performance.md). With no
+// spellings the lookup is false. asset.ErrUnknown when there is no such
+// asset.
+func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []string) (asset.Asset, bool, error) {
+	var row struct {
+		asset.Asset `bun:",extend"`
+		Issued      bool `bun:"issued,scanonly"`
+	}
+	err := s.DB.NewSelect().Model(&row).ColumnExpr("asset.*").ColumnExpr("? AS issued", deposit.IssuedExpr(spellings...)).
+		Where("asset.asset = ?", code).Scan(ctx)
+	if db.IsNoRows(err) {
+		return asset.Asset{}, false, asset.ErrUnknown
+	}
+	if err != nil {
+		return asset.Asset{}, false, fmt.Errorf("read asset %s: %w", code, err)
+	}
+	return row.Asset, row.Issued, nil
 }
 
 // canonical is raw as a destination of asset code would be stored, or raw
