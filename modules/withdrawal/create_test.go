@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/cmd/svc/app/apptest"
 	"svc/modules/asset"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
@@ -63,6 +65,66 @@ func TestCreateIdempotent(t *testing.T) {
 	other := e.Do(apptestReq(body, "bob-key-1"))
 	require.Equal(t, http.StatusUnprocessableEntity, other.Status)
 	require.Equal(t, "0.00030000", e.balance(t, "bob", asset.BTC).Held)
+}
+
+// TestCreateKeyRules: creation claims its Idempotency-Key in its first
+// statement (idempotency.Store.ClaimInHandler); the SPEC's key rules hold
+// through it. Twenty identical requests at once make one withdrawal and
+// one hold, each answering the same 201 or 409 in flight; a refusal
+// before the claim (a body that does not parse) and one after it (an
+// unknown asset) are final and replayed; the key stays bound to its body.
+func TestCreateKeyRules(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "kim", asset.BTC, 1_000_000)
+	body := createBody{ExternalUserID: "kim", Asset: asset.BTC, Amount: "30000", Destination: p2wpkh(t, chain.Regtest, "kim")}
+	responses := make([]*apptest.Response, 20)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range responses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			responses[i] = e.Do(apptestReq(body, "kim-storm"))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var first string
+	for _, r := range responses {
+		switch r.Status {
+		case http.StatusCreated:
+			if first == "" {
+				first = string(r.Body)
+			}
+			require.Equal(t, first, string(r.Body), "every 201 is the same withdrawal")
+		case http.StatusConflict:
+			require.Equal(t, "1", r.Header.Get("Retry-After"))
+		default:
+			t.Fatalf("unexpected %d %s", r.Status, r.Body)
+		}
+	}
+	require.NotEmpty(t, first)
+	require.Equal(t, "0.00030000", e.balance(t, "kim", asset.BTC).Held, "one hold")
+	again := e.Do(apptestReq(body, "kim-storm"))
+	require.Equal(t, first, string(again.Body))
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+
+	bad := e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/withdrawals", Body: `{"external_user_id":`, Idem: "kim-bad"})
+	require.Equal(t, http.StatusUnprocessableEntity, bad.Status, string(bad.Body))
+	replay := e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/withdrawals", Body: `{"external_user_id":`, Idem: "kim-bad"})
+	require.Equal(t, string(bad.Body), string(replay.Body))
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"), "a refusal before the claim is stored too")
+	require.Equal(t, http.StatusUnprocessableEntity, e.Do(apptestReq(body, "kim-bad")).Status, "the key is bound to its body")
+
+	unknown := createBody{ExternalUserID: "kim", Asset: "DOGE", Amount: "30000", Destination: "x"}
+	require.Equal(t, http.StatusNotFound, e.Do(apptestReq(unknown, "kim-doge")).Status)
+	replay = e.Do(apptestReq(unknown, "kim-doge"))
+	require.Equal(t, http.StatusNotFound, replay.Status)
+	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "0.00030000", e.balance(t, "kim", asset.BTC).Held)
+	e.requireBooks(t)
 }
 
 // TestCreateBodyModel: bad bodies are 422 field errors and change nothing.

@@ -55,7 +55,7 @@ type CreateParams struct {
 // the common path does not pay for it.
 func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
 	v, body, err := s.create(ctx, p, rec)
-	if err != nil && p.IdempotencyKey != "" && !errors.Is(err, ErrTakenOver) {
+	if err != nil && p.IdempotencyKey != "" && !errors.Is(err, ErrTakenOver) && !errors.Is(err, idempotency.ErrNotClaimed) {
 		if w, ok, lerr := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); lerr == nil && ok {
 			return s.replay(ctx, w, p)
 		}
@@ -77,9 +77,9 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if destErr == nil {
 		spellings = dest.spellings(p.Destination)
 	}
-	a, issued, err := s.assetAndIssued(ctx, p.Asset, spellings)
+	a, issued, err := s.assetAndIssued(ctx, p.Asset, spellings, rec)
 	if err != nil {
-		return CreatedView{}, nil, err // asset.ErrUnknown: 404
+		return CreatedView{}, nil, err // asset.ErrUnknown: 404; idempotency.ErrNotClaimed
 	}
 	if !a.Enabled {
 		return CreatedView{}, nil, fmt.Errorf("%s: %w", a.Code, asset.ErrDisabled)

@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
+
 	"svc/modules/asset"
 	"svc/modules/deposit"
 	"svc/platform/chain"
-	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -84,24 +86,49 @@ func (d Destination) spellings(raw string) []string {
 	return []string{raw, d.Canonical, strings.ToLower(raw)}
 }
 
-// assetAndIssued reads the asset code and whether any of spellings was
-// ever issued for a deposit (deposit.IssuedExpr), in one statement: every
-// withdrawal request needs both, and on two cores under load a round trip
-// is a measurable part of a creation (docs/performance.md). With no
-// spellings the lookup is false. asset.ErrUnknown when there is no such
-// asset.
-func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []string) (asset.Asset, bool, error) {
+// keyClaimer is a Completer whose Idempotency-Key is claimed in the
+// creation's first statement (*idempotency.Record under
+// idempotency.ClaimInHandler).
+type keyClaimer interface {
+	ClaimExpr() schema.QueryWithArgs
+	Claimed(ok bool) error
+}
+
+// assetAndIssued claims the request's Idempotency-Key when rec holds one
+// to claim, then reads the asset code and whether any of spellings was
+// ever issued for a deposit (deposit.IssuedExpr), all in one statement on
+// the pool: every withdrawal request needs the three, and on two cores
+// under load a statement and its round trip are a measurable part of a
+// creation (docs/performance.md). With no spellings the lookup is false.
+// idempotency.ErrNotClaimed when the key was there already (nothing else
+// is looked at then), asset.ErrUnknown when there is no such asset.
+func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []string, rec Completer) (asset.Asset, bool, error) {
+	claim := bun.SafeQuery("true")
+	kc, claiming := rec.(keyClaimer)
+	if claiming {
+		claim = kc.ClaimExpr()
+	}
 	var row struct {
+		Claimed     bool `bun:"claimed,scanonly"`
 		asset.Asset `bun:",extend"`
 		Issued      bool `bun:"issued,scanonly"`
 	}
-	err := s.DB.NewSelect().Model(&row).ColumnExpr("asset.*").ColumnExpr("? AS issued", deposit.IssuedExpr(spellings...)).
-		Where("asset.asset = ?", code).Scan(ctx)
-	if db.IsNoRows(err) {
-		return asset.Asset{}, false, asset.ErrUnknown
-	}
+	// The claim runs whether or not the asset exists: a row always comes
+	// back, the asset's columns NULL when there is none.
+	err := s.DB.NewSelect().Model(&row).
+		ModelTableExpr("(SELECT ? AS claimed) AS claim LEFT JOIN assets AS asset ON asset.asset = ?", claim, code).
+		ColumnExpr("claim.claimed").ColumnExpr("asset.*").ColumnExpr("? AS issued", deposit.IssuedExpr(spellings...)).
+		Scan(ctx)
 	if err != nil {
 		return asset.Asset{}, false, fmt.Errorf("read asset %s: %w", code, err)
+	}
+	if claiming {
+		if err := kc.Claimed(row.Claimed); err != nil {
+			return asset.Asset{}, false, err
+		}
+	}
+	if row.Code == "" {
+		return asset.Asset{}, false, asset.ErrUnknown
 	}
 	return row.Asset, row.Issued, nil
 }

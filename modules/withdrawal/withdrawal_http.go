@@ -22,7 +22,8 @@ const (
 
 // Routes registers the platform routes on the /v1 router (readwrite) and
 // the operator routes on the /v1/admin router; idem is the Idempotency-Key
-// middleware of the mutating routes.
+// middleware of the mutating routes, and claimIn its variant for creation,
+// which claims the key in its first statement (Service.Create).
 //
 //	POST /withdrawals                               201 Withdrawal (+ approval_reason)
 //	GET  /withdrawals/{withdrawal_id}               Withdrawal
@@ -32,8 +33,8 @@ const (
 //	POST /admin/withdrawals/{id}/reject             admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/release            admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/mark-broadcast     admin withdrawal, broadcast (USDT_TRC20)
-func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
-	platform.Post("/withdrawals", idem, s.handleCreate)
+func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claimIn func(fiber.Handler) fiber.Handler) {
+	platform.Post("/withdrawals", claimIn(s.handleCreate))
 	platform.Get("/withdrawals/:withdrawal_id", s.handleGet)
 	platform.Get("/users/:external_user_id/withdrawals", s.handleList)
 	admin.Get("/withdrawals", s.handleAdminList)

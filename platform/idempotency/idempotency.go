@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 
 	"svc/platform/db"
 	"svc/platform/fault"
@@ -46,6 +47,10 @@ var (
 	ErrBadKey     = fault.New(fault.BadRequest, "Idempotency-Key must be 1 to 255 printable ASCII characters")
 	ErrMismatch   = fault.New(fault.Invalid, "Idempotency-Key was already used with a different request body or route")
 	ErrInFlight   = fault.New(fault.Conflict, "a request with this Idempotency-Key is still in flight").WithRetryAfter(time.Second)
+	// ErrNotClaimed is what a handler under ClaimInHandler returns when its
+	// claim found the key already there (Record.Claimed); the middleware
+	// then decides as for a key seen before.
+	ErrNotClaimed = errors.New("idempotency key not claimed: seen before")
 	// ErrLost means the attempt no longer owns its key (a retry took it over
 	// after TakeoverAfter); the caller must roll back its transaction.
 	ErrLost = errors.New("idempotency key was taken over by a newer attempt")
@@ -79,6 +84,46 @@ type Record struct {
 	stored string
 	token  uuid.UUID
 	store  *Store
+	// pending is the claim a handler under ClaimInHandler has yet to make;
+	// nil once the key is claimed.
+	pending *pendingClaim
+}
+
+// pendingClaim is what claiming a key needs besides the record.
+type pendingClaim struct {
+	method, path string
+	hash         []byte
+}
+
+// Pending returns a record of key that its holder claims in its own first
+// statement (ClaimExpr, Claimed), as a handler under ClaimInHandler does;
+// for callers outside HTTP (benchmarks, tests) that do the same.
+func (s *Store) Pending(key, method, path string, hash []byte) *Record {
+	return &Record{Key: key, stored: StoredKey(path, key), token: uuid.New(), store: s,
+		pending: &pendingClaim{method: method, path: path, hash: hash}}
+}
+
+// ClaimExpr is an SQL expression that claims the record's key and is true
+// when it did (idempotency_claim, migration 0008): for the first statement
+// of a handler under ClaimInHandler, which must run on the pool, not in a
+// transaction. For a record claimed already it is the constant true.
+func (r *Record) ClaimExpr() schema.QueryWithArgs {
+	p := r.pending
+	if p == nil {
+		return bun.SafeQuery("true")
+	}
+	return bun.SafeQuery("idempotency_claim(?, ?, ?, ?, ?::uuid, ?)", r.stored, p.method, p.path, p.hash, r.token.String(), r.store.Now().UTC())
+}
+
+// Claimed takes the value of ClaimExpr: the key is now the attempt's, or,
+// when it was there already, ErrNotClaimed, which the handler returns
+// before doing anything.
+func (r *Record) Claimed(ok bool) error {
+	if !ok {
+		return ErrNotClaimed
+	}
+	r.pending = nil
+	return nil
 }
 
 // The namespaces of the stored keys: every key is stored with the prefix

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
 )
 
 // Header names.
@@ -23,71 +24,154 @@ func FromCtx(c *fiber.Ctx) *Record {
 	return r
 }
 
-// Middleware enforces the rules of the package doc on one route.
+// Middleware enforces the rules of the package doc on one route: it
+// claims the key, then runs the route's handler.
 func (s *Store) Middleware(log *slog.Logger) fiber.Handler {
 	return func(c *fiber.Ctx) (err error) {
-		key := c.Get(KeyHeader)
-		if key == "" {
-			return ErrMissingKey
+		key, err := headerKey(c)
+		if err != nil {
+			return err
 		}
-		if len(key) > 255 || !printable(key) {
-			return ErrBadKey
-		}
-		key = string([]byte(key)) // copy: fiber reuses header buffers
 		ctx := c.UserContext()
 		rec, stored, err := s.Begin(ctx, key, c.Method(), c.Path(), Hash(c.Method(), c.Path(), c.BodyRaw()))
 		if err != nil {
-			switch {
-			case errors.Is(err, ErrMismatch):
-				s.observe(OutcomeMismatch)
-			case errors.Is(err, ErrInFlight):
-				s.observe(OutcomeInFlight)
-			}
-			return err
+			return s.refused(err)
 		}
 		if stored != nil {
-			s.observe(OutcomeReplayed)
-			c.Set(ReplayedHeader, "true")
-			if stored.ContentType != "" {
-				c.Set(fiber.HeaderContentType, stored.ContentType)
-			}
-			return c.Status(stored.Status).Send(stored.Body)
+			return s.replay(c, stored)
 		}
-		c.Locals(localsKey, rec)
-		defer func() {
-			if p := recover(); p != nil {
-				_ = rec.Release(context.WithoutCancel(ctx))
-				panic(p)
-			}
-		}()
-		if herr := c.Next(); herr != nil {
-			if werr := c.App().ErrorHandler(c, herr); werr != nil {
-				return werr
-			}
+		herr := s.run(c, rec, c.Next)
+		return s.finish(c, rec, herr, log)
+	}
+}
+
+// ClaimInHandler is Middleware for a route whose handler claims the key in
+// its own first statement, together with the reads it starts with
+// (Record.ClaimExpr, Record.Claimed), so that the claim is not a statement
+// and a round trip of its own. The rules of the package doc hold as they
+// are; only the order of work changes:
+//
+//   - a new key: the handler's first statement claims it, and the rest is
+//     Middleware's;
+//   - a key seen before: the claim finds it, the handler stops with
+//     ErrNotClaimed before any effect, and the key takes Middleware's path
+//     (a replay, 409 in flight, 422 for another request); when that path
+//     claims it (a released or dead attempt's key), the handler runs again;
+//   - a handler that refuses the request before its first statement (its
+//     body does not parse) changed nothing: the key is then claimed as
+//     Middleware would have, and the refusal stored, unless the key was
+//     seen before, whose own answer (replay, 409, 422) wins as it would
+//     have.
+//
+// The handler must claim before any effect, in a statement on the pool
+// (idempotency_claim refuses to run inside a transaction that wrote).
+func (s *Store) ClaimInHandler(log *slog.Logger, h fiber.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		key, err := headerKey(c)
+		if err != nil {
+			return err
 		}
-		status := c.Response().StatusCode()
-		bg := context.WithoutCancel(ctx)
-		if status >= 500 {
-			if err := rec.Release(bg); err != nil {
-				log.Warn("release idempotency key failed; retrying in the background", "error", err)
-				releaseLater(rec.Release, time.Second, log)
-			}
-			return nil
+		method, path := c.Method(), c.Path()
+		hash := Hash(method, path, c.BodyRaw())
+		rec := &Record{Key: key, stored: StoredKey(path, key), token: uuid.New(), store: s,
+			pending: &pendingClaim{method: method, path: path, hash: hash}}
+		herr := s.run(c, rec, func() error { return h(c) })
+		if rec.pending == nil {
+			return s.finish(c, rec, herr, log)
 		}
-		body := append([]byte(nil), c.Response().Body()...)
-		switch err := rec.CompleteTx(bg, s.DB, status, string(c.Response().Header.ContentType()), body); {
-		case err == nil:
-		case err == ErrLost:
-			// Either the handler completed the key in its own transaction
-			// (the normal case for effects) or a takeover happened.
-			if done, _ := rec.completed(bg); !done {
-				log.Warn("idempotency key taken over while its first attempt ran", "status", status)
+		// Not claimed: nothing took effect. The ordinary path decides.
+		r2, stored, err := s.Begin(c.UserContext(), key, method, path, hash)
+		if err != nil {
+			return s.refused(err)
+		}
+		if stored != nil {
+			return s.replay(c, stored)
+		}
+		if errors.Is(herr, ErrNotClaimed) {
+			herr = s.run(c, r2, func() error { return h(c) })
+		}
+		return s.finish(c, r2, herr, log)
+	}
+}
+
+// headerKey reads and checks the request's Idempotency-Key.
+func headerKey(c *fiber.Ctx) (string, error) {
+	key := c.Get(KeyHeader)
+	if key == "" {
+		return "", ErrMissingKey
+	}
+	if len(key) > 255 || !printable(key) {
+		return "", ErrBadKey
+	}
+	return string([]byte(key)), nil // copy: fiber reuses header buffers
+}
+
+// refused counts a key refused by Begin and returns the refusal.
+func (s *Store) refused(err error) error {
+	switch {
+	case errors.Is(err, ErrMismatch):
+		s.observe(OutcomeMismatch)
+	case errors.Is(err, ErrInFlight):
+		s.observe(OutcomeInFlight)
+	}
+	return err
+}
+
+// replay answers with a stored response.
+func (s *Store) replay(c *fiber.Ctx, stored *Stored) error {
+	s.observe(OutcomeReplayed)
+	c.Set(ReplayedHeader, "true")
+	if stored.ContentType != "" {
+		c.Set(fiber.HeaderContentType, stored.ContentType)
+	}
+	return c.Status(stored.Status).Send(stored.Body)
+}
+
+// run runs the handler with rec as the request's record; a panic releases
+// a claimed key before it goes on.
+func (s *Store) run(c *fiber.Ctx, rec *Record, next func() error) error {
+	c.Locals(localsKey, rec)
+	defer func() {
+		if p := recover(); p != nil {
+			if rec.pending == nil {
+				_ = rec.Release(context.WithoutCancel(c.UserContext()))
 			}
-		default:
-			log.Error("store idempotent response", "error", err)
+			panic(p)
+		}
+	}()
+	return next()
+}
+
+// finish writes the handler's answer and makes it the key's: a final
+// response (2xx, 4xx) is stored, a 5xx releases the key for a retry.
+func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) error {
+	if herr != nil {
+		if werr := c.App().ErrorHandler(c, herr); werr != nil {
+			return werr
+		}
+	}
+	status := c.Response().StatusCode()
+	bg := context.WithoutCancel(c.UserContext())
+	if status >= 500 {
+		if err := rec.Release(bg); err != nil {
+			log.Warn("release idempotency key failed; retrying in the background", "error", err)
+			releaseLater(rec.Release, time.Second, log)
 		}
 		return nil
 	}
+	body := append([]byte(nil), c.Response().Body()...)
+	switch err := rec.CompleteTx(bg, s.DB, status, string(c.Response().Header.ContentType()), body); {
+	case err == nil:
+	case err == ErrLost:
+		// Either the handler completed the key in its own transaction
+		// (the normal case for effects) or a takeover happened.
+		if done, _ := rec.completed(bg); !done {
+			log.Warn("idempotency key taken over while its first attempt ran", "status", status)
+		}
+	default:
+		log.Error("store idempotent response", "error", err)
+	}
+	return nil
 }
 
 func (s *Store) observe(o Outcome) {

@@ -29,7 +29,9 @@ import (
 )
 
 // testBundle is a fiber app with one effectful route, POST /v1/effects,
-// that inserts a row and completes the key in the same transaction.
+// that inserts a row and completes the key in the same transaction: under
+// Middleware, or, when claimIn, under ClaimInHandler, its handler claiming
+// the key in its first statement after reading the body.
 type testBundle struct {
 	db    *db.DB
 	url   string
@@ -40,7 +42,7 @@ type testBundle struct {
 	fail    atomic.Int32 // answer 503 this many times first
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t *testing.T, claimIn bool) *testBundle {
 	t.Helper()
 	u := dbtest.NewURL(t)
 	// The test's own table, created by the schema owner as a migration
@@ -59,6 +61,23 @@ GRANT SELECT, INSERT ON effects TO `+dbtest.RuntimeRole+`; GRANT USAGE ON SEQUEN
 	log := slog.New(slog.DiscardHandler)
 	app := httpapi.New(httpapi.Options{Log: log})
 	effect := func(c *fiber.Ctx) error {
+		var in struct {
+			Note string `json:"note"`
+		}
+		if claimIn {
+			// The body first (a refusal before the claim), then the claim
+			// in the handler's first statement.
+			if err := httpapi.DecodeBody(c, &in); err != nil {
+				return err
+			}
+			var claimed bool
+			if err := b.db.Bun.NewSelect().ColumnExpr("? AS claimed", idempotency.FromCtx(c).ClaimExpr()).Scan(c.UserContext(), &claimed); err != nil {
+				return err
+			}
+			if err := idempotency.FromCtx(c).Claimed(claimed); err != nil {
+				return err
+			}
+		}
 		if b.entered != nil {
 			gate := make(chan struct{})
 			b.entered <- gate
@@ -68,11 +87,10 @@ GRANT SELECT, INSERT ON effects TO `+dbtest.RuntimeRole+`; GRANT USAGE ON SEQUEN
 			b.fail.Add(-1)
 			return fault.New(fault.Unavailable, "processor unreachable")
 		}
-		var in struct {
-			Note string `json:"note"`
-		}
-		if err := httpapi.DecodeBody(c, &in); err != nil {
-			return err
+		if !claimIn {
+			if err := httpapi.DecodeBody(c, &in); err != nil {
+				return err
+			}
 		}
 		rec := idempotency.FromCtx(c)
 		var body []byte
@@ -93,8 +111,13 @@ GRANT SELECT, INSERT ON effects TO `+dbtest.RuntimeRole+`; GRANT USAGE ON SEQUEN
 		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 		return c.Status(http.StatusCreated).Send(body)
 	}
-	app.Post("/v1/effects", store.Middleware(log), effect)
-	app.Post("/v1/admin/effects", store.Middleware(log), effect)
+	if claimIn {
+		app.Post("/v1/effects", store.ClaimInHandler(log, effect))
+		app.Post("/v1/admin/effects", store.ClaimInHandler(log, effect))
+	} else {
+		app.Post("/v1/effects", store.Middleware(log), effect)
+		app.Post("/v1/admin/effects", store.Middleware(log), effect)
+	}
 	app.Get("/v1/effects", func(c *fiber.Ctx) error { return c.SendString("read") })
 	httpapi.NotFound(app)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -134,6 +157,21 @@ func (b *testBundle) effects(t *testing.T) int {
 
 func TestIdempotency(t *testing.T) {
 	t.Parallel()
+	for _, claimIn := range []bool{false, true} {
+		name := "Middleware"
+		if claimIn {
+			name = "ClaimInHandler"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testIdempotency(t, func(t *testing.T) *testBundle { return setup(t, claimIn) })
+		})
+	}
+}
+
+// testIdempotency checks the package doc's rules on the bundles setup
+// makes.
+func testIdempotency(t *testing.T, setup func(t *testing.T) *testBundle) {
 
 	t.Run("AdminRoutesHaveTheirOwnKeys", func(t *testing.T) {
 		t.Parallel()

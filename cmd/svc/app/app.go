@@ -107,6 +107,9 @@ type Routers struct {
 	Platform fiber.Router // /v1, readwrite (admin satisfies it)
 	Admin    fiber.Router // /v1/admin, admin only
 	Idem     fiber.Handler
+	// ClaimIn wraps a handler that claims its Idempotency-Key in its own
+	// first statement (idempotency.Store.ClaimInHandler).
+	ClaimIn func(fiber.Handler) fiber.Handler
 }
 
 // HTTP returns the API's fiber app with every route registered.
@@ -118,6 +121,7 @@ func (a *App) HTTP() *fiber.App {
 	r.Platform = app.Group("/v1", a.Keys.Require(apikey.ScopeReadWrite))
 	r.Admin = app.Group("/v1/admin", a.Keys.Require(apikey.ScopeAdmin))
 	r.Idem = a.idempotencyMiddleware()
+	r.ClaimIn = func(h fiber.Handler) fiber.Handler { return a.Idem.ClaimInHandler(a.Log, h) }
 	a.routesFoundation(r)
 	a.routesLedger(r)
 	a.routesEvents(r)

@@ -56,7 +56,9 @@ func (a *App) initWithdrawals(context.Context) error {
 }
 
 // routesWithdrawals registers the withdrawal endpoints (docs/withdrawals.md).
-func (a *App) routesWithdrawals(r Routers) { a.Withdrawals.Routes(r.Platform, r.Admin, r.Idem) }
+func (a *App) routesWithdrawals(r Routers) {
+	a.Withdrawals.Routes(r.Platform, r.Admin, r.Idem, r.ClaimIn)
+}
 
 // jobsWithdrawals adds the payout work (when a processor is configured)
 // and the confirmation of USDT_TRC20 transfers reported with
