@@ -18,7 +18,9 @@ const migrationLockID = 0x5356_4d49_4752 // "SVMIGR"
 // migrations from fsys (files NNNN_name.up.sql; .tx.up.sql runs in a
 // transaction). It holds a session advisory lock for the whole run, so two
 // processes migrating at once take turns instead of failing, and it is
-// idempotent: applied migrations are skipped.
+// idempotent: applied migrations are skipped. A migration is recorded only
+// once it has succeeded: one that fails (a refused precondition, a lost
+// connection) is still pending, and the next run tries it again.
 func Migrate(ctx context.Context, d *DB, fsys fs.FS, log *slog.Logger) error {
 	conn, err := d.Pool.Acquire(ctx)
 	if err != nil {
@@ -48,16 +50,20 @@ func Migrate(ctx context.Context, d *DB, fsys fs.FS, log *slog.Logger) error {
 	if err := ms.Discover(fsys); err != nil {
 		return fmt.Errorf("migrate: discover: %w", err)
 	}
-	m := migrate.NewMigrator(d.Bun, ms)
+	// bun records a migration before running it unless told otherwise: a
+	// migration that failed would be taken for applied by every later run.
+	m := migrate.NewMigrator(d.Bun, ms, migrate.WithMarkAppliedOnSuccess(true))
 	if err := m.Init(ctx); err != nil {
 		return fmt.Errorf("migrate: init: %w", err)
 	}
 	group, err := m.Migrate(ctx)
+	for _, mg := range group.Migrations {
+		if mg.IsApplied() {
+			log.Info("applied migration", "name", mg.String())
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	for _, mg := range group.Migrations {
-		log.Info("applied migration", "name", mg.Name)
 	}
 	return nil
 }

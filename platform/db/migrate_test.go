@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -81,4 +82,41 @@ func TestStandardConformingStringsIsPinned(t *testing.T) {
 	require.Equal(t, "on", scs)
 	require.NoError(t, d.Bun.NewRaw("SELECT ?", `a\'b`).Scan(ctx, &back))
 	require.Equal(t, `a\'b`, back, "a backslash in a value stays a backslash")
+}
+
+// TestFailedMigrationStaysPending: a migration that fails (here a refused
+// precondition) is not recorded, so the api and the worker still refuse to
+// start, and the next svc migrate runs it again; once its cause is fixed,
+// it applies and is recorded once.
+func TestFailedMigrationStaysPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, err := db.Open(ctx, emptyDatabase(t), 4)
+	require.NoError(t, err)
+	defer d.Close()
+	log := slog.New(slog.DiscardHandler)
+	fsys := fstest.MapFS{
+		"0001_gate.tx.up.sql": {Data: []byte("CREATE TABLE gate (open boolean NOT NULL);\nINSERT INTO gate VALUES (false);")},
+		"0002_refuses.tx.up.sql": {Data: []byte(`DO $$ BEGIN
+  IF NOT (SELECT open FROM gate) THEN RAISE EXCEPTION 'the gate is closed'; END IF;
+END $$;
+CREATE TABLE behind_gate (id int);`)},
+	}
+	err = db.Migrate(ctx, d, fsys, log)
+	require.ErrorContains(t, err, "the gate is closed")
+	pending, err := db.Pending(ctx, d, fsys)
+	require.NoError(t, err)
+	require.Equal(t, []string{"0002"}, pending, "the refused migration is not recorded")
+	require.Error(t, db.RequireMigrated(ctx, d, fsys))
+
+	err = db.Migrate(ctx, d, fsys, log)
+	require.ErrorContains(t, err, "the gate is closed", "the next run tries it again")
+	_, err = d.Pool.Exec(ctx, "UPDATE gate SET open = true")
+	require.NoError(t, err)
+	require.NoError(t, db.Migrate(ctx, d, fsys, log))
+	require.NoError(t, db.RequireMigrated(ctx, d, fsys))
+	var n int
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM bun_migrations WHERE name = '0002'").Scan(&n))
+	require.Equal(t, 1, n)
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM behind_gate").Scan(&n))
 }
