@@ -1,8 +1,8 @@
 // Package queue builds the River clients: an insert-only client on
 // database/sql, so jobs are inserted inside bun transactions (InsertTx with
 // tx.Tx), and the worker client on the pgx pool, which LISTENs for those
-// inserts and elects the leader that runs periodic jobs. Both are pinned to
-// River v0.41.0 (riverdatabasesql is not served at later versions).
+// inserts and elects the leader that runs periodic jobs. River's own schema
+// is migrated by svc migrate (migrations.River).
 package queue
 
 import (
