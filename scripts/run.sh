@@ -37,6 +37,8 @@ bin/svc migrate
 [ -f scripts/run_extra.sh ] && source scripts/run_extra.sh
 bin/svc api    > .data/logs/api.log 2>&1 & pids+=($!)
 bin/svc worker > .data/logs/worker.log 2>&1 & pids+=($!)
+ADMIN_UI_ADDR="${ADMIN_UI_ADDR:-127.0.0.1:8092}"
+bin/svc admin ui --addr "$ADMIN_UI_ADDR" > .data/logs/admin-ui.log 2>&1 & pids+=($!)
 
 for _ in $(seq 1 100); do curl -fsS "localhost:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 RW=$(bin/svc admin keys mint --scope readwrite --label "make run platform" | tail -n1)
@@ -45,6 +47,7 @@ cat <<MSG
 
 svc is running (logs in .data/logs/):
   API          http://localhost:$PORT   (docs: http://localhost:$PORT/docs)
+  River UI     http://$ADMIN_UI_ADDR/   (jobs and queues; user: any, password: the admin key below)
   database     $DATABASE_URL (runtime role; migrations: $MIGRATE_DATABASE_URL)
 
 Dev keys (minted just now):

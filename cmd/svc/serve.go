@@ -117,7 +117,7 @@ func newWorkerCmd() *cobra.Command {
 // role that could switch the ledger's guards off: in production it is an
 // error, in development a warning.
 func requireStartable(ctx context.Context, a *app.App) error {
-	if err := db.RequireMigrated(ctx, a.DB, migrations.FS); err != nil {
+	if err := db.RequireMigrated(ctx, a.DB, migrations.Set); err != nil {
 		return err
 	}
 	problems, err := db.RuntimeRoleProblems(ctx, a.DB)
@@ -153,7 +153,7 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			}
 			defer d.Close()
-			if err := db.Migrate(cmd.Context(), d, migrations.FS, log); err != nil {
+			if err := db.Migrate(cmd.Context(), d, migrations.Set, log); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")

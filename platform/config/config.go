@@ -33,6 +33,7 @@ type Config struct {
 	Deposits Deposits `mapstructure:"deposits"`
 	Payouts  Payouts  `mapstructure:"payouts"`
 	Metrics  Metrics  `mapstructure:"metrics"`
+	AdminUI  AdminUI  `mapstructure:"admin_ui"`
 }
 
 // HTTP configures the API listener.
@@ -126,6 +127,11 @@ type Payouts struct {
 // Metrics configures the metrics listener of svc api and svc worker.
 type Metrics struct {
 	Addr string `mapstructure:"addr" env:"METRICS_ADDR" default:"" doc:"host:port of the metrics listener of svc api and svc worker (Prometheus /metrics and net/http/pprof /debug/pprof/, never on PORT); empty turns it off. It has no authentication: bind it to a private address (127.0.0.1:9090, or the pod's address behind a network policy), and give the api and the worker different ports when they share a host"`
+}
+
+// AdminUI configures svc admin ui, River's web UI for operators.
+type AdminUI struct {
+	Addr string `mapstructure:"addr" env:"ADMIN_UI_ADDR" default:"127.0.0.1:8092" doc:"host:port svc admin ui listens on (River's web UI: jobs and queues, for operators, behind an admin API key as the HTTP basic password); loopback by default. It serves plain HTTP: keep it on loopback or a private address, behind TLS across a network"`
 }
 
 // Production reports whether the deployment runs with real money.
@@ -264,6 +270,13 @@ func (c Config) Validate() error {
 			add("METRICS_ADDR", "must be host:port (127.0.0.1:9090, or :9090 for every interface)")
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			add("METRICS_ADDR", "must end with a port number from 0 to 65535")
+		}
+	}
+	if a := c.AdminUI.Addr; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil {
+			add("ADMIN_UI_ADDR", "must be host:port (127.0.0.1:8092)")
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			add("ADMIN_UI_ADDR", "must end with a port number from 0 to 65535")
 		}
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {

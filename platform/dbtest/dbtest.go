@@ -260,7 +260,7 @@ func template(ctx context.Context, admin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = db.Migrate(ctx, d, migrations.FS, slog.New(slog.DiscardHandler))
+	err = db.Migrate(ctx, d, migrations.Set, slog.New(slog.DiscardHandler))
 	if err == nil {
 		err = db.GrantRuntime(ctx, d, RuntimeRole)
 	}
@@ -289,7 +289,9 @@ func migrationsHash() string {
 		h.Write([]byte(n))
 		h.Write(b)
 	}
-	h.Write([]byte("river-v0.41.0"))
+	for _, st := range migrations.River {
+		fmt.Fprintf(h, "river:%s:%d", st.Name, st.Version)
+	}
 	h.Write([]byte("roles:" + OwnerRole + "," + RuntimeRole))
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -67,7 +67,12 @@ func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 		return nil
 	}
 	var cancel *river.JobCancelError
-	if errors.As(err, &cancel) {
+	if errors.As(err, &cancel) || cancelledRemotely(ctx, err) {
+		return err
+	}
+	if interrupted(ctx, err) {
+		// Not a failure: River puts the job back in the queue as it was,
+		// the attempt uncounted, so it is neither "will retry" nor "last".
 		return err
 	}
 	msg := err.Error()

@@ -14,9 +14,13 @@ const (
 	OutcomeCompleted = "completed" // it succeeded
 	OutcomeFailed    = "failed"    // it failed (or panicked) and will be retried
 	OutcomeDiscarded = "discarded" // its last attempt failed: it will not run again
-	OutcomeCancelled = "cancelled" // it cancelled itself (river.JobCancel)
+	OutcomeCancelled = "cancelled" // it cancelled itself (river.JobCancel), or was cancelled while it ran (Client.JobCancel)
 	OutcomeSnoozed   = "snoozed"   // it asked to run again later (river.JobSnooze)
 	OutcomeSkipped   = "skipped"   // a single-flight pass found another one running and did nothing
+	// OutcomeInterrupted: its worker was stopping and cancelled it; River
+	// puts it back in the queue as it was before the run, without counting
+	// the attempt or recording an error (since River v0.44).
+	OutcomeInterrupted = "interrupted"
 )
 
 // JobRun is one run of a job, as WorkerParams.Observe receives it.
@@ -52,7 +56,7 @@ func (m *observeJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner f
 		// A panic is recorded as River records it (a failed attempt), and
 		// goes on up to River.
 		p := recover()
-		outcome := jobOutcome(job, err, p != nil, *skipped)
+		outcome := jobOutcome(ctx, job, err, p != nil, *skipped)
 		waited := time.Duration(-1)
 		if job.AttemptedAt != nil && !job.ScheduledAt.IsZero() {
 			waited = max(0, job.AttemptedAt.Sub(job.ScheduledAt))
@@ -65,7 +69,7 @@ func (m *observeJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner f
 	return doInner(context.WithValue(ctx, skipKey{}, skipped))
 }
 
-func jobOutcome(job *rivertype.JobRow, err error, panicked, skipped bool) string {
+func jobOutcome(ctx context.Context, job *rivertype.JobRow, err error, panicked, skipped bool) string {
 	var (
 		cancel *river.JobCancelError
 		snooze *river.JobSnoozeError
@@ -75,8 +79,10 @@ func jobOutcome(job *rivertype.JobRow, err error, panicked, skipped bool) string
 		return OutcomeSkipped
 	case err == nil && !panicked:
 		return OutcomeCompleted
-	case errors.As(err, &cancel):
+	case errors.As(err, &cancel), cancelledRemotely(ctx, err):
 		return OutcomeCancelled
+	case interrupted(ctx, err):
+		return OutcomeInterrupted
 	case errors.As(err, &snooze):
 		return OutcomeSnoozed
 	case job.Attempt >= job.MaxAttempts:
@@ -84,4 +90,21 @@ func jobOutcome(job *rivertype.JobRow, err error, panicked, skipped bool) string
 	default:
 		return OutcomeFailed
 	}
+}
+
+// cancelledRemotely reports a run that failed after its job was cancelled
+// while running (Client.JobCancel, the River UI): River records the job as
+// cancelled, whatever the worker returned.
+func cancelledRemotely(ctx context.Context, err error) bool {
+	return err != nil && errors.Is(context.Cause(ctx), rivertype.ErrJobCancelledRemotely)
+}
+
+// interrupted reports a run that ended because its worker was stopping:
+// River cancelled the job's context with a cause of its own (not exported;
+// its only other cause is a remote cancellation, and the job's timeout is
+// set below the middleware) and the worker returned that cancellation. River
+// then makes the job available again as it was before the run.
+func interrupted(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) &&
+		!errors.Is(context.Cause(ctx), rivertype.ErrJobCancelledRemotely)
 }

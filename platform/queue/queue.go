@@ -1,8 +1,8 @@
 // Package queue builds the River clients: an insert-only client on
 // database/sql, so jobs are inserted inside bun transactions (InsertTx with
 // tx.Tx), and the worker client on the pgx pool, which LISTENs for those
-// inserts and elects the leader that runs periodic jobs. Both are pinned to
-// River v0.41.0 (riverdatabasesql is not served at later versions).
+// inserts and elects the leader that runs periodic jobs. River's own schema
+// is migrated by svc migrate (migrations.River).
 package queue
 
 import (
@@ -28,7 +28,7 @@ type Inserter interface {
 
 // NewInserter returns an insert-only River client over sqldb.
 func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error) {
-	c, err := river.NewClient(riverdatabasesql.New(sqldb), &river.Config{Logger: quiet(log)})
+	c, err := river.NewClient(riverdatabasesql.New(sqldb), &river.Config{Logger: Quiet(log)})
 	if err != nil {
 		return nil, fmt.Errorf("river inserter: %w", err)
 	}
@@ -72,7 +72,7 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		p.Concurrency = 10
 	}
 	cfg := &river.Config{
-		Logger:       quiet(p.Log),
+		Logger:       Quiet(p.Log),
 		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: p.Concurrency}},
 		Workers:      p.Workers,
 		PeriodicJobs: p.PeriodicJobs,
@@ -94,13 +94,13 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		// reindexes nothing.
 		ReindexerIndexNames: []string{},
 	}
-	cfg.Middleware = []rivertype.Middleware{newJobLog(quiet(p.Log))}
+	cfg.Middleware = []rivertype.Middleware{newJobLog(Quiet(p.Log))}
 	if p.Observe != nil {
 		// Outermost: it sees what River will record.
 		cfg.Middleware = append([]rivertype.Middleware{&observeJobs{observe: p.Observe}}, cfg.Middleware...)
 	}
 	if len(p.SingleFlight) > 0 {
-		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, quiet(p.Log)))
+		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, Quiet(p.Log)))
 	}
 	if p.FetchPollInterval > 0 {
 		cfg.FetchPollInterval = p.FetchPollInterval
@@ -112,8 +112,9 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 	return c, nil
 }
 
-// quiet keeps River's own info chatter out of the service log.
-func quiet(log *slog.Logger) *slog.Logger {
+// Quiet keeps River's own info chatter out of the service log: only its
+// warnings and errors pass (the River UI's logger too).
+func Quiet(log *slog.Logger) *slog.Logger {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -21,7 +21,9 @@ const livenessClass int32 = 0x5f20
 // moment the process dies (kill -9 included: the connection closes). A job
 // still running whose worker holds no such lock belonged to a dead worker,
 // and is handed back to the queue (retryable at once, with an error naming
-// the dead worker, as River's rescuer does), where another worker takes it.
+// the dead worker, as River's rescuer does), where another worker takes it;
+// a job an operator cancelled meanwhile is cancelled, and one on its last
+// attempt discarded, as River's rescuer decides.
 //
 // Every job must be safe to run twice, as it must for River's rescuer: a
 // worker whose lock session broke while it lives (its connection to the
@@ -129,23 +131,43 @@ func (r DeadWorkerRescue) hold(ctx context.Context, cfg *pgx.ConnConfig, log *sl
 	return c, time.Now()
 }
 
-// rescue hands back the running jobs whose worker holds no liveness lock.
+// rescue hands back the running jobs whose worker holds no liveness lock,
+// deciding each as River's own rescuer does: a job an operator cancelled
+// while it ran (Client.JobCancel, the River UI: cancel_attempted_at in its
+// metadata) is cancelled, one on its last attempt is discarded, any other
+// is retryable at once; each counts one more rescue (river:rescue_count)
+// and records why.
 func (r DeadWorkerRescue) rescue(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tag, err := r.Pool.Exec(ctx, `
+WITH dead AS (
+  SELECT j.id, j.attempted_at, j.attempted_by[array_length(j.attempted_by, 1)] AS worker,
+         CASE WHEN j.metadata ? 'cancel_attempted_at' THEN 'cancelled'
+              WHEN j.attempt >= j.max_attempts THEN 'discarded'
+              ELSE 'retryable' END AS next_state
+    FROM river_job j
+   WHERE j.state = 'running'
+     AND j.attempted_at < now() - make_interval(secs => $1)
+     AND array_length(j.attempted_by, 1) > 0
+     AND NOT EXISTS (
+           SELECT 1 FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.classid = $2::int::oid
+              AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))
+)
 UPDATE river_job j
-   SET state = 'retryable', scheduled_at = now(),
+   SET state = dead.next_state::river_job_state,
+       finalized_at = CASE WHEN dead.next_state = 'retryable' THEN NULL ELSE now() END,
+       scheduled_at = CASE WHEN dead.next_state = 'retryable' THEN now() ELSE j.scheduled_at END,
+       metadata = j.metadata || jsonb_build_object('river:rescue_count',
+                    coalesce(CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number'
+                                  THEN (j.metadata ->> 'river:rescue_count')::int END, 0) + 1),
        errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
-                  'error', 'its worker ' || j.attempted_by[array_length(j.attempted_by, 1)] || ' died; rescued', 'trace', ''))
- WHERE j.state = 'running'
-   AND j.attempted_at < now() - make_interval(secs => $1)
-   AND array_length(j.attempted_by, 1) > 0
-   AND NOT EXISTS (
-         SELECT 1 FROM pg_locks l
-          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-            AND l.classid = $2::int::oid
-            AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))`,
+                  'error', 'its worker ' || dead.worker || ' died; rescued', 'trace', ''))
+  FROM dead
+ WHERE j.id = dead.id AND j.state = 'running'
+   AND j.attempted_at = dead.attempted_at -- not taken again by a live worker meanwhile`,
 		r.Grace.Seconds(), livenessClass)
 	if err != nil {
 		return 0, err

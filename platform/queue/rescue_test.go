@@ -106,3 +106,47 @@ func TestRescueReconnect(t *testing.T) {
 	require.Eventually(t, func() bool { return reconnects.Load() == 1 }, 5*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return sessions() == 1 }, 5*time.Second, 20*time.Millisecond, "the lock is held again")
 }
+
+// TestDeadWorkerRescueDecidesAsRiver: a dead worker's job that an operator
+// cancelled while it ran (the River UI's cancel) is cancelled, not run
+// again; one on its last attempt is discarded; any other is retryable. Each
+// counts a rescue, as River's own rescuer does. A live worker's job is left
+// alone.
+func TestDeadWorkerRescueDecidesAsRiver(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	ins, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{})
+	require.NoError(t, err)
+	running := func(attempt, maxAttempts int, worker, metadata string) int64 {
+		res, err := ins.Insert(ctx, stuckArgs{}, &river.InsertOpts{MaxAttempts: maxAttempts})
+		require.NoError(t, err)
+		_, err = d.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = $2, attempted_at = now() - interval '1 minute',
+			attempted_by = ARRAY[$3], metadata = $4::jsonb WHERE id = $1`, res.Job.ID, attempt, worker, metadata)
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	cancelled := running(1, 25, "dead-worker", `{"cancel_attempted_at": "2026-11-25T12:00:00Z"}`)
+	last := running(3, 3, "dead-worker", `{}`)
+	retry := running(1, 25, "dead-worker", `{"river:rescue_count": 1}`)
+	alive := running(1, 25, "live-worker", `{}`)
+
+	rctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: "live-worker", Every: 100 * time.Millisecond, Grace: time.Second}.Run(rctx)
+	type row struct {
+		State     string
+		Finalized bool
+		Rescues   int
+	}
+	get := func(id int64) (r row) {
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT state, finalized_at IS NOT NULL, coalesce((metadata->>'river:rescue_count')::int, 0)
+			FROM river_job WHERE id = $1`, id).Scan(&r.State, &r.Finalized, &r.Rescues))
+		return r
+	}
+	require.Eventually(t, func() bool { return get(retry).State != "running" }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, row{"cancelled", true, 1}, get(cancelled))
+	require.Equal(t, row{"discarded", true, 1}, get(last))
+	require.Equal(t, row{"retryable", false, 2}, get(retry))
+	require.Equal(t, row{"running", false, 0}, get(alive), "its worker holds its lock")
+}

@@ -30,7 +30,7 @@ func (a *App) initFoundation(context.Context) error {
 		CacheFor: a.Cfg.HTTP.ReadyzCacheTTL, Log: a.Log}
 	// The schema: every migration this build knows is applied.
 	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "schema", Run: func(ctx context.Context) error {
-		return db.RequireMigrated(ctx, a.DB, migrations.FS)
+		return db.RequireMigrated(ctx, a.DB, migrations.Set)
 	}})
 	return nil
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/platform/dbtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAdminUI: svc admin ui listens where it says, serves the River UI to
+// an admin key only, and stops when interrupted.
+func TestAdminUI(t *testing.T) {
+	u := dbtest.NewURL(t)
+	t.Setenv("DATABASE_URL", u)
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	out, err := run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops")
+	require.NoError(t, err, out)
+	admin := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend")
+	require.NoError(t, err, out)
+	rw := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var buf syncBuffer
+	cmd := newRootCmd()
+	cmd.SetOut(&buf)
+	cmd.SetErr(&buf)
+	cmd.SetArgs([]string{"admin", "ui", "--addr", "127.0.0.1:0"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	re := regexp.MustCompile(`River UI on (http://127\.0\.0\.1:\d+/)`)
+	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
+	url := re.FindStringSubmatch(buf.String())[1]
+
+	get := func(key string) int {
+		req, err := http.NewRequest("GET", url+"api/jobs", nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.SetBasicAuth("ops", key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, get(""))
+	require.Equal(t, http.StatusForbidden, get(rw))
+	require.Equal(t, http.StatusOK, get(admin))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("svc admin ui did not stop")
+	}
+}
