@@ -18,6 +18,7 @@ import (
 	"svc/platform/btcpay"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/config"
+	"svc/platform/dbtest"
 )
 
 // benchBatch is how many deposits one benchmark iteration settles.
@@ -55,25 +56,35 @@ func benchSettle(b *testing.B, workers int, viaIngress bool) {
 	}
 	e := setup(b, opts...)
 	e.Sim.SetWebhook(sink.URL, hookSecret) // recorded, signed, not yet delivered to the service
-	var total time.Duration
-	settled := 0
+	var (
+		total, selfCPU, dbCPU time.Duration
+		settled               int
+	)
+	cpu := dbtest.CPU(b, e.App.DB)
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
 		ids, hooks := prepareBatch(b, e)
 		b.StartTimer()
 		start := time.Now()
+		self0, db0 := cpu()
 		if viaIngress {
 			postAll(b, e.URL+"/webhooks/processor", hooks, 16)
 			waitSettled(b, e, ids)
 		} else {
 			reconcileAll(b, e, ids, workers)
 		}
+		self1, db1 := cpu()
 		total += time.Since(start)
+		selfCPU, dbCPU = selfCPU+self1-self0, dbCPU+db1-db0
 		settled += len(ids)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(settled)/total.Seconds(), "deposits/s")
+	// Where each deposit's CPU goes: this process (the service, the
+	// simulator and the benchmark's senders) and the database server.
+	b.ReportMetric(float64(selfCPU.Microseconds())/1000/float64(settled), "go_cpu_ms/deposit")
+	b.ReportMetric(float64(dbCPU.Microseconds())/1000/float64(settled), "db_cpu_ms/deposit")
 }
 
 // prepareBatch creates benchBatch deposits, pays and confirms each at the
