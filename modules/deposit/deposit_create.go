@@ -16,6 +16,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/idempotency"
+	"svc/platform/tracing"
 )
 
 // CreateParams describe a deposit request.
@@ -155,7 +156,11 @@ func (s *Service) complete(ctx context.Context, d Deposit, a asset.Asset, rec Co
 	}
 	if !found {
 		var err error
-		inv, err = s.Processor.CreateInvoice(ctx, s.invoiceParams(d, a))
+		params := s.invoiceParams(d, a)
+		// BTCPay echoes the invoice's metadata in its webhooks: the
+		// settlement they start continues this request's trace (ingress).
+		tracing.InjectInto(ctx, params.Metadata)
+		inv, err = s.Processor.CreateInvoice(ctx, params)
 		switch {
 		case err == nil:
 		case errors.Is(err, btcpay.ErrUnreachable):
