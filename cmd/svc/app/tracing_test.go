@@ -85,7 +85,7 @@ func TestOneTraceFromDepositRequestToSettledWebhook(t *testing.T) {
 
 	// The job and client spans end after the delivery is answered.
 	want := map[string]trace.SpanKind{
-		"btcpay POST":                 trace.SpanKindClient,   // the invoice is created
+		"btcpay POST":                  trace.SpanKindClient,   // the invoice is created
 		"river.work/processor_webhook": trace.SpanKindConsumer, // the settlement job
 		"river.work/event_deliver":     trace.SpanKindConsumer, // the delivery job
 		"platform webhook POST":        trace.SpanKindClient,   // the delivery
