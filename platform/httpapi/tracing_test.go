@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -19,14 +22,16 @@ import (
 )
 
 // With a tracer, every request is a server span named by its method and
-// route template, continuing the caller's traceparent; without one, no
-// span and no traceparent in the answer.
+// route template, continuing the caller's traceparent, and the access log
+// line carries its trace_id and span_id; without one, no span and no
+// traceparent in the answer.
 func TestServerSpansByRouteTemplate(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := tracing.NewProvider(sdktrace.WithSyncer(exp))
 	for _, on := range []bool{true, false} {
-		o := httpapi.Options{Log: slog.New(slog.DiscardHandler)}
+		var logged lockedBuffer
+		o := httpapi.Options{Log: slog.New(tracing.NewLogHandler(slog.NewJSONHandler(&logged, nil)))}
 		if on {
 			o.Tracer = tp
 		}
@@ -36,8 +41,12 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 		resp, err := app.Test(req)
 		require.NoError(t, err)
 		require.Equal(t, 200, resp.StatusCode)
+		var line map[string]any
+		require.NoError(t, json.Unmarshal(logged.Bytes(), &line))
+		require.Equal(t, "http", line["msg"])
 		if !on {
 			require.Empty(t, resp.Header.Get("traceparent"))
+			require.NotContains(t, line, "trace_id")
 			continue
 		}
 		spans := exp.GetSpans().Snapshots()
@@ -48,7 +57,26 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 		for _, kv := range spans[0].Attributes() {
 			require.NotContains(t, kv.Value.Emit(), "secret", kv.Key)
 		}
+		require.Equal(t, spans[0].SpanContext().TraceID().String(), line["trace_id"])
+		require.Equal(t, spans[0].SpanContext().SpanID().String(), line["span_id"])
 	}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
 
 func newBenchApp(o httpapi.Options) *fiber.App {
