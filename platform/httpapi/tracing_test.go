@@ -55,7 +55,7 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 		require.Equal(t, trace.SpanKindServer, spans[0].SpanKind())
 		require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", spans[0].SpanContext().TraceID().String())
 		for _, kv := range spans[0].Attributes() {
-			require.NotContains(t, kv.Value.Emit(), "secret", kv.Key)
+			require.NotContains(t, kv.Value.String(), "secret", kv.Key)
 		}
 		require.Equal(t, spans[0].SpanContext().TraceID().String(), line["trace_id"])
 		require.Equal(t, spans[0].SpanContext().SpanID().String(), line["span_id"])
