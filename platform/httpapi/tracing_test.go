@@ -59,6 +59,15 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 		}
 		require.Equal(t, spans[0].SpanContext().TraceID().String(), line["trace_id"])
 		require.Equal(t, spans[0].SpanContext().SpanID().String(), line["span_id"])
+
+		// A path no route serves is "unmatched", never the raw path.
+		exp.Reset()
+		resp, err = app.Test(httptest.NewRequest("GET", "/v1/nothing/42", nil))
+		require.NoError(t, err)
+		require.Equal(t, 404, resp.StatusCode)
+		spans = exp.GetSpans().Snapshots()
+		require.Len(t, spans, 1)
+		require.Equal(t, "GET "+httpapi.UnmatchedRoute, spans[0].Name())
 	}
 }
 
