@@ -10,6 +10,7 @@ import (
 
 	"svc/cmd/svc/app"
 	"svc/platform/config"
+	"svc/platform/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,14 +53,28 @@ func loadConfig() (config.Config, *slog.Logger, error) {
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	// trace_id and span_id on the lines logged inside a span.
+	return slog.New(tracing.NewLogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
 }
 
-// openApp loads the configuration and assembles the service.
+// openApp loads the configuration and assembles the service, with traces
+// when the OTEL_* environment asks for them (tracing.FromEnv).
 func openApp(ctx context.Context) (*app.App, error) {
 	cfg, log, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}
-	return app.New(ctx, cfg, log, app.Options{})
+	tr, err := tracing.FromEnv(ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	a, err := app.New(ctx, cfg, log, app.Options{Tracing: tr})
+	if err != nil {
+		_ = tr.Shutdown(ctx)
+		return nil, err
+	}
+	if tr.Enabled() {
+		log.Info("traces are exported over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)")
+	}
+	return a, nil
 }

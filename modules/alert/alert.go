@@ -111,7 +111,7 @@ func (s *Service) Raise(ctx context.Context, idb bun.IDB, p Params) (Alert, bool
 	if err != nil {
 		return Alert{}, false, fmt.Errorf("raise alert %s %s: %w", p.Type, p.Subject, err)
 	}
-	s.log().Error("operator alert raised", "alert_id", a.ID, "alert_type", a.Type, "subject", a.Subject, "detail", a.Detail)
+	s.log().ErrorContext(ctx, "operator alert raised", "alert_id", a.ID, "alert_type", a.Type, "subject", a.Subject, "detail", a.Detail)
 	return a, true, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/idempotency"
+	"svc/platform/tracing"
 )
 
 // CreateParams describe a deposit request.
@@ -155,7 +156,11 @@ func (s *Service) complete(ctx context.Context, d Deposit, a asset.Asset, rec Co
 	}
 	if !found {
 		var err error
-		inv, err = s.Processor.CreateInvoice(ctx, s.invoiceParams(d, a))
+		params := s.invoiceParams(d, a)
+		// BTCPay echoes the invoice's metadata in its webhooks: the
+		// settlement they start continues this request's trace (ingress).
+		tracing.InjectInto(ctx, params.Metadata)
+		inv, err = s.Processor.CreateInvoice(ctx, params)
 		switch {
 		case err == nil:
 		case errors.Is(err, btcpay.ErrUnreachable):
@@ -164,7 +169,7 @@ func (s *Service) complete(ctx context.Context, d Deposit, a asset.Asset, rec Co
 			// The processor's pool is full although ours was not: keep the
 			// deposit creating (a retry with the same key completes it) and
 			// give its place back.
-			s.log().Warn("deposit: the processor has no free USDT address", "deposit_id", d.ID, "error", err)
+			s.log().WarnContext(ctx, "deposit: the processor has no free USDT address", "deposit_id", d.ID, "error", err)
 			if rerr := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 				cur, err := lockDeposit(ctx, tx, d.ID)
 				if err != nil {
@@ -369,6 +374,6 @@ func (s *Service) fail(ctx context.Context, id uuid.UUID, reason string, cause e
 		// a retry with the same key returns it.
 		return fault.Wrap(fault.Unavailable, ErrProcessorUnavailable.Message, cause)
 	}
-	s.log().Warn("deposit: the processor refused the invoice", "deposit_id", id, "reason", reason)
+	s.log().WarnContext(ctx, "deposit: the processor refused the invoice", "deposit_id", id, "reason", reason)
 	return out
 }

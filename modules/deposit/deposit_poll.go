@@ -109,7 +109,7 @@ func (s *Service) Poll(ctx context.Context) (PollResult, error) {
 				return
 			}
 			mu.Unlock()
-			s.log().Warn("deposit: poll could not reconcile", "deposit_id", id, "error", err)
+			s.log().WarnContext(ctx, "deposit: poll could not reconcile", "deposit_id", id, "error", err)
 		}()
 	}
 	wg.Wait()

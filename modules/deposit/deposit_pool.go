@@ -108,7 +108,7 @@ func (s *Service) recordPoolAddress(ctx context.Context, tx bun.Tx, d *Deposit, 
 	}
 	d.AddressReleasedAt = nil
 	if len(s.Config.USDTPool) > 0 && !slices.Contains(s.Config.USDTPool, addr) {
-		s.log().Error("deposit: the processor gave a USDT invoice an address outside USDT_POOL_ADDRESSES",
+		s.log().ErrorContext(ctx, "deposit: the processor gave a USDT invoice an address outside USDT_POOL_ADDRESSES",
 			"deposit_id", d.ID, "address", addr)
 		if err := s.raise(ctx, tx, alert.Params{Type: AlertAddressUnknown, Subject: addr,
 			Detail: fmt.Sprintf("USDT deposit %s got address %s, which is not in USDT_POOL_ADDRESSES: the configured pool differs from the processor's, so the service's pool limit is wrong. Update the setting.", d.ID, addr)}); err != nil {
@@ -125,7 +125,7 @@ func (s *Service) recordPoolAddress(ctx context.Context, tx bun.Tx, d *Deposit, 
 		case StatusCreating, StatusPending, StatusConfirming:
 			open = append(open, h.ID.String())
 		default:
-			s.log().Info("deposit: the processor reused a USDT address inside another deposit's grace; payments inside the grace go to review",
+			s.log().InfoContext(ctx, "deposit: the processor reused a USDT address inside another deposit's grace; payments inside the grace go to review",
 				"deposit_id", d.ID, "address", addr, "previous_deposit_id", h.ID, "previous_status", h.Status)
 		}
 	}
@@ -133,7 +133,7 @@ func (s *Service) recordPoolAddress(ctx context.Context, tx bun.Tx, d *Deposit, 
 		return nil
 	}
 	d.AddressClash = true
-	s.log().Error("deposit: USDT address clash: the processor handed out an address another open deposit still holds; this deposit's payments go to review",
+	s.log().ErrorContext(ctx, "deposit: USDT address clash: the processor handed out an address another open deposit still holds; this deposit's payments go to review",
 		"deposit_id", d.ID, "address", addr, "held_by", strings.Join(open, ","))
 	return s.raise(ctx, tx, alert.Params{Type: AlertAddressClash, Subject: d.ID.String(),
 		Detail: fmt.Sprintf("USDT deposit %s got address %s while open deposit(s) %s still held it. Payments to %s are sent to review; check the address history before crediting.",
@@ -229,7 +229,7 @@ func (s *Service) ReleasePool(ctx context.Context) (int64, error) {
 	}
 	n, _ := res.RowsAffected()
 	if n > 0 {
-		s.log().Info("deposit: USDT addresses returned to the pool", "count", n)
+		s.log().InfoContext(ctx, "deposit: USDT addresses returned to the pool", "count", n)
 	}
 	return n, nil
 }

@@ -78,11 +78,11 @@ func (s *Service) InvoiceEvent(ctx context.Context, e ingress.InvoiceEvent) erro
 		}
 	}
 	if !found {
-		s.log().Debug("deposit: webhook for an invoice that is no deposit", "invoice_id", e.InvoiceID, "type", e.Type)
+		s.log().DebugContext(ctx, "deposit: webhook for an invoice that is no deposit", "invoice_id", e.InvoiceID, "type", e.Type)
 		return nil
 	}
 	if d.InvoiceID != nil && e.InvoiceID != "" && *d.InvoiceID != e.InvoiceID {
-		s.log().Error("deposit: webhook for another invoice carrying this deposit's orderId; ignored",
+		s.log().ErrorContext(ctx, "deposit: webhook for another invoice carrying this deposit's orderId; ignored",
 			"deposit_id", d.ID, "invoice_id", e.InvoiceID, "deposit_invoice_id", *d.InvoiceID)
 		return nil
 	}
@@ -119,7 +119,7 @@ func (s *Service) Reconcile(ctx context.Context, id uuid.UUID) error {
 	}
 	inv, err := s.Processor.GetInvoice(ctx, *d.InvoiceID)
 	if errors.Is(err, btcpay.ErrNotFound) {
-		s.log().Error("deposit: the processor does not know the deposit's invoice", "deposit_id", d.ID, "invoice_id", *d.InvoiceID)
+		s.log().ErrorContext(ctx, "deposit: the processor does not know the deposit's invoice", "deposit_id", d.ID, "invoice_id", *d.InvoiceID)
 		return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 			if err := s.markPolled(ctx, tx, id); err != nil {
 				return err
@@ -162,13 +162,13 @@ func (s *Service) adopt(ctx context.Context, d Deposit) (bool, error) {
 	}
 	pm, ok := methodOf(methods, a.PaymentMethod)
 	if !ok || pm.Destination == "" {
-		s.log().Error("deposit: the invoice found for a creating deposit offers no address", "deposit_id", d.ID, "invoice_id", inv.ID)
+		s.log().ErrorContext(ctx, "deposit: the invoice found for a creating deposit offers no address", "deposit_id", d.ID, "invoice_id", inv.ID)
 		return false, nil
 	}
 	if _, _, err := s.issue(ctx, d.ID, inv, pm.Destination, nil); err != nil {
 		return false, err
 	}
-	s.log().Info("deposit: adopted the processor's invoice of a creating deposit", "deposit_id", d.ID, "invoice_id", inv.ID)
+	s.log().InfoContext(ctx, "deposit: adopted the processor's invoice of a creating deposit", "deposit_id", d.ID, "invoice_id", inv.ID)
 	return true, nil
 }
 
@@ -221,7 +221,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 			// Money in another asset: not this deposit's to credit. One
 			// operator alert per payment.
 			for _, pp := range m.Payments {
-				s.log().Error("deposit: a payment through a payment method the deposit does not use",
+				s.log().ErrorContext(ctx, "deposit: a payment through a payment method the deposit does not use",
 					"deposit_id", d.ID, "method", m.PaymentMethodID, "payment_id", pp.ID)
 				if err := s.raise(ctx, tx, alert.Params{Type: AlertOtherMethod, Subject: d.ID.String() + ":" + pp.ID,
 					Detail: fmt.Sprintf("Deposit %s (%s) received payment %s of %s through %s, a payment method it does not use; nothing was credited. "+
@@ -328,7 +328,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 				p := rows[item.payment]
 				subject, what = d.ID.String()+":"+p.PaymentID, fmt.Sprintf("payment %s of %s", p.PaymentID, p.Amount)
 			}
-			s.log().Error("deposit: money arrived for a dismissed deposit", "deposit_id", d.ID, "subject", subject, "reason", item.reason)
+			s.log().ErrorContext(ctx, "deposit: money arrived for a dismissed deposit", "deposit_id", d.ID, "subject", subject, "reason", item.reason)
 			if err := s.raise(ctx, tx, alert.Params{Type: AlertPaymentAfterDismiss, Subject: subject,
 				Detail: fmt.Sprintf("Deposit %s was dismissed, and then %s: %s. Nothing was credited; decide by hand (a ledger correction).",
 					d.ID, what, item.reason)}); err != nil {
@@ -394,7 +394,7 @@ func (s *Service) toReview(ctx context.Context, tx bun.Tx, d *Deposit, item revi
 		return err
 	}
 	d.ReviewReason = &item.reason
-	s.log().Warn("deposit: needs an operator", "deposit_id", d.ID, "reason", item.reason)
+	s.log().WarnContext(ctx, "deposit: needs an operator", "deposit_id", d.ID, "reason", item.reason)
 	return s.transit(ctx, tx, d, item.trigger, func(d *Deposit) any {
 		data := event.DepositReviewRequiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
 			Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals), ReviewReason: item.reason}
@@ -521,7 +521,7 @@ func (s *Service) refresh(ctx context.Context, tx bun.Tx, d Deposit, p *Payment,
 	}
 	p.ProcessorStatus, p.UpdatedAt = to, now
 	if to == string(btcpay.PaymentInvalid) && p.Credited {
-		s.log().Error("deposit: a credited payment became invalid at the processor", "deposit_id", d.ID, "payment_id", p.PaymentID)
+		s.log().ErrorContext(ctx, "deposit: a credited payment became invalid at the processor", "deposit_id", d.ID, "payment_id", p.PaymentID)
 		return s.raise(ctx, tx, alert.Params{Type: AlertCreditedInvalidation, Subject: p.PaymentID,
 			Detail: fmt.Sprintf("Payment %s of deposit %s was credited and the processor now reports it invalid (replaced or double spent). The credit stands; correct the ledger by hand if the money is gone.", p.PaymentID, d.ID)})
 	}
@@ -607,7 +607,7 @@ func (s *Service) credit(ctx context.Context, tx bun.Tx, d Deposit, p *Payment, 
 	}
 	p.Credited, p.CreditedAt, p.ResolvedBy, p.LedgerEntryID, p.Units = true, &now, &resolvedBy, &posted.ID, &units
 	p.Amount = money.Format(units, decimals)
-	s.log().Info("deposit: payment credited", "deposit_id", d.ID, "payment_id", p.PaymentID, "units", units, "by", resolvedBy)
+	s.log().InfoContext(ctx, "deposit: payment credited", "deposit_id", d.ID, "payment_id", p.PaymentID, "units", units, "by", resolvedBy)
 	return nil
 }
 

@@ -119,7 +119,7 @@ func (s *Service) checkReceive(ctx context.Context, btc asset.Asset, tx btcpay.W
 	}
 	units, err := tx.Amount.Units(btc.Decimals)
 	if err != nil {
-		s.log().Error("deposit: wallet receive with an amount that does not convert", "txid", tx.TransactionHash, "amount", tx.Amount.String())
+		s.log().ErrorContext(ctx, "deposit: wallet receive with an amount that does not convert", "txid", tx.TransactionHash, "amount", tx.Amount.String())
 		return 0, nil
 	}
 	a := WalletAlert{Asset: btc.Code, Txid: tx.TransactionHash, Amount: units, DetectedAt: s.now(), Note: note}
@@ -165,7 +165,7 @@ func (s *Service) recordAlert(ctx context.Context, a WalletAlert, msg string, at
 	if n, _ := res.RowsAffected(); n == 0 {
 		return 0, nil
 	}
-	s.log().Error(msg, append([]any{"txid", a.Txid}, attrs...)...)
+	s.log().ErrorContext(ctx, msg, append([]any{"txid", a.Txid}, attrs...)...)
 	return 1, nil
 }
 

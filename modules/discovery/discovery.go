@@ -103,7 +103,7 @@ func (s *Service) Run(ctx context.Context) (Result, error) {
 		} else if !optedOut && a.Enabled {
 			s.misses[a.Code]++
 			if s.misses[a.Code] < max(1, s.MissesToDisable) {
-				s.log().Warn("discovery: the store did not list an enabled asset's payment method; not disabled yet",
+				s.log().WarnContext(ctx, "discovery: the store did not list an enabled asset's payment method; not disabled yet",
 					"asset", a.Code, "payment_method", a.PaymentMethod, "misses", s.misses[a.Code], "disable_after", s.MissesToDisable)
 				continue
 			}
@@ -114,7 +114,7 @@ func (s *Service) Run(ctx context.Context) (Result, error) {
 		}
 		if changed {
 			res.Changes = append(res.Changes, Change{Asset: a.Code, Enabled: want})
-			s.log().Info("asset availability changed by discovery", "asset", a.Code, "enabled", want,
+			s.log().InfoContext(ctx, "asset availability changed by discovery", "asset", a.Code, "enabled", want,
 				"payment_method", a.PaymentMethod)
 			if !want && !optedOut {
 				s.alertDisabled(ctx, a)
@@ -152,7 +152,7 @@ func (s *Service) alertDisabled(ctx context.Context, a asset.Asset) {
 		a.Code, now.Format(time.RFC3339), a.PaymentMethod, max(1, s.MissesToDisable), a.Code)
 	if _, _, err := s.Alerts.Raise(ctx, s.Assets.DB, alert.Params{Type: "asset.disabled_by_discovery",
 		Subject: a.Code + " " + now.Format(time.RFC3339), Detail: detail}); err != nil {
-		s.log().Error("discovery: raise alert", "asset", a.Code, "error", err)
+		s.log().ErrorContext(ctx, "discovery: raise alert", "asset", a.Code, "error", err)
 	}
 }
 

@@ -207,11 +207,11 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 	log := d.log().With("event_id", e.PublicID(), "event_type", e.Type, "attempt", e.Attempts+1)
 	switch outcome {
 	case OutcomeDelivered:
-		log.Info("event delivered")
+		log.InfoContext(ctx, "event delivered")
 	case OutcomeRetry:
-		log.Warn("event delivery failed", "error", failure, "next_attempt_at", next)
+		log.WarnContext(ctx, "event delivery failed", "error", failure, "next_attempt_at", next)
 	case OutcomeDead:
-		log.Warn("event delivery failed for the last time: event is dead", "error", failure)
+		log.WarnContext(ctx, "event delivery failed for the last time: event is dead", "error", failure)
 	}
 	return outcome, nil
 }
@@ -395,7 +395,7 @@ type SweepWorker struct {
 func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 	n, err := w.Deliverer.Sweep(ctx)
 	if n > 0 {
-		w.Deliverer.log().Info("queued due events for delivery", "count", n)
+		w.Deliverer.log().InfoContext(ctx, "queued due events for delivery", "count", n)
 	}
 	return err
 }

@@ -165,7 +165,7 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 			ready = false
 			msg := err.Error()
 			if ch.Upstream {
-				s.logger().Warn("readiness: component degraded", "component", ch.Name, "error", err)
+				s.logger().WarnContext(ctx, "readiness: component degraded", "component", ch.Name, "error", err)
 				msg = upstreamDetail
 				if ch.Classify != nil {
 					if kind := ch.Classify(err); kind != "" {

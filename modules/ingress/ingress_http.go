@@ -10,6 +10,7 @@ import (
 
 	"svc/platform/btcpay"
 	"svc/platform/fault"
+	"svc/platform/tracing"
 )
 
 // Ack is the SPEC's webhook acknowledgement.
@@ -47,7 +48,7 @@ func (s *Service) receive(c *fiber.Ctx) error {
 		return fault.New(fault.BadRequest, "body is not a processor event: "+err.Error())
 	}
 	if reason := s.ignore(ev); reason != "" {
-		s.log().Info("processor webhook ignored", "type", ev.Type, "delivery_id", ev.DeliveryID, "reason", reason)
+		s.log().InfoContext(c.UserContext(), "processor webhook ignored", "type", ev.Type, "delivery_id", ev.DeliveryID, "reason", reason)
 		return c.JSON(Ack{Status: "ignored", Reason: &reason})
 	}
 	key := ev.Identity()
@@ -55,12 +56,17 @@ func (s *Service) receive(c *fiber.Ctx) error {
 		sum := sha256.Sum256(body)
 		key = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	stored, err := s.store(c.UserContext(), key, ev, body)
+	// An invoice created with a trace (tracing.InjectInto) carries it in
+	// its metadata: the job is inserted in that trace, linked to this
+	// request's own.
+	ctx, span := tracing.Resume(c.UserContext(), "processor webhook "+ev.Type, ev.Metadata.String)
+	defer span.End()
+	stored, err := s.store(ctx, key, ev, body)
 	if err != nil {
 		// 5xx: BTCPay retries, and nothing was acknowledged.
 		return err
 	}
-	s.log().Info("processor webhook accepted", "type", ev.Type, "delivery_id", ev.DeliveryID,
+	s.log().InfoContext(ctx, "processor webhook accepted", "type", ev.Type, "delivery_id", ev.DeliveryID,
 		"invoice_id", ev.InvoiceID, "payout_id", ev.PayoutID, "duplicate", !stored)
 	return c.JSON(Ack{Status: "accepted"})
 }

@@ -46,7 +46,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[ProcessArgs]) error {
 	}
 	if err := s.dispatch(ctx, d, ev); err != nil {
 		if merr := s.markFailed(ctx, d.ID, err); merr != nil {
-			s.log().Error("record processor webhook failure", "delivery", d.ID, "error", merr)
+			s.log().ErrorContext(ctx, "record processor webhook failure", "delivery", d.ID, "error", merr)
 		}
 		return fmt.Errorf("process processor webhook %d (%s): %w", d.ID, ev.Type, err)
 	}

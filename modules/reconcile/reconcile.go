@@ -253,7 +253,7 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 			}
 		}
 		if newer {
-			s.log().Info("reconciliation: a newer report was stored meanwhile; this one changes no episode", "report_id", st.ID)
+			s.log().InfoContext(ctx, "reconciliation: a newer report was stored meanwhile; this one changes no episode", "report_id", st.ID)
 			return nil
 		}
 		return s.episodes(ctx, tx, st.ID, rep)
@@ -437,7 +437,7 @@ func (s *Service) readSources(ctx context.Context, assets []asset.Asset) map[str
 			if err == nil {
 				b.units = &units
 			} else {
-				s.log().Warn("reconciliation: balance source unreadable", "asset", a.Code, "error", err)
+				s.log().WarnContext(ctx, "reconciliation: balance source unreadable", "asset", a.Code, "error", err)
 			}
 			mu.Lock()
 			out[a.Code] = b
@@ -498,7 +498,7 @@ func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep R
 				return fmt.Errorf("end the insolvency of %s: %w", line.Asset, err)
 			}
 			if len(ended) > 0 {
-				s.log().Info("reconciliation: insolvency ended", "asset", line.Asset, "report_id", reportID)
+				s.log().InfoContext(ctx, "reconciliation: insolvency ended", "asset", line.Asset, "report_id", reportID)
 			}
 			if err := setHalt(ctx, tx, line.Asset, nil); err != nil {
 				return err

@@ -72,7 +72,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
-	"svc/modules/asset"
 	"svc/modules/event"
 	"svc/modules/ledger"
 	"svc/platform/btcpay"
@@ -146,8 +145,6 @@ type Service struct {
 	failedMu    sync.Mutex
 	failedAfter uuid.UUID
 }
-
-func (s *Service) assets() *asset.Store { return &asset.Store{DB: s.DB, Now: s.Now} }
 
 func (s *Service) log() *slog.Logger {
 	if s.Log == nil {

@@ -202,7 +202,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 		// The commit's outcome is unknown: the withdrawal may exist, and
 		// then the reservation is its own. It stays (the cap errs on the
 		// operator's side) and counts until it leaves the window.
-		s.log().Warn("withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", intent.ID, "error", err)
+		s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", intent.ID, "error", err)
 	}
 	if errors.Is(err, idempotency.ErrLost) {
 		return CreatedView{}, nil, ErrTakenOver
@@ -211,7 +211,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 		return CreatedView{}, nil, err
 	}
 	if view.Status == StatusPendingApproval {
-		s.log().Info("withdrawal: waiting for an operator", "withdrawal_id", view.WithdrawalID, "asset", view.Asset,
+		s.log().InfoContext(ctx, "withdrawal: waiting for an operator", "withdrawal_id", view.WithdrawalID, "asset", view.Asset,
 			"reason", *view.ApprovalReason)
 	}
 	return view, body, nil
@@ -228,7 +228,7 @@ func (s *Service) giveBack(ctx context.Context, w Withdrawal) {
 			return
 		}
 	}
-	s.log().Warn("withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
+	s.log().WarnContext(ctx, "withdrawal: a volume reservation could not be given back; the daily cap counts it for 24 hours",
 		"withdrawal_id", w.ID, "asset", w.Asset, "error", err)
 }
 

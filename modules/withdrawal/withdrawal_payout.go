@@ -189,7 +189,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	}
 	for _, id := range due {
 		if err := s.Submit(ctx, id); err != nil {
-			s.log().Warn("withdrawal: submit payout", "withdrawal_id", id, "error", err)
+			s.log().WarnContext(ctx, "withdrawal: submit payout", "withdrawal_id", id, "error", err)
 		}
 	}
 	// Every open payout, page by page.
@@ -239,7 +239,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 func (s *Service) track(ctx context.Context, ids []uuid.UUID) {
 	for _, id := range ids {
 		if err := s.Track(ctx, id); err != nil {
-			s.log().Warn("withdrawal: track payout", "withdrawal_id", id, "error", err)
+			s.log().WarnContext(ctx, "withdrawal: track payout", "withdrawal_id", id, "error", err)
 		}
 	}
 }
@@ -476,7 +476,7 @@ func holdsClaim(w Withdrawal, token uuid.UUID) bool {
 // with the columns of set. A failure emits withdrawal.failed with reason.
 // cause is logged.
 func (s *Service) release(ctx context.Context, w Withdrawal, token uuid.UUID, t Trigger, set map[string]any, reason string, cause error) error {
-	s.log().Warn("withdrawal: payout not handed over", "withdrawal_id", w.ID, "outcome", string(t), "error", cause)
+	s.log().WarnContext(ctx, "withdrawal: payout not handed over", "withdrawal_id", w.ID, "outcome", string(t), "error", cause)
 	set["claim_token"] = nil
 	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		cur, err := lockWithdrawal(ctx, tx, w.ID)
@@ -624,7 +624,7 @@ func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.
 	cancelled := false
 	if p.State == btcpay.PayoutAwaitingApproval || p.State == btcpay.PayoutAwaitingPayment {
 		if err := s.Processor.CancelPayout(ctx, p.ID); err != nil {
-			s.log().Warn("withdrawal: cancel stuck Lightning payout", "withdrawal_id", w.ID, "payout_id", p.ID, "error", err)
+			s.log().WarnContext(ctx, "withdrawal: cancel stuck Lightning payout", "withdrawal_id", w.ID, "payout_id", p.ID, "error", err)
 		} else {
 			cancelled = true
 		}
@@ -711,7 +711,7 @@ func (s *Service) broadcast(ctx context.Context, w Withdrawal, p btcpay.Payout, 
 // fee change; the ledger keeps what the first broadcast put in flight, and
 // the settlement takes the difference from custody.
 func (s *Service) resentTx(ctx context.Context, tx bun.Tx, w *Withdrawal, txid string, nf int64) error {
-	s.log().Warn("withdrawal: payout sent again in another transaction", "withdrawal_id", w.ID, "old_txid", derefStr(w.Txid), "txid", txid)
+	s.log().WarnContext(ctx, "withdrawal: payout sent again in another transaction", "withdrawal_id", w.ID, "old_txid", derefStr(w.Txid), "txid", txid)
 	return tx.NewUpdate().Model(w).Set("txid = ?, network_fee = ?, updated_at = ?", txid, nf, s.now()).
 		Where("id = ? AND status = ?", w.ID, StatusBroadcast).Returning("*").Scan(ctx)
 }
@@ -882,6 +882,6 @@ func (s *Service) raise(ctx context.Context, idb bun.IDB, typ string, w Withdraw
 		return
 	}
 	if _, _, err := s.Alerts.Raise(ctx, idb, alert.Params{Type: typ, Subject: w.ID.String(), Detail: detail}); err != nil {
-		s.log().Error("withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", typ, "error", err)
+		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", typ, "error", err)
 	}
 }

@@ -267,7 +267,7 @@ func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 			s.alertMissing(ctx, w, err)
 			continue
 		case err != nil:
-			s.log().Warn("withdrawal: read USDT transfer", "withdrawal_id", w.ID, "error", err)
+			s.log().WarnContext(ctx, "withdrawal: read USDT transfer", "withdrawal_id", w.ID, "error", err)
 			continue
 		case tx.Pending || tx.BlockNumber > solid.Number:
 			continue // not final yet
@@ -328,6 +328,6 @@ func (s *Service) alertMissing(ctx context.Context, w Withdrawal, cause error) {
 	}
 	detail += ". It stays broadcast and held: check the chain; if the transfer did not happen, release it with an attestation."
 	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: "withdrawal.usdt_transfer_missing", Subject: w.ID.String(), Detail: detail}); err != nil {
-		s.log().Error("withdrawal: raise alert", "withdrawal_id", w.ID, "error", err)
+		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "error", err)
 	}
 }

@@ -49,6 +49,9 @@ type Options struct {
 	// HTTPClient, when set, sends the requests (tests wrap its transport to
 	// record traffic). Its own Timeout is left as given.
 	HTTPClient *http.Client
+	// Transport, when set, is the transport of the client New makes
+	// (tracing wraps the default one); ignored with HTTPClient.
+	Transport http.RoundTripper
 	// Observe, when set, is told of every call (metrics): its fixed
 	// operation name ("create invoice"), its outcome (fault.CallOutcome) and how long
 	// it took.
@@ -81,7 +84,7 @@ func New(o Options) (*Client, error) {
 	if hc == nil {
 		// The per-call context carries the time limit; this one is a backstop
 		// for a body that trickles in after the headers.
-		hc = &http.Client{Timeout: o.Timeout + 5*time.Second}
+		hc = &http.Client{Timeout: o.Timeout + 5*time.Second, Transport: o.Transport}
 	}
 	return &Client{base: u, key: o.APIKey, store: o.StoreID, timeout: o.Timeout, hc: hc, observe: o.Observe}, nil
 }

@@ -14,12 +14,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofiber/contrib/otelfiber/v2"
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/gofiber/fiber/v2/middleware/requestid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/tracing"
 )
 
 // RequestIDHeader carries the request id in and out.
@@ -33,6 +37,11 @@ type Options struct {
 	// route is the matched route's template ("/v1/deposits/:deposit_id"),
 	// never the raw path, or UnmatchedRoute.
 	Observe func(method, route string, status int, took time.Duration)
+	// Tracer, when set, makes a server span of every request, named by
+	// its method and route template ("POST /v1/deposits"), continuing the
+	// caller's traceparent; handlers find it in c.UserContext(). Nil
+	// installs nothing.
+	Tracer trace.TracerProvider
 }
 
 // UnmatchedRoute is the route Observe is given for a request no route
@@ -62,9 +71,19 @@ func New(o Options) *fiber.App {
 		return c.Next()
 	})
 	app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: func(c *fiber.Ctx, e any) {
-		o.Log.Error("panic in handler", "panic", e, "path", c.Path(), "request_id", c.Locals(requestid.ConfigDefault.ContextKey))
+		o.Log.ErrorContext(c.UserContext(), "panic in handler", "panic", e, "path", c.Path(), "request_id", c.Locals(requestid.ConfigDefault.ContextKey))
 	}}))
 	app.Use(requestid.New(requestid.Config{Header: RequestIDHeader}))
+	if o.Tracer != nil {
+		// Outside the access log, so that its line carries the span's ids.
+		app.Use(otelfiber.Middleware(otelfiber.WithTracerProvider(o.Tracer), otelfiber.WithMeterProvider(tracing.MeterProvider),
+			otelfiber.WithPropagators(tracing.Propagator), otelfiber.WithCollectClientIP(false),
+			otelfiber.WithSpanNameFormatter(func(c *fiber.Ctx) string { return c.Method() + " " + routeOf(c) }),
+			otelfiber.WithCustomAttributes(func(c *fiber.Ctx) []attribute.KeyValue {
+				id, _ := c.Locals(requestid.ConfigDefault.ContextKey).(string)
+				return []attribute.KeyValue{attribute.String("http.request_id", id)}
+			})))
+	}
 	app.Use(accessLog(o.Log, o.Observe))
 	return app
 }
@@ -138,7 +157,7 @@ func accessLog(log *slog.Logger, observe func(method, route string, status int, 
 		took := time.Since(start)
 		// The path, never the query string: keys must not reach a log even
 		// when a client puts them there.
-		log.Info("http",
+		log.InfoContext(c.UserContext(), "http",
 			"method", c.Method(), "path", c.Path(), "route", c.Route().Path,
 			"status", c.Response().StatusCode(), "duration_ms", took.Milliseconds(),
 			"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
@@ -214,7 +233,7 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			e = fault.Wrap(fault.Unavailable, msg, err).WithRetryAfter(time.Second)
 		}
 		if e == nil || e.Kind == fault.Internal {
-			log.Error("request failed", "error", err, "method", c.Method(), "path", c.Path(),
+			log.ErrorContext(c.UserContext(), "request failed", "error", err, "method", c.Method(), "path", c.Path(),
 				"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
 			return c.Status(fiber.StatusInternalServerError).JSON(fiber.Map{"detail": "internal error"})
 		}
@@ -223,7 +242,7 @@ func ErrorHandler(log *slog.Logger) fiber.ErrorHandler {
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
 		}
 		if status >= 500 {
-			log.Warn("request failed", "status", status, "error", err, "path", c.Path(),
+			log.WarnContext(c.UserContext(), "request failed", "status", status, "error", err, "path", c.Path(),
 				"request_id", c.Locals(requestid.ConfigDefault.ContextKey))
 		}
 		switch {

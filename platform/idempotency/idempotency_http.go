@@ -154,7 +154,7 @@ func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) 
 	bg := context.WithoutCancel(c.UserContext())
 	if status >= 500 {
 		if err := rec.Release(bg); err != nil {
-			log.Warn("release idempotency key failed; retrying in the background", "error", err)
+			log.WarnContext(bg, "release idempotency key failed; retrying in the background", "error", err)
 			releaseLater(rec.Release, time.Second, log)
 		}
 		return nil
@@ -166,10 +166,10 @@ func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) 
 		// Either the handler completed the key in its own transaction
 		// (the normal case for effects) or a takeover happened.
 		if done, _ := rec.completed(bg); !done {
-			log.Warn("idempotency key taken over while its first attempt ran", "status", status)
+			log.WarnContext(bg, "idempotency key taken over while its first attempt ran", "status", status)
 		}
 	default:
-		log.Error("store idempotent response", "error", err)
+		log.ErrorContext(bg, "store idempotent response", "error", err)
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 		msg = msg[:300] + "..."
 	}
 	if job.Attempt >= job.MaxAttempts {
-		m.log.Error("job failed for the last time; it will not be retried", "kind", job.Kind, "job_id", job.ID,
+		m.log.ErrorContext(ctx, "job failed for the last time; it will not be retried", "kind", job.Kind, "job_id", job.ID,
 			"attempt", job.Attempt, "error", msg)
 		return err
 	}
@@ -101,10 +101,10 @@ func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 	st.last, st.folded, st.lastErr = now, 0, ""
 	m.mu.Unlock()
 	if folded > 0 {
-		m.log.Warn("jobs failing; will retry", "kind", job.Kind, "failures_since_last_line", folded+1,
+		m.log.WarnContext(ctx, "jobs failing; will retry", "kind", job.Kind, "failures_since_last_line", folded+1,
 			"attempt", job.Attempt, "error", msg)
 	} else {
-		m.log.Warn("job failed; will retry", "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt, "error", msg)
+		m.log.WarnContext(ctx, "job failed; will retry", "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt, "error", msg)
 	}
 	return err
 }

@@ -26,9 +26,10 @@ type Inserter interface {
 	InsertTx(ctx context.Context, tx *sql.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
 }
 
-// NewInserter returns an insert-only River client over sqldb.
-func NewInserter(sqldb *sql.DB, log *slog.Logger) (*river.Client[*sql.Tx], error) {
-	c, err := river.NewClient(riverdatabasesql.New(sqldb), &river.Config{Logger: Quiet(log)})
+// NewInserter returns an insert-only River client over sqldb; mw are its
+// insert middleware (TraceMiddleware).
+func NewInserter(sqldb *sql.DB, log *slog.Logger, mw ...rivertype.Middleware) (*river.Client[*sql.Tx], error) {
+	c, err := river.NewClient(riverdatabasesql.New(sqldb), &river.Config{Logger: Quiet(log), Middleware: mw})
 	if err != nil {
 		return nil, fmt.Errorf("river inserter: %w", err)
 	}
@@ -64,6 +65,8 @@ type WorkerParams struct {
 	SingleFlight []string
 	// Observe, when set, is told of every run of every job (metrics).
 	Observe func(JobRun)
+	// Middleware run outside every other (TraceMiddleware).
+	Middleware []rivertype.Middleware
 }
 
 // NewWorker returns the River client that works jobs (not yet started).
@@ -99,6 +102,7 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		// Outermost: it sees what River will record.
 		cfg.Middleware = append([]rivertype.Middleware{&observeJobs{observe: p.Observe}}, cfg.Middleware...)
 	}
+	cfg.Middleware = append(append([]rivertype.Middleware{}, p.Middleware...), cfg.Middleware...)
 	if len(p.SingleFlight) > 0 {
 		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, Quiet(p.Log)))
 	}

@@ -46,6 +46,7 @@ type Client struct {
 	usdt    chain.TronAddress
 	timeout time.Duration
 	hc      *http.Client
+	rt      http.RoundTripper
 	observe func(op, outcome string, took time.Duration)
 }
 
@@ -54,6 +55,10 @@ type Option func(*Client)
 
 // WithHTTPClient sends the requests through hc (tests record traffic).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTransport sets the transport of the client New makes (tracing wraps
+// the default one); ignored with WithHTTPClient.
+func WithTransport(rt http.RoundTripper) Option { return func(c *Client) { c.rt = rt } }
 
 // WithObserver tells fn of every call (metrics): its fixed operation name
 // (the node's method, "getaccount"), its outcome (fault.CallOutcome) and how long it
@@ -83,7 +88,7 @@ func New(cfg config.Tron, opts ...Option) (*Client, error) {
 	if c.hc == nil {
 		// The per-call context carries the time limit; this one is a
 		// backstop for a body that trickles in after the headers.
-		c.hc = &http.Client{Timeout: c.timeout + 5*time.Second}
+		c.hc = &http.Client{Timeout: c.timeout + 5*time.Second, Transport: c.rt}
 	}
 	return c, nil
 }

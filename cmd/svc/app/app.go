@@ -27,6 +27,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/httpapi"
 	"svc/platform/queue"
+	"svc/platform/tracing"
 )
 
 // Version is the build's version, set by cmd/svc from -ldflags.
@@ -35,6 +36,8 @@ var Version = "dev"
 // Options are what tests may replace.
 type Options struct {
 	Clock clock.Clock
+	// Tracing makes the spans (tracing.FromEnv); nil is off.
+	Tracing *tracing.Tracing
 }
 
 // App is one assembled process.
@@ -45,6 +48,8 @@ type App struct {
 	Clock    clock.Clock
 	Inserter *river.Client[*sql.Tx]
 	Keys     *apikey.Store
+	// Tracing is never nil; off, it installs nothing (tracing.FromEnv).
+	Tracing  *tracing.Tracing
 	recovery []river.JobArgs
 
 	metricsArea
@@ -64,16 +69,20 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	d, err := db.Open(ctx, cfg.Database.URL, cfg.Database.MaxConns)
+	if o.Tracing == nil {
+		o.Tracing = &tracing.Tracing{}
+	}
+	tp := o.Tracing.Provider
+	d, err := db.Open(ctx, cfg.Database.URL, cfg.Database.MaxConns, db.WithTracer(tp))
 	if err != nil {
 		return nil, err
 	}
-	ins, err := queue.NewInserter(d.SQL, log)
+	ins, err := queue.NewInserter(d.SQL, log, queue.TraceMiddleware(tp)...)
 	if err != nil {
 		d.Close()
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins,
+	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins, Tracing: o.Tracing,
 		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now}}
 	for _, step := range []struct {
 		name string
@@ -97,8 +106,15 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 	return a, nil
 }
 
-// Close releases the database.
-func (a *App) Close() { a.DB.Close() }
+// Close releases the database and sends the spans not yet exported.
+func (a *App) Close() {
+	a.DB.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Tracing.Shutdown(ctx); err != nil {
+		a.Log.Warn("traces not all exported at exit", "error", err)
+	}
+}
 
 // Routers are the groups a module registers its routes on. Mutating /v1
 // routes must put Idem before their handler.
@@ -114,7 +130,8 @@ type Routers struct {
 
 // HTTP returns the API's fiber app with every route registered.
 func (a *App) HTTP() *fiber.App {
-	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log, Observe: a.Metrics.ObserveHTTP})
+	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log, Observe: a.Metrics.ObserveHTTP,
+		Tracer: a.Tracing.Provider})
 	r := Routers{Public: app}
 	a.routesPublic(r) // health and docs first: they need no key
 	a.routesProcessorPublic(r)
@@ -173,6 +190,9 @@ func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	p.Workers, p.PeriodicJobs, p.SingleFlight, p.Log = j.Workers, j.Periodic, j.SingleFlight, a.Log
 	if p.Observe == nil {
 		p.Observe = a.observeJob
+	}
+	if p.Middleware == nil {
+		p.Middleware = queue.TraceMiddleware(a.Tracing.Provider)
 	}
 	a.recovery = j.Recovery
 	if p.Concurrency == 0 {

@@ -22,9 +22,11 @@ func (a *App) initEvents(context.Context) error {
 	a.Alerts = &alert.Service{DB: a.DB.Bun, Log: a.Log, Now: a.Clock.Now}
 	a.Events = &event.Service{DB: a.DB.Bun, Inserter: a.Inserter, Now: a.Clock.Now}
 	w := a.Cfg.Webhooks
+	hc := event.NewHTTPClient(w.Timeout)
+	hc.Transport = a.Tracing.Transport(hc.Transport, "platform webhook")
 	a.Deliverer = &event.Deliverer{
 		DB: a.DB.Bun, Inserter: a.Inserter, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		URL: w.URL, Secret: []byte(w.Secret), PreviousSecret: []byte(w.PreviousSecret), Timeout: w.Timeout, Client: event.NewHTTPClient(w.Timeout),
+		URL: w.URL, Secret: []byte(w.Secret), PreviousSecret: []byte(w.PreviousSecret), Timeout: w.Timeout, Client: hc,
 	}
 	return nil
 }

@@ -37,7 +37,8 @@ type processorArea struct {
 // the worker (at its start, then every DISCOVERY_INTERVAL).
 func (a *App) initProcessor(context.Context) error {
 	if a.Cfg.Tron.URL != "" {
-		c, err := tron.New(a.Cfg.Tron, tron.WithObserver(a.observeUpstream(metrics.UpstreamTronGrid)))
+		c, err := tron.New(a.Cfg.Tron, tron.WithObserver(a.observeUpstream(metrics.UpstreamTronGrid)),
+			tron.WithTransport(a.Tracing.Transport(nil, "trongrid")))
 		if err != nil {
 			return err
 		}
@@ -50,7 +51,7 @@ func (a *App) initProcessor(context.Context) error {
 		return nil
 	}
 	c, err := btcpay.New(btcpay.Options{URL: b.URL, APIKey: b.APIKey, StoreID: b.StoreID, Timeout: b.Timeout,
-		Observe: a.observeUpstream(metrics.UpstreamBTCPay)})
+		Observe: a.observeUpstream(metrics.UpstreamBTCPay), Transport: a.Tracing.Transport(nil, "btcpay")})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 
 	"svc/cmd/svc/app"
 	"svc/modules/apikey"
@@ -31,6 +32,7 @@ import (
 	"svc/platform/dbtest"
 	"svc/platform/openapi/openapitest"
 	"svc/platform/queue"
+	"svc/platform/tracing"
 )
 
 // Env is one running service.
@@ -47,9 +49,10 @@ type Env struct {
 }
 
 type settings struct {
-	cfg    []func(*config.Config)
-	clock  clock.Clock
-	worker bool
+	cfg     []func(*config.Config)
+	clock   clock.Clock
+	worker  bool
+	tracing *tracing.Tracing
 }
 
 // Option changes how New starts the service.
@@ -62,6 +65,13 @@ func WithConfig(fn func(*config.Config)) Option {
 
 // WithClock replaces the clock (a *clock.Fake for expiries and windows).
 func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } }
+
+// WithTracing makes spans with tp (tracing.NewProvider with an in-memory
+// exporter); without it tracing is off, as with OTEL_EXPORTER_OTLP_ENDPOINT
+// unset.
+func WithTracing(tp trace.TracerProvider) Option {
+	return func(s *settings) { s.tracing = tracing.New(tp) }
+}
 
 // WithWorker also starts the River worker.
 func WithWorker() Option { return func(s *settings) { s.worker = true } }
@@ -108,9 +118,9 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	tw := &testWriter{t: t}
 	t.Cleanup(func() { tw.done.Store(true) }) // registered first, runs last
-	log := slog.New(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: level}))
+	log := slog.New(tracing.NewLogHandler(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: level})))
 	ctx := context.Background()
-	a, err := app.New(ctx, cfg, log, app.Options{Clock: s.clock})
+	a, err := app.New(ctx, cfg, log, app.Options{Clock: s.clock, Tracing: s.tracing})
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
 	}
