@@ -321,31 +321,58 @@ func (s *Service) worth(ctx context.Context, d Deposit, a asset.Asset, t target,
 		}
 		return left, nil
 	}
-	methods, err := s.Processor.InvoicePaymentMethods(ctx, *d.InvoiceID, false)
+	invoices := []string{*d.InvoiceID}
+	if t.payment.ReviewReason != nil && strings.HasPrefix(*t.payment.ReviewReason, ReasonOtherInvoice) {
+		// Paid to another invoice carrying the deposit's orderId
+		// (reconcileOther): the payment is looked up on every one of them.
+		list, err := s.Processor.InvoicesByOrderID(ctx, d.ID.String())
+		if err != nil {
+			return 0, processorError(err)
+		}
+		for _, inv := range list {
+			if inv.ID != *d.InvoiceID && inv.OrderID() == d.ID.String() {
+				invoices = append(invoices, inv.ID)
+			}
+		}
+	}
+	for _, id := range invoices {
+		units, found, err := s.paymentWorth(ctx, id, t.payment.PaymentID, a)
+		if err != nil || found {
+			return units, err
+		}
+	}
+	return 0, cannotCredit("the processor does not list payment %s on invoice %s", t.payment.PaymentID, strings.Join(invoices, " or "))
+}
+
+// paymentWorth is what the processor says payment paymentID of invoice
+// invoiceID is worth, in smallest units; found is false when the invoice
+// does not list it.
+func (s *Service) paymentWorth(ctx context.Context, invoiceID, paymentID string, a asset.Asset) (units int64, found bool, err error) {
+	methods, err := s.Processor.InvoicePaymentMethods(ctx, invoiceID, false)
 	if err != nil {
-		return 0, processorError(err)
+		return 0, false, processorError(err)
 	}
 	for _, m := range methods {
 		for _, pp := range m.Payments {
-			if pp.ID != t.payment.PaymentID {
+			if pp.ID != paymentID {
 				continue
 			}
 			if pp.Status != btcpay.PaymentSettled {
-				return 0, cannotCredit("the processor reports payment %s as %s, not settled", pp.ID, pp.Status)
+				return 0, true, cannotCredit("the processor reports payment %s as %s, not settled", pp.ID, pp.Status)
 			}
 			w, err := pp.Value.Decimal().Sub(pp.Fee.Decimal())
 			if err != nil || !w.IsPos() {
-				return 0, cannotCredit("the processor reports payment %s worth nothing (value %s, fee %s)", pp.ID, pp.Value, pp.Fee)
+				return 0, true, cannotCredit("the processor reports payment %s worth nothing (value %s, fee %s)", pp.ID, pp.Value, pp.Fee)
 			}
 			units, err := toUnits(w.String(), a.Decimals)
 			if err != nil {
-				return 0, cannotCredit("payment %s is worth %s, which does not convert to whole smallest units (%d decimals) and is never rounded: dismiss it and correct the ledger by hand",
+				return 0, true, cannotCredit("payment %s is worth %s, which does not convert to whole smallest units (%d decimals) and is never rounded: dismiss it and correct the ledger by hand",
 					pp.ID, w.Trim(0), a.Decimals)
 			}
-			return units, nil
+			return units, true, nil
 		}
 	}
-	return 0, cannotCredit("the processor does not list payment %s on invoice %s", t.payment.PaymentID, *d.InvoiceID)
+	return 0, false, nil
 }
 
 // processorError classifies a processor failure for an operator's request.

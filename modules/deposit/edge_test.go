@@ -2,6 +2,8 @@ package deposit_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -246,6 +248,57 @@ func TestPaymentRecordedUnderAnotherDeposit(t *testing.T) {
 	v = e.reconcile(t, b.DepositID)
 	require.Equal(t, deposit.StatusReview, v.Status)
 	require.Len(t, e.alerts(t, deposit.AlertPaymentClash), 1)
+}
+
+// TestPaymentToAnotherInvoiceOfTheDeposit: a creation whose processor call
+// timed out can leave a second invoice carrying the deposit's orderId.
+// Money paid to it is not ignored: its webhook records the payment under
+// the deposit, never credited by itself; the deposit goes to review with
+// one alert however often the webhook comes; the operator's credit finds
+// the payment on that invoice and credits what the processor says it is
+// worth, once. An invoice with another orderId changes nothing.
+func TestPaymentToAnotherInvoiceOfTheDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	v := e.create(t, "kai", "BTC", units("10000"))
+	other, err := e.Svc.Processor.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: v.DepositID, Currency: "BTC",
+		PaymentMethod: btcpay.MethodBTCChain, ExpirationMinutes: 60, MonitoringMinutes: 1440})
+	require.NoError(t, err)
+	row, err := e.Svc.Get(ctx, uuid.MustParse(v.DepositID))
+	require.NoError(t, err)
+	require.NotEqual(t, *row.InvoiceID, other.ID)
+	paid, err := e.Sim.Pay(other.ID, btcpaysim.PayParams{Amounts: []string{"0.00012"}, Settled: true})
+	require.NoError(t, err)
+	event := ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: other.ID, OrderID: v.DepositID}
+	for range 2 {
+		require.NoError(t, e.Svc.InvoiceEvent(ctx, event))
+	}
+	v = e.deposit(t, v.DepositID)
+	require.Equal(t, deposit.StatusReview, v.Status)
+	require.Len(t, v.Payments, 1)
+	require.Equal(t, paid[0].ID, v.Payments[0].PaymentID)
+	require.Equal(t, []string{v.DepositID + ":" + paid[0].ID}, e.alerts(t, deposit.AlertOtherInvoice))
+	require.Zero(t, e.ledgerEntries(t, v.DepositID), "nothing credited by itself")
+	// The deposit's own reconcile leaves it as it is.
+	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+
+	r := e.resolve(t, v.DepositID, map[string]any{"action": "credit", "payment_id": paid[0].ID})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	bal := e.Get("/v1/users/kai/balances").Map(t)
+	require.Contains(t, fmt.Sprint(bal), "available:0.00012000", "credited what the processor says the payment is worth")
+	e.requireBooks(t)
+
+	// Another orderId: not this deposit's.
+	w := e.create(t, "kai", "BTC", units("10000"))
+	stray, err := e.Svc.Processor.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: "not-a-deposit", Currency: "BTC",
+		PaymentMethod: btcpay.MethodBTCChain, ExpirationMinutes: 60, MonitoringMinutes: 1440})
+	require.NoError(t, err)
+	_, err = e.Sim.Pay(stray.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: stray.ID, OrderID: w.DepositID}))
+	require.Equal(t, deposit.StatusPending, e.deposit(t, w.DepositID).Status)
 }
 
 // TestPaymentThroughAnotherMethod: money paid to a BTC deposit's invoice
