@@ -46,7 +46,10 @@ type driver struct {
 
 type dep struct {
 	id, asset string
-	paid      bool
+	// address is what the service told the user to pay (an address or a
+	// BOLT11 invoice).
+	address string
+	paid    bool
 }
 
 type wd struct{ id string }
@@ -325,14 +328,19 @@ func (d *driver) deposit(ctx context.Context, r *rand.Rand) {
 				return
 			}
 			var body struct {
-				ID string `json:"deposit_id"`
+				ID      string  `json:"deposit_id"`
+				Address *string `json:"address"`
 			}
 			if err := resp.decode(&body); err != nil || body.ID == "" {
 				d.v.add("deposit creation answered 201 without an id: %s", excerpt(resp.body))
 				return
 			}
+			x := &dep{id: body.ID, asset: asset}
+			if body.Address != nil {
+				x.address = *body.Address
+			}
 			d.mu.Lock()
-			d.deposits = append(d.deposits, &dep{id: body.ID, asset: asset})
+			d.deposits = append(d.deposits, x)
 			d.mu.Unlock()
 		})
 }
@@ -350,8 +358,26 @@ func (d *driver) unpaid(r *rand.Rand) (*dep, btcpaysim.InvoiceInfo, bool) {
 	if !ok {
 		return nil, btcpaysim.InvoiceInfo{}, false
 	}
-	inv, ok := d.c.sim.InvoiceByOrderID(x.id)
+	inv, ok := d.invoiceOf(x)
 	return x, inv, ok
+}
+
+// invoiceOf is the invoice a user pays for deposit x: the one whose
+// address or BOLT11 the service gave (a creation retried while the
+// processor was slow can leave a second invoice with the deposit's
+// orderId, whose address nobody was shown), else the newest with its
+// orderId.
+func (d *driver) invoiceOf(x *dep) (btcpaysim.InvoiceInfo, bool) {
+	list := d.c.sim.InvoicesByOrderID(x.id)
+	for _, inv := range list {
+		if x.address != "" && inv.Destination == x.address {
+			return inv, true
+		}
+	}
+	if len(list) == 0 {
+		return btcpaysim.InvoiceInfo{}, false
+	}
+	return list[len(list)-1], true
 }
 
 // pay pays a deposit's invoice: in full (at once or in two parts), short,
@@ -422,7 +448,7 @@ func (d *driver) confirm(r *rand.Rand) {
 		return
 	}
 	d.count("confirm")
-	if inv, ok := d.c.sim.InvoiceByOrderID(x.id); ok {
+	if inv, ok := d.invoiceOf(x); ok {
 		_ = d.c.sim.Confirm(inv.ID)
 	}
 }

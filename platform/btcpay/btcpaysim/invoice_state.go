@@ -635,6 +635,22 @@ func (s *Sim) InvoiceByOrderID(orderID string) (InvoiceInfo, bool) {
 	return InvoiceInfo{}, false
 }
 
+// InvoicesByOrderID returns every invoice whose metadata.orderId is
+// orderID, oldest first: a creation retried while the processor was slow
+// can leave more than one.
+func (s *Sim) InvoicesByOrderID(orderID string) []InvoiceInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []InvoiceInfo
+	for _, id := range s.invOrder {
+		if inv := s.invoices[id]; inv.orderID() == orderID {
+			s.update(inv, s.now())
+			out = append(out, s.info(inv))
+		}
+	}
+	return out
+}
+
 // Invoices returns snapshots of every invoice, oldest first.
 func (s *Sim) Invoices() []InvoiceInfo {
 	s.mu.Lock()
