@@ -58,9 +58,9 @@ var searches = []struct {
 	start, ceiling int
 }{
 	{balances, 1000, 16_000},
-	{transactions, 500, 8000},
-	{withdrawals, 100, 4000},
-	{deposits, 100, 4000},
+	{transactions, 1000, 16_000},
+	{withdrawals, 50, 4000},
+	{deposits, 50, 4000},
 	{"", 250, 8000},
 }
 
@@ -134,6 +134,9 @@ func TestHTTPLoadShort(t *testing.T) {
 			t.Errorf("%s: %d requests, %d without a 2xx (%s), p99 %s", e, st.requests(), st.failed(), st.failures(), st.quantile(0.99))
 		}
 	}
+	if h.withdrawals["approved"] == 0 || len(h.withdrawals) != 1 {
+		t.Errorf("withdrawals: %v, want every one auto-approved", h.withdrawals)
+	}
 	if h.paid == 0 || len(h.events) == 0 || h.eventP99 <= 0 {
 		t.Errorf("events: %d deposits paid, %d deposit.settled received, p99 %s", h.paid, len(h.events), h.eventP99)
 	}
@@ -148,6 +151,7 @@ func TestHTTPLoadShort(t *testing.T) {
 type held struct {
 	rate            int
 	step            *step
+	withdrawals     map[string]int // created, by status
 	paid, payFailed int64
 	payErr          string
 	events          []time.Duration // deposit.settled: commit to the receiver's 2xx
@@ -227,9 +231,17 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 		}
 	}
 	start := time.Now()
+	h.withdrawals = map[string]int{}
 	h.step = attack(g, "", rate, s.hold, func(e endpoint, r *vegeta.Result) {
-		if e == deposits {
+		switch {
+		case e == deposits:
 			pay.offer(r)
+		case e == withdrawals && r.Code == http.StatusCreated:
+			var w struct {
+				Status string `json:"status"`
+			}
+			_ = json.Unmarshal(r.Body, &w)
+			h.withdrawals[w.Status]++
 		}
 	})
 	end := time.Now()
@@ -386,7 +398,11 @@ func (r report) print(logf func(string, ...any)) {
 		}
 		b := r.best[e]
 		if b == nil {
-			logf("  %-22s %8s (the lowest rate tried, %d/s, missed)", name(e), "none", steps[0].rate)
+			lowest := steps[0].rate
+			for _, s := range steps {
+				lowest = min(lowest, s.rate)
+			}
+			logf("  %-22s %8s (even the lowest rate tried, %d/s, missed)", name(e), "none", lowest)
 			continue
 		}
 		logf("  %-22s %8d %9.2f %9.2f %9.2f %9d", name(e), b.rate, ms(b.all.quantile(0.5)), ms(b.all.quantile(0.99)),
@@ -412,6 +428,7 @@ func (r report) print(logf func(string, ...any)) {
 		logf("    %-20s p50 %7.2f ms, p99 %7.2f ms, p99.9 %7.2f ms, %6d requests, %d without a 2xx %s", e,
 			ms(st.quantile(0.5)), ms(st.quantile(0.99)), ms(st.quantile(0.999)), st.requests(), st.failed(), st.failures())
 	}
+	logf("  withdrawals created, by status: %v", h.withdrawals)
 	logf("  deposits paid at the simulator: %d (%d payments failed %s); deposit.settled events emitted during the hold and received: %d",
 		h.paid, h.payFailed, h.payErr, len(h.events))
 	logf("  event latency, settlement commit to the receiver's 2xx: p50 %.1f ms, p99 %.1f ms", ms(h.eventP50), ms(h.eventP99))
