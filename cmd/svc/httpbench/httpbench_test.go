@@ -238,9 +238,13 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 			pay.offer(r)
 		case e == withdrawals && r.Code == http.StatusCreated:
 			var w struct {
-				Status string `json:"status"`
+				Status string  `json:"status"`
+				Reason *string `json:"approval_reason"`
 			}
 			_ = json.Unmarshal(r.Body, &w)
+			if w.Reason != nil { // the setting that fired starts the reason
+				w.Status += " (" + strings.SplitN(*w.Reason, ":", 2)[0] + ")"
+			}
 			h.withdrawals[w.Status]++
 		}
 	})
