@@ -137,10 +137,23 @@ func (c *cluster) run(args ...string) string {
 
 // fund credits amount BTC units (a multiple of one BTC) to users bench-0
 // ... bench-(users-1) through the ledger package (one deposit entry each,
-// as a settled deposit posts it), eight at a time, puts as much in the
-// processor's wallet, then vacuums and analyzes the database.
+// as a settled deposit posts it), eight at a time, after putting as much in
+// the processor's wallet, then vacuums and analyzes the database.
 func (c *cluster) fund(users int, amount int64) {
 	c.t.Helper()
+	// The processor's wallet holds, first, what the ledger will say is in
+	// custody, and some more: otherwise a reconciliation (the worker runs
+	// one when it starts) finds BTC insolvent and halts withdrawals, which
+	// then all wait for an operator.
+	btc := int64(users)*amount/100_000_000 + 1000
+	resp, err := http.Post(c.simURL+"/_sim/wallet", "application/json", strings.NewReader(fmt.Sprintf(`{"confirmed":"%d"}`, btc)))
+	if err != nil {
+		c.t.Fatalf("simulator wallet: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("simulator wallet: %s", resp.Status)
+	}
 	ctx := context.Background()
 	d, err := db.Open(ctx, c.dbURL, 8)
 	if err != nil {
@@ -173,18 +186,6 @@ func (c *cluster) fund(users int, amount int64) {
 	wg.Wait()
 	if first != nil {
 		c.t.Fatalf("fund: %v", first)
-	}
-	// The processor's wallet holds what the ledger says is in custody, and
-	// some more: otherwise the first reconciliation finds BTC insolvent and
-	// halts withdrawals, which then all wait for an operator.
-	btc := int64(users)*amount/100_000_000 + 1000
-	resp, err := http.Post(c.simURL+"/_sim/wallet", "application/json", strings.NewReader(fmt.Sprintf(`{"confirmed":"%d"}`, btc)))
-	if err != nil {
-		c.t.Fatalf("simulator wallet: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		c.t.Fatalf("simulator wallet: %s", resp.Status)
 	}
 	dbtest.VacuumAnalyze(c.t, c.dbURL)
 }

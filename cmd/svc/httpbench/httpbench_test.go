@@ -1,6 +1,7 @@
 package httpbench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"svc/platform/dbtest"
@@ -137,6 +139,9 @@ func TestHTTPLoadShort(t *testing.T) {
 	if h.withdrawals["approved"] == 0 || len(h.withdrawals) != 1 {
 		t.Errorf("withdrawals: %v, want every one auto-approved", h.withdrawals)
 	}
+	if h.pgCPU <= 0 {
+		t.Errorf("PostgreSQL: cpu %.2f over %d backends", h.pgCPU, h.pgBackends)
+	}
 	if h.paid == 0 || len(h.events) == 0 || h.eventP99 <= 0 {
 		t.Errorf("events: %d deposits paid, %d deposit.settled received, p99 %s", h.paid, len(h.events), h.eventP99)
 	}
@@ -159,6 +164,8 @@ type held struct {
 	eventP99        time.Duration
 	procs           []procUse
 	machineBusy     float64 // share of all cores busy, from /proc/stat
+	pgCPU           float64 // cores, the PostgreSQL backends of the database
+	pgBackends      int
 	profiles        []string
 }
 
@@ -193,6 +200,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 		}
 		first[i] = st
 	}
+	pg0 := pgBackends(tb, c.dbURL)
 	busy0, total0 := machineCPU()
 	done := make(chan struct{})
 	var (
@@ -254,6 +262,13 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	wg.Wait()
 	wall := end.Sub(start)
 	busy1, total1 := machineCPU()
+	// A backend that ended during the hold is missed; one that started
+	// during it counts whole.
+	pg1 := pgBackends(tb, c.dbURL)
+	for pid, cpu := range pg1 {
+		h.pgCPU += (cpu - pg0[pid]).Seconds() / wall.Seconds()
+	}
+	h.pgBackends = len(pg1)
 	if total1 > total0 {
 		h.machineBusy = float64(busy1-busy0) / float64(total1-total0)
 	}
@@ -337,6 +352,32 @@ func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) [
 			continue
 		}
 		out = append(out, e.ReceivedAt.Sub(at))
+	}
+	return out
+}
+
+// pgBackends returns the CPU time so far of each server process connected
+// to the database of u (PostgreSQL runs on this machine), by pid.
+func pgBackends(tb testing.TB, u string) map[int]time.Duration {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
+	if err != nil {
+		tb.Fatalf("backends: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+	if err != nil {
+		tb.Fatalf("backends: %v", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		tb.Fatalf("backends: %v", err)
+	}
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		if st, err := readProc(int(pid)); err == nil {
+			out[int(pid)] = st.cpu
+		}
 	}
 	return out
 }
@@ -438,6 +479,7 @@ func (r report) print(logf func(string, ...any)) {
 	logf("  event latency, settlement commit to the receiver's 2xx: p50 %.1f ms, p99 %.1f ms", ms(h.eventP50), ms(h.eventP99))
 	logf("  CPU (cores, of 2) and largest RSS during the hold; all cores %.0f%% busy:", 100*h.machineBusy)
 	var apiRSS int64
+	logf("    %-32s cpu %.2f", fmt.Sprintf("PostgreSQL (%d backends)", h.pgBackends), h.pgCPU)
 	for _, p := range h.procs {
 		logf("    %-32s cpu %.2f  rss %6.1f MB", p.name, p.cpu, float64(p.rss)/(1<<20))
 		if p.name == "svc api" {
