@@ -94,7 +94,11 @@ func startCluster(t testing.TB) *cluster {
 	}
 
 	c.sim = &proc{name: "simulator", bin: c.bin, env: c.env, log: filepath.Join(dir, "simulator.log"),
-		args:  append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret),
+		// Every approved payout completes at once, as a payout processor's
+		// eventually do: otherwise the worker's payout tracking reads every
+		// open payout at each poll, a set that only grows during the run.
+		args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
+			"--auto-complete-payouts"),
 		ready: c.simURL + "/_sim/"}
 	apiMetrics, workerMetrics := freePort(t), freePort(t)
 	c.apiPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", apiMetrics)

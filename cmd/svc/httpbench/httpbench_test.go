@@ -162,6 +162,7 @@ type held struct {
 	events          []time.Duration // deposit.settled: commit to the receiver's 2xx
 	eventP50        time.Duration
 	eventP99        time.Duration
+	received        map[string]int // every event the receiver has, by type
 	procs           []procUse
 	machineBusy     float64 // share of all cores busy, from /proc/stat
 	pgCPU           float64 // cores, the PostgreSQL backends of the database
@@ -290,7 +291,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	if e, ok := pay.lastErr.Load().(string); ok {
 		h.payErr = e
 	}
-	h.events = settledLatencies(tb, c, start, end, int(h.paid))
+	h.events, h.received = settledLatencies(tb, c, start, end, int(h.paid))
 	if len(h.events) > 0 {
 		slices.Sort(h.events)
 		h.eventP50 = h.events[len(h.events)/2]
@@ -304,7 +305,8 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 // and returns, for the events created between from and to, the time from
 // the event's created_at (taken inside the settling transaction, a few
 // milliseconds before its commit) to the receiver's 2xx.
-func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) []time.Duration {
+func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) (lat []time.Duration, types map[string]int) {
+	types = map[string]int{}
 	type received struct {
 		ID         string    `json:"id"`
 		Type       string    `json:"type"`
@@ -324,7 +326,9 @@ func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) [
 			tb.Fatalf("receiver: %v", err)
 		}
 		var out []received
+		clear(types)
 		for _, e := range body.Events {
+			types[e.Type]++
 			if e.Type == "deposit.settled" {
 				out = append(out, e)
 			}
@@ -342,7 +346,6 @@ func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) [
 			break
 		}
 	}
-	var out []time.Duration
 	for _, e := range evs {
 		at, err := time.Parse(time.RFC3339Nano, e.CreatedAt)
 		if err != nil {
@@ -351,9 +354,9 @@ func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) [
 		if at.Before(from) || at.After(to) {
 			continue
 		}
-		out = append(out, e.ReceivedAt.Sub(at))
+		lat = append(lat, e.ReceivedAt.Sub(at))
 	}
-	return out
+	return lat, types
 }
 
 // pgBackends returns the CPU time so far of each server process connected
@@ -476,6 +479,7 @@ func (r report) print(logf func(string, ...any)) {
 	logf("  withdrawals created, by status: %v", h.withdrawals)
 	logf("  deposits paid at the simulator: %d (%d payments failed %s); deposit.settled events emitted during the hold and received: %d",
 		h.paid, h.payFailed, h.payErr, len(h.events))
+	logf("  events the receiver has from the whole run, by type: %v", h.received)
 	logf("  event latency, settlement commit to the receiver's 2xx: p50 %.1f ms, p99 %.1f ms", ms(h.eventP50), ms(h.eventP99))
 	logf("  CPU (cores, of 2) and largest RSS during the hold; all cores %.0f%% busy:", 100*h.machineBusy)
 	var apiRSS int64
