@@ -73,6 +73,7 @@ func BenchmarkHTTP(b *testing.B) {
 		hold: 30 * time.Second, payRate: 25})
 	// Straight to the output: a benchmark's own log keeps ten lines.
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
 	c := startCluster(b)
 	t0 := time.Now()
 	c.fund(s.users, 10_000_000_000)
@@ -103,6 +104,7 @@ func BenchmarkHTTP(b *testing.B) {
 	h := holdMix(b, c, g, rate, s)
 	r := report{targets: true, tpcb: tpcb, best: best, steps: all, hold: h, searchRSS: peaks}
 	r.print(logf)
+	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
 	if m := best[""]; m != nil {
 		b.ReportMetric(float64(m.rate), "mix_req/s")
 	}
@@ -383,6 +385,17 @@ func pgBackends(tb testing.TB, u string) map[int]time.Duration {
 		}
 	}
 	return out
+}
+
+// loadAverage is the first three fields of /proc/loadavg: how much else
+// the machine is running shows there.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // machineCPU reads the busy and total jiffies of all cores from /proc/stat.
