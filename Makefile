@@ -24,6 +24,10 @@ test: ## Run the whole suite with -race against a real PostgreSQL
 bench: ## Run the benchmarks (results: docs/performance.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" scripts/bench.sh
 
+.PHONY: bench-http
+bench-http: ## Load benchmark of the real binaries over HTTP, with pgbench as the reference (docs/performance.md)
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" BENCH_PACKAGES=./cmd/svc/httpbench/ PGBENCH_CLIENTS=32 PGBENCH_SECONDS=10 scripts/bench.sh
+
 CHAOS_DURATION ?= 30m
 CHAOS_FAULT_PAUSE ?= 3s
 

@@ -13,10 +13,16 @@
 #                          runs for its own duration anyway)
 #   LEDGER_BENCH_DURATION  how long each ledger case runs (default 10s)
 #   PGBENCH_SECONDS        how long each standalone pgbench run lasts (default 20)
+#   PGBENCH_CLIENTS        client counts of the standalone pgbench runs
+#                          (default "1 8 32")
 #   PGBENCH_SCALE          pgbench scale factor (default 32, one branch per
 #                          client at the highest count, so TPC-B's branch
 #                          rows are not an artificial hot spot)
-#   BENCH_PACKAGES         packages to benchmark (default ./...)
+#   BENCH_PACKAGES         packages to benchmark (default ./...; make
+#                          bench-http: ./cmd/svc/httpbench/, the HTTP load
+#                          benchmark of the real binaries, which prints its
+#                          own targets; HTTPBENCH_* settings in
+#                          docs/performance.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (make bench finds or starts a server)}"
@@ -32,7 +38,7 @@ pgtool() { # name: print the path of a PostgreSQL client program
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-clients="1 8 32"
+clients="${PGBENCH_CLIENTS:-1 8 32}"
 cores=$(nproc 2>/dev/null || echo 2)
 
 # 1. The reference: pgbench TPC-B in its own database on the same server.

@@ -1,0 +1,361 @@
+package httpbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"svc/modules/ledger"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+)
+
+const (
+	processorSecret = "bench-processor-secret"
+	platformSecret  = "bench-platform-secret"
+)
+
+// cluster is what a run starts: a database, the simulator, the api and the
+// worker, each svc process on its own.
+type cluster struct {
+	t         testing.TB
+	dir, bin  string
+	dbURL     string // the runtime role's
+	env       []string
+	sim       *proc
+	simURL    string
+	api       *proc
+	apiURL    string
+	worker    *proc
+	apiPprof  string // the metrics listeners (/debug/pprof)
+	workPprof string
+	key       string // readwrite
+}
+
+// moduleRoot is the checkout this file is in.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startCluster builds svc and starts the simulator, the api and the worker
+// on a fresh database. The api and the worker get a metrics listener each
+// (pprof on it).
+func startCluster(t testing.TB) *cluster {
+	dir := t.TempDir()
+	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
+	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
+	build.Dir = moduleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build svc: %v\n%s", err, out)
+	}
+	c.dbURL = dbtest.NewURL(t)
+
+	simPort, apiPort := freePort(t), freePort(t)
+	c.simURL = fmt.Sprintf("http://127.0.0.1:%d", simPort)
+	c.apiURL = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	simArgs := []string{"simulator", "--addr", fmt.Sprintf("127.0.0.1:%d", simPort), "--platform-secret", platformSecret}
+	// BTCPAY_URL, its key and store, TRONGRID_URL, TRON_HOT_WALLET and
+	// USDT_POOL_ADDRESSES, as the simulator prints them.
+	simEnv := c.run(append(simArgs, "--print-env")...)
+	c.env = append(os.Environ(), "DATABASE_URL="+c.dbURL, "MIGRATE_DATABASE_URL="+dbtest.OwnerURL(c.dbURL),
+		"SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=warn", "BITCOIN_NETWORK=regtest",
+		"HTTP_LISTEN_HOST=127.0.0.1", "PROCESSOR_WEBHOOK_SECRET="+processorSecret)
+	for _, line := range strings.Split(simEnv, "\n") {
+		kv, ok := strings.CutPrefix(strings.TrimSpace(line), "export ")
+		if !ok {
+			continue
+		}
+		name, val, _ := strings.Cut(kv, "=")
+		c.env = append(c.env, name+"="+strings.Trim(val, "'"))
+	}
+
+	c.sim = &proc{name: "simulator", bin: c.bin, env: c.env, log: filepath.Join(dir, "simulator.log"),
+		// Every approved payout completes at once, as a payout processor's
+		// eventually do: otherwise the worker's payout tracking reads every
+		// open payout at each poll, a set that only grows during the run.
+		args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
+			"--auto-complete-payouts"),
+		ready: c.simURL + "/_sim/"}
+	apiMetrics, workerMetrics := freePort(t), freePort(t)
+	c.apiPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", apiMetrics)
+	c.workPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", workerMetrics)
+	c.env = append(c.env, "PLATFORM_WEBHOOK_URL="+c.simURL+"/platform/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret)
+	c.api = &proc{name: "api", bin: c.bin, args: []string{"api"}, log: filepath.Join(dir, "api.log"), ready: c.apiURL + "/healthz",
+		env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics))}
+	c.worker = &proc{name: "worker", bin: c.bin, args: []string{"worker"}, log: filepath.Join(dir, "worker.log"),
+		env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
+		ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
+
+	c.key = lastLine(c.run("admin", "keys", "mint", "--scope", "readwrite", "--label", "load benchmark", "--as", "bench"))
+	// Every withdrawal of the load is auto-approved (the busiest path), and
+	// the rolling 24-hour cap never sends one to an operator.
+	c.run("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "100000000000", "--withdrawal-daily-cap", "1000000000000000", "--as", "bench")
+	for _, p := range []*proc{c.sim, c.api, c.worker} {
+		if err := p.start(); err != nil {
+			t.Fatalf("start %s: %v", p.name, err)
+		}
+		t.Cleanup(p.stop)
+		if err := p.waitReady(30 * time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", p.name, err, tail(p.log))
+		}
+	}
+	return c
+}
+
+// run runs a one-shot svc command and returns its output.
+func (c *cluster) run(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = c.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("svc %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// fund credits amount BTC units (a multiple of one BTC) to users bench-0
+// ... bench-(users-1) through the ledger package (one deposit entry each,
+// as a settled deposit posts it), eight at a time, after putting as much in
+// the processor's wallet, then vacuums and analyzes the database.
+func (c *cluster) fund(users int, amount int64) {
+	c.t.Helper()
+	// The processor's wallet holds, first, what the ledger will say is in
+	// custody, and some more: otherwise a reconciliation (the worker runs
+	// one when it starts) finds BTC insolvent and halts withdrawals, which
+	// then all wait for an operator.
+	btc := int64(users)*amount/100_000_000 + 1000
+	resp, err := http.Post(c.simURL+"/_sim/wallet", "application/json", strings.NewReader(fmt.Sprintf(`{"confirmed":"%d"}`, btc)))
+	if err != nil {
+		c.t.Fatalf("simulator wallet: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("simulator wallet: %s", resp.Status)
+	}
+	ctx := context.Background()
+	d, err := db.Open(ctx, c.dbURL, 8)
+	if err != nil {
+		c.t.Fatalf("open: %v", err)
+	}
+	defer d.Close()
+	var (
+		wg    sync.WaitGroup
+		work  = make(chan int)
+		mu    sync.Mutex
+		first error
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", userID(i), amount, fmt.Sprint("bench-funding-", i), "load benchmark"); err != nil {
+					mu.Lock()
+					first = errors.Join(first, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range users {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		c.t.Fatalf("fund: %v", first)
+	}
+	dbtest.VacuumAnalyze(c.t, c.dbURL)
+}
+
+func userID(i int) string { return fmt.Sprint("bench-", i) }
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// tail is the end of a log file, for a failure message.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// proc is one process of the cluster.
+type proc struct {
+	name, bin, log, ready string
+	args, env             []string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	// The benchmark dying takes its processes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// restart stops the process and starts it again.
+func (p *proc) restart(t testing.TB) {
+	t.Helper()
+	p.stop()
+	if err := p.start(); err != nil {
+		t.Fatalf("start %s: %v", p.name, err)
+	}
+	if err := p.waitReady(30 * time.Second); err != nil {
+		t.Fatalf("%s: %v\n%s", p.name, err, tail(p.log))
+	}
+}
+
+// peakRSS samples the resident memory of procs every second until stop is
+// called, and returns the largest seen of each.
+func peakRSS(procs ...*proc) (stop func() []int64) {
+	peaks := make([]int64, len(procs))
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			for i, p := range procs {
+				if st, err := readProc(p.pid()); err == nil {
+					peaks[i] = max(peaks[i], st.rssBytes)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []int64 { close(done); <-finished; return peaks }
+}
+
+// stop asks the process to shut down and kills it after 20 s.
+func (p *proc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) waitReady(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if r, err := http.Get(p.ready); err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return errors.New("exited")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("not ready in time")
+}
+
+// procStat is a process's CPU time so far and its resident memory now.
+type procStat struct {
+	cpu      time.Duration
+	rssBytes int64
+}
+
+// readProc reads /proc/PID/stat (utime and stime, in clock ticks of
+// 1/100 s) and /proc/PID/status (VmRSS).
+func readProc(pid int) (procStat, error) {
+	var s procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// The command name, in parentheses, may hold spaces: count the fields
+	// after its closing parenthesis (the state is field 3, utime 14).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return s, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return s, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return s, err
+	}
+	s.cpu = time.Duration(ut+st) * 10 * time.Millisecond
+	st2, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	defer st2.Close()
+	sc := bufio.NewScanner(st2)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return s, err
+			}
+			s.rssBytes = kb * 1024
+		}
+	}
+	return s, sc.Err()
+}
