@@ -82,10 +82,10 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 	// A session lock, taken before the transaction: its snapshot is then
 	// taken after the previous run has committed (a transaction-level lock
 	// would come after the snapshot of its own first statement).
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", checkpointLockKey); err != nil {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtextextended(?, 0))", checkpointLockKey); err != nil {
 		return nil, fmt.Errorf("checkpoint: lock: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", checkpointLockKey) //nolint:errcheck // a broken connection releases it too
+	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended(?, 0))", checkpointLockKey) //nolint:errcheck // a broken connection releases it too
 
 	var out *Checkpoint
 	err = conn.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, func(ctx context.Context, tx bun.Tx) error {
