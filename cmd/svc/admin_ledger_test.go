@@ -43,7 +43,7 @@ func TestAdminLedgerCheckpointVerifyExport(t *testing.T) {
 	}
 	// Entries are sealed once the transactions older than theirs have
 	// ended, on the whole (shared) server: checkpoint until all are.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		out, err := run(t, "admin", "ledger", "checkpoint")
 		require.NoError(t, err, out)
@@ -53,7 +53,7 @@ func TestAdminLedgerCheckpointVerifyExport(t *testing.T) {
 		if unsealed == 0 {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "entries unsealed after 30s")
+		require.True(t, time.Now().Before(deadline), "entries unsealed after 2 minutes")
 		time.Sleep(20 * time.Millisecond)
 	}
 	out, err := run(t, "admin", "ledger", "checkpoint")

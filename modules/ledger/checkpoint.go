@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -85,7 +86,13 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(hashtextextended(?, 0))", checkpointLockKey); err != nil {
 		return nil, fmt.Errorf("checkpoint: lock: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended(?, 0))", checkpointLockKey) //nolint:errcheck // a broken connection releases it too
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtextextended(?, 0))", checkpointLockKey); err != nil {
+			// The connection must not go back to the pool still holding
+			// the lock: discard it (its session ends, and the lock with it).
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 
 	var out *Checkpoint
 	err = conn.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, func(ctx context.Context, tx bun.Tx) error {

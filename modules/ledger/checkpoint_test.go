@@ -36,7 +36,7 @@ func checkpointer(d *bun.DB, key ed25519.PrivateKey) *ledger.Checkpointer {
 // is sealed once every transaction older than its own has ended.
 func sealAll(t testing.TB, c *ledger.Checkpointer) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		_, err := c.Checkpoint(context.Background())
 		require.NoError(t, err)
@@ -44,7 +44,7 @@ func sealAll(t testing.TB, c *ledger.Checkpointer) {
   WHERE NOT EXISTS (SELECT 1 FROM ledger_checkpoint_leaves l WHERE l.entry_id = e.id)`) == 0 {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "entries still unsealed after 30s")
+		require.True(t, time.Now().Before(deadline), "entries still unsealed after 2 minutes")
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -52,7 +52,7 @@ func TestWorkerCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, "deposit:test:payment:ckpt", "test")
 	require.NoError(t, err)
-	apptest.Eventually(t, 60*time.Second, func() bool {
+	apptest.Eventually(t, 2*time.Minute, func() bool {
 		var n int
 		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves WHERE entry_id = $1`, p.ID).Scan(&n))
 		return n == 1
