@@ -40,8 +40,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 	// In batches of one entry per user: an account's running balances
 	// then never depend on the order of one statement's rows.
 	for left, i := n, 0; left > 0; i++ {
-		k := min(left, 25_000)
-		bulkDeposits(b, d, "BTC", "ck-", 25_000, k, int64(1_000+i))
+		k := min(left, 10_000)
+		bulkDeposits(b, d, "BTC", "ck-", 10_000, k, int64(1_000+i))
 		left -= k
 	}
 	b.Logf("built %d entries in %s", n, time.Since(built).Round(time.Second))
