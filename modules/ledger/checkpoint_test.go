@@ -150,6 +150,16 @@ func TestCheckpointChainAcrossRestartsAndWorkers(t *testing.T) {
 	require.Greater(t, len(after), len(before))
 	require.Equal(t, before, after[:len(before)], "earlier checkpoints never change")
 
+	// --from N checks N onwards only, chained to N-1's stored hash.
+	r, err := ledger.VerifyCheckpoints(ctx, p.Bun, int64(len(before)+1), nil)
+	require.NoError(t, err)
+	require.True(t, r.OK, "%v", r.Mismatch)
+	require.Equal(t, len(after)-len(before), r.Checkpoints)
+	r, err = ledger.VerifyCheckpoints(ctx, p.Bun, int64(len(after)+1), nil)
+	require.NoError(t, err)
+	require.True(t, r.OK)
+	require.Zero(t, r.Checkpoints)
+
 	// Nothing new: no checkpoint.
 	cp, err := checkpointer(p.Bun, nil).Checkpoint(ctx)
 	require.NoError(t, err)
