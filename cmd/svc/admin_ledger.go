@@ -1,8 +1,15 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,6 +76,231 @@ func adminLedgerCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(check)
+	c.AddCommand(check, adminCheckpointCmd(), adminVerifyCmd(), adminExportCmd())
 	return c
+}
+
+// adminCheckpointCmd is `svc admin ledger checkpoint`.
+func adminCheckpointCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "checkpoint",
+		Short: "Seal the ledger entries committed since the last checkpoint now (the worker does it every LEDGER_CHECKPOINT_INTERVAL)",
+		Long: "Seals the entries committed since the last checkpoint: a Merkle root over them, chained to the\n" +
+			"previous checkpoint's hash and signed when LEDGER_CHECKPOINT_SIGNING_KEY is set (docs/checkpoints.md).\n" +
+			"An entry is sealed once every transaction that started before its own has ended, so the newest\n" +
+			"entries may wait for the next checkpoint. A run beside the worker's waits for it; nothing to seal\n" +
+			"writes nothing.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			cp, err := a.Checkpointer.Checkpoint(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if jsonFlag(cmd) {
+				return printJSON(out, cp)
+			}
+			if cp == nil {
+				fmt.Fprintln(out, "nothing to seal: no entry committed since the last checkpoint is below the oldest running transaction")
+				return nil
+			}
+			printCheckpoint(out, *cp)
+			return nil
+		},
+	}
+}
+
+func printCheckpoint(out io.Writer, cp ledger.Checkpoint) {
+	signed := "unsigned"
+	if cp.Signature != nil {
+		signed = "signed"
+	}
+	fmt.Fprintf(out, "checkpoint %d: %d entries, transactions [%d, %d), %s\n  root %x\n  hash %x\n  prev %x\n",
+		cp.Seq, cp.EntryCount, cp.XidFrom, cp.XidTo, signed, []byte(cp.Root), []byte(cp.Hash), []byte(cp.PrevHash))
+}
+
+// adminVerifyCmd is `svc admin ledger verify`.
+func adminVerifyCmd() *cobra.Command {
+	var from int64
+	c := &cobra.Command{
+		Use:   "verify [--from N]",
+		Short: "Recompute every checkpoint from the ledger's rows; exit 1 naming the first entry or checkpoint that does not match",
+		Long: "Recomputes, on one snapshot, every checkpoint from N on (default 1): each sealed entry's leaf from its\n" +
+			"row and postings, the root of the sealed leaves, each checkpoint's hash, the chain of hashes and\n" +
+			"ranges, and the signatures when LEDGER_CHECKPOINT_SIGNING_KEY is set. It stops at the first\n" +
+			"mismatch and names the entry or the checkpoint. Exit status 0 means everything matches, 1 a\n" +
+			"mismatch (or an error). Entries not yet sealed are not looked at.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			var pub ed25519.PublicKey
+			if a.Checkpointer.Key != nil {
+				pub, _ = a.Checkpointer.Key.Public().(ed25519.PublicKey)
+			}
+			r, err := ledger.VerifyCheckpoints(cmd.Context(), a.DB.Bun, from, pub)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if jsonFlag(cmd) {
+				if err := printJSON(out, r); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(out, "checked %d checkpoints from %d, %d entries; signatures: %s\n", r.Checkpoints, r.From, r.Entries, r.Signatures)
+				if r.OK {
+					fmt.Fprintln(out, "checkpoints match the ledger")
+				} else {
+					fmt.Fprintf(out, "MISMATCH: %s\n", r.Mismatch)
+				}
+			}
+			if !r.OK {
+				return errCheckpointMismatch
+			}
+			return nil
+		},
+	}
+	c.Flags().Int64Var(&from, "from", 1, "the first checkpoint to verify (its predecessor's hash is trusted)")
+	return c
+}
+
+// errCheckpointMismatch makes svc exit non-zero after the report.
+var errCheckpointMismatch = errors.New("the ledger does not match its checkpoints")
+
+// adminExportCmd is `svc admin ledger export`.
+func adminExportCmd() *cobra.Command {
+	var seq int64
+	var file string
+	c := &cobra.Command{
+		Use:   "export --checkpoint N [--out FILE]",
+		Short: "Write a checkpoint's entries with their inclusion proofs, for svc ledger verify-export",
+		Long: "Writes checkpoint N with every entry it sealed, each with its leaf and its inclusion proof, as JSON\n" +
+			"(docs/checkpoints.md). Whoever has the file and the published root (or the public key) checks it\n" +
+			"offline with svc ledger verify-export, without a database.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := openApp(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			x, err := ledger.ExportCheckpoint(cmd.Context(), a.DB.Bun, seq)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if file != "" && file != "-" {
+				f, err := os.Create(file)
+				if err != nil {
+					return err
+				}
+				if err := json.NewEncoder(f).Encode(x); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "wrote checkpoint %d (%d entries) to %s\n", seq, len(x.Entries), file)
+				return nil
+			}
+			return json.NewEncoder(out).Encode(x)
+		},
+	}
+	c.Flags().Int64Var(&seq, "checkpoint", 0, "the checkpoint's number (seq)")
+	c.Flags().StringVar(&file, "out", "", "write to this file instead of standard output")
+	_ = c.MarkFlagRequired("checkpoint")
+	return c
+}
+
+// ledgerCmd is `svc ledger`: what needs no database and no configuration.
+func ledgerCmd() *cobra.Command {
+	c := &cobra.Command{Use: "ledger", Short: "Offline checks of ledger exports (no database)"}
+	var root, hash, key string
+	verify := &cobra.Command{
+		Use:   "verify-export FILE [--root HEX] [--hash HEX] [--public-key KEY]",
+		Short: "Check an export of svc admin ledger export offline; exit 1 when anything does not match",
+		Long: "Checks a checkpoint export with nothing but the file: the checkpoint's hash over its fields, every\n" +
+			"entry's leaf recomputed from its fields and its inclusion proof up to the root, their positions and\n" +
+			"order. With --root or --hash (as published) it also compares those, and with --public-key (the\n" +
+			"32-byte Ed25519 key of GET /v1/admin/ledger/checkpoints/key, hex or base64) the signature.\n" +
+			"Exit status 0 means the export is intact, 1 that it is not.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var chk ledger.ExportCheck
+			var err error
+			if root != "" {
+				if chk.Root, err = decodeHash(root); err != nil {
+					return fmt.Errorf("--root: %w", err)
+				}
+			}
+			if hash != "" {
+				if chk.Hash, err = decodeHash(hash); err != nil {
+					return fmt.Errorf("--hash: %w", err)
+				}
+			}
+			if key != "" {
+				b, err := decodeKey(key)
+				if err != nil {
+					return fmt.Errorf("--public-key: %w", err)
+				}
+				chk.PublicKey = b
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			x, err := ledger.VerifyExport(f, chk)
+			out := cmd.OutOrStdout()
+			if err != nil {
+				fmt.Fprintf(out, "NOT VERIFIED: %v\n", err)
+				return errExportInvalid
+			}
+			what := "root and hash consistent"
+			if chk.PublicKey != nil {
+				what += ", signature valid"
+			}
+			fmt.Fprintf(out, "checkpoint %d verified: %d entries, transactions [%d, %d), %s\n  root %x\n  hash %x\n",
+				x.Checkpoint.Seq, len(x.Entries), x.Checkpoint.XidFrom, x.Checkpoint.XidTo, what, []byte(x.Checkpoint.Root), []byte(x.Checkpoint.Hash))
+			return nil
+		},
+	}
+	verify.Flags().StringVar(&root, "root", "", "the published root (hex): the export's must be it")
+	verify.Flags().StringVar(&hash, "hash", "", "the published checkpoint hash (hex): the export's must be it")
+	verify.Flags().StringVar(&key, "public-key", "", "the Ed25519 public key (hex or base64): the checkpoint must carry its signature")
+	c.AddCommand(verify)
+	return c
+}
+
+var errExportInvalid = errors.New("the export does not verify")
+
+func decodeHash(s string) ([]byte, error) {
+	b, err := hex.DecodeString(strings.TrimSpace(s))
+	if err != nil || len(b) != 32 {
+		return nil, fmt.Errorf("must be 64 hex digits")
+	}
+	return b, nil
+}
+
+func decodeKey(s string) (ed25519.PublicKey, error) {
+	s = strings.TrimSpace(s)
+	if b, err := hex.DecodeString(s); err == nil && len(b) == ed25519.PublicKeySize {
+		return b, nil
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil && len(b) == ed25519.PublicKeySize {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("must be a 32-byte Ed25519 public key in hex or base64")
 }

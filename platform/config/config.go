@@ -9,6 +9,10 @@
 package config
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -34,6 +38,7 @@ type Config struct {
 	Payouts  Payouts  `mapstructure:"payouts"`
 	Metrics  Metrics  `mapstructure:"metrics"`
 	AdminUI  AdminUI  `mapstructure:"admin_ui"`
+	Ledger   Ledger   `mapstructure:"ledger"`
 }
 
 // HTTP configures the API listener.
@@ -132,6 +137,45 @@ type Metrics struct {
 // AdminUI configures svc admin ui, River's web UI for operators.
 type AdminUI struct {
 	Addr string `mapstructure:"addr" env:"ADMIN_UI_ADDR" default:"127.0.0.1:8092" doc:"host:port svc admin ui listens on (River's web UI: jobs and queues, for operators, behind an admin API key as the HTTP basic password); loopback by default. It serves plain HTTP: keep it on loopback or a private address, behind TLS across a network"`
+}
+
+// Ledger configures the ledger's tamper-evident checkpoints
+// (docs/checkpoints.md).
+type Ledger struct {
+	CheckpointInterval   time.Duration `mapstructure:"checkpoint_interval" env:"LEDGER_CHECKPOINT_INTERVAL" default:"10m" doc:"how often the worker seals the ledger entries committed since the last checkpoint (a Merkle root chained to the previous checkpoint; docs/checkpoints.md)"`
+	CheckpointSigningKey string        `mapstructure:"checkpoint_signing_key" env:"LEDGER_CHECKPOINT_SIGNING_KEY" default:"" secret:"true" doc:"Ed25519 key that signs each checkpoint's hash: the 32-byte seed or the 64-byte private key (seed then public key), in hex or standard base64; empty leaves checkpoints unsigned. The public key is served at GET /v1/admin/ledger/checkpoints/key"`
+}
+
+// CheckpointKey parses LEDGER_CHECKPOINT_SIGNING_KEY: nil when it is
+// empty. Hex is tried first (64 or 128 hex digits), then standard base64
+// with or without padding; the decoded key is a 32-byte seed or a 64-byte
+// private key whose second half must be the seed's public key.
+func (l Ledger) CheckpointKey() (ed25519.PrivateKey, error) {
+	s := strings.TrimSpace(l.CheckpointSigningKey)
+	if s == "" {
+		return nil, nil
+	}
+	var raw []byte
+	if b, err := hex.DecodeString(s); err == nil && (len(b) == ed25519.SeedSize || len(b) == ed25519.PrivateKeySize) {
+		raw = b
+	} else if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+		raw = b
+	} else if b, err := base64.RawStdEncoding.DecodeString(s); err == nil {
+		raw = b
+	} else {
+		return nil, fmt.Errorf("must be hex or standard base64")
+	}
+	switch len(raw) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(raw), nil
+	case ed25519.PrivateKeySize:
+		k := ed25519.NewKeyFromSeed(raw[:ed25519.SeedSize])
+		if !bytes.Equal(k[ed25519.SeedSize:], raw[ed25519.SeedSize:]) {
+			return nil, fmt.Errorf("is a 64-byte key whose second half is not the public key of its first")
+		}
+		return k, nil
+	}
+	return nil, fmt.Errorf("must decode to 32 bytes (an Ed25519 seed) or 64 bytes (a private key), not %d", len(raw))
 }
 
 // Production reports whether the deployment runs with real money.
@@ -278,6 +322,12 @@ func (c Config) Validate() error {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			add("ADMIN_UI_ADDR", "must end with a port number from 0 to 65535")
 		}
+	}
+	if c.Ledger.CheckpointInterval < time.Second {
+		add("LEDGER_CHECKPOINT_INTERVAL", "must be at least 1s")
+	}
+	if _, err := c.Ledger.CheckpointKey(); err != nil {
+		add("LEDGER_CHECKPOINT_SIGNING_KEY", err.Error()) // never the key itself
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {
 		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
@@ -67,6 +70,9 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"PAYOUT_POLL_INTERVAL", "100ms", "PAYOUT_POLL_INTERVAL"},
 		{"METRICS_ADDR", "9090", "METRICS_ADDR"},
 		{"METRICS_ADDR", "127.0.0.1:metrics", "METRICS_ADDR"},
+		{"LEDGER_CHECKPOINT_INTERVAL", "10ms", "LEDGER_CHECKPOINT_INTERVAL"},
+		{"LEDGER_CHECKPOINT_SIGNING_KEY", "not a key", "LEDGER_CHECKPOINT_SIGNING_KEY"},
+		{"LEDGER_CHECKPOINT_SIGNING_KEY", "00112233", "LEDGER_CHECKPOINT_SIGNING_KEY"},
 	} {
 		t.Run(tc.env+"="+tc.value+"/"+tc.named, func(t *testing.T) {
 			baseEnv(t)
@@ -179,4 +185,30 @@ func TestProductionRefusesWeakSettings(t *testing.T) {
 		require.Error(t, err, tc.env)
 		require.Contains(t, err.Error(), tc.env)
 	}
+}
+
+// TestCheckpointKey: LEDGER_CHECKPOINT_SIGNING_KEY takes the 32-byte seed
+// or the 64-byte private key, in hex or base64, and the error never shows
+// the key.
+func TestCheckpointKey(t *testing.T) {
+	seed := make([]byte, ed25519.SeedSize)
+	for i := range seed {
+		seed[i] = byte(i * 7)
+	}
+	want := ed25519.NewKeyFromSeed(seed)
+	for _, s := range []string{
+		hex.EncodeToString(seed), hex.EncodeToString(want), base64.StdEncoding.EncodeToString(seed),
+		base64.RawStdEncoding.EncodeToString(seed), base64.StdEncoding.EncodeToString(want), " " + hex.EncodeToString(seed) + "\n",
+	} {
+		k, err := Ledger{CheckpointSigningKey: s}.CheckpointKey()
+		require.NoError(t, err, s)
+		require.Equal(t, want, k)
+	}
+	k, err := Ledger{}.CheckpointKey()
+	require.NoError(t, err)
+	require.Nil(t, k, "unset: unsigned")
+	bad := append(append([]byte{}, seed...), make([]byte, 32)...) // a private key with a wrong public half
+	_, err = Ledger{CheckpointSigningKey: hex.EncodeToString(bad)}.CheckpointKey()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), hex.EncodeToString(seed))
 }

@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/riverqueue/river"
 
 	"svc/modules/ledger"
 )
@@ -11,17 +14,32 @@ import (
 // areas call inside their own transactions; they need no wiring.
 type ledgerArea struct {
 	LedgerAPI *ledger.API
+	// Checkpointer seals the ledger (docs/checkpoints.md).
+	Checkpointer *ledger.Checkpointer
 }
 
 func (a *App) initLedger(context.Context) error {
 	a.LedgerAPI = &ledger.API{DB: a.DB.Bun}
+	key, err := a.Cfg.Ledger.CheckpointKey()
+	if err != nil {
+		return fmt.Errorf("LEDGER_CHECKPOINT_SIGNING_KEY: %w", err)
+	}
+	a.Checkpointer = &ledger.Checkpointer{DB: a.DB.Bun, Key: key, Now: a.Clock.Now, Log: a.Log}
 	return nil
 }
 
 // routesLedger registers GET /v1/users/{external_user_id}/balances and
-// /transactions.
-func (a *App) routesLedger(r Routers) { a.LedgerAPI.Routes(r.Platform) }
+// /transactions, and GET /v1/admin/ledger/checkpoints/key.
+func (a *App) routesLedger(r Routers) {
+	a.LedgerAPI.Routes(r.Platform)
+	a.Checkpointer.AdminRoutes(r.Admin)
+}
 
-// jobsLedger adds nothing: the ledger check runs inside the hourly
-// reconciliation (ledger.Check) and on demand (svc admin ledger check).
-func (a *App) jobsLedger(*Jobs) error { return nil }
+// jobsLedger adds the checkpoint, every LEDGER_CHECKPOINT_INTERVAL. The
+// ledger check runs inside the hourly reconciliation (ledger.Check) and on
+// demand (svc admin ledger check).
+func (a *App) jobsLedger(j *Jobs) error {
+	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Checkpointer: a.Checkpointer})
+	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.CheckpointArgs{})
+	return nil
+}

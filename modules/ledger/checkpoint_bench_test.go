@@ -1,0 +1,127 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/ledger"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+)
+
+// BenchmarkCheckpoint times one checkpoint over a ledger of
+// CHECKPOINT_BENCH_ENTRIES deposit entries (default 100,000; the issue's
+// scale is 1,000,000), written in bulk beforehand: reading the range,
+// encoding and hashing every entry with its postings, the Merkle root, and
+// storing the checkpoint and its leaves. Then it times verify over the
+// same checkpoint.
+func BenchmarkCheckpoint(b *testing.B) {
+	n := 100_000
+	if s := os.Getenv("CHECKPOINT_BENCH_ENTRIES"); s != "" {
+		var err error
+		n, err = strconv.Atoi(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_ENTRIES")
+	}
+	u := dbtest.NewURL(b)
+	o, err := db.Open(context.Background(), dbtest.OwnerURL(u), 4)
+	require.NoError(b, err)
+	b.Cleanup(o.Close)
+	d := o.Bun
+	ctx := context.Background()
+	built := time.Now()
+	// In batches of one entry per user: an account's running balances
+	// then never depend on the order of one statement's rows.
+	for left, i := n, 0; left > 0; i++ {
+		k := min(left, 10_000)
+		bulkDeposits(b, d, "BTC", "ck-", 10_000, k, int64(1_000+i))
+		left -= k
+	}
+	b.Logf("built %d entries in %s", n, time.Since(built).Round(time.Second))
+	dbtest.VacuumAnalyze(b, u)
+	c := &ledger.Checkpointer{DB: d, Now: time.Now}
+	b.ResetTimer()
+	var sealed int64
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		cp, err := c.Checkpoint(ctx)
+		require.NoError(b, err)
+		if cp != nil {
+			sealed += cp.EntryCount
+		}
+		if sealed >= int64(n) {
+			break
+		}
+	}
+	took := time.Since(start)
+	b.StopTimer()
+	require.GreaterOrEqual(b, sealed, int64(n))
+	b.ReportMetric(took.Seconds(), "checkpoint_s")
+	b.ReportMetric(float64(sealed)/took.Seconds(), "entries/s")
+	vs := time.Now()
+	r, err := ledger.VerifyCheckpoints(ctx, d, 1, nil)
+	require.NoError(b, err)
+	require.True(b, r.OK)
+	b.ReportMetric(time.Since(vs).Seconds(), "verify_s")
+}
+
+// BenchmarkEntryIndexCost measures what the checkpoints cost the write
+// path: the index on ledger_entries (created_xact, id) of migration 0017
+// (the column itself exists since 0002). It runs the deposit_spread case
+// with 8 writers, alternately with the index and without it, three times
+// each, LEDGER_BENCH_DURATION (default 10s) per run, and reports both
+// rates and their ratio.
+func BenchmarkEntryIndexCost(b *testing.B) {
+	d := newDBAs(b, 20, dbtest.OwnerURL) // the owner may drop the index
+	ctx := context.Background()
+	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
+	sc := benchScenarios[0]
+	rates := map[bool][]float64{}
+	for round := range 6 {
+		with := round%2 == 0
+		if with {
+			_, err := d.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS ledger_entries_xact ON ledger_entries (created_xact, id)`)
+			require.NoError(b, err)
+		} else {
+			_, err := d.ExecContext(ctx, `DROP INDEX ledger_entries_xact`)
+			require.NoError(b, err)
+		}
+		_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_entries, ledger_postings, ledger_accounts")
+		require.NoError(b, err)
+		dur := benchDuration(b)
+		rngs := []*rand.Rand{}
+		for w := range 8 {
+			rngs = append(rngs, rand.New(rand.NewPCG(uint64(round), uint64(w))))
+		}
+		var entries int64
+		load := dbtest.RunClients(b, 8, dur, func(w int, _ int64) error {
+			n, err := sc.op(ctx, d, rngs[w], fmt.Sprintf("idx-%d-%d-%d", round, w, time.Now().UnixNano()))
+			if err == nil {
+				entriesAdd(&entries, int64(n))
+			}
+			return err
+		})
+		rates[with] = append(rates[with], float64(entriesLoad(&entries))/load.Elapsed.Seconds())
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	b.ReportMetric(mean(rates[true]), "with_index_entries/s")
+	b.ReportMetric(mean(rates[false]), "without_index_entries/s")
+	b.ReportMetric(100*mean(rates[true])/mean(rates[false]), "pct")
+	b.Logf("with index %v, without %v (entries/s)", rates[true], rates[false])
+}
+
+func entriesAdd(p *int64, n int64) { atomic.AddInt64(p, n) }
+func entriesLoad(p *int64) int64   { return atomic.LoadInt64(p) }

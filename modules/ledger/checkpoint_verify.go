@@ -1,0 +1,239 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/merkle"
+)
+
+// VerifyReport is what VerifyCheckpoints found.
+type VerifyReport struct {
+	OK          bool  `json:"ok"`
+	Checkpoints int   `json:"checkpoints"` // checked, from From on
+	Entries     int64 `json:"entries"`     // entries recomputed
+	From        int64 `json:"from"`
+	// Signatures says whether signatures were checked: "checked", "no
+	// public key" (none configured) or "unsigned" (none of the checked
+	// checkpoints is signed).
+	Signatures string `json:"signatures"`
+	// Mismatch is the first thing that does not match, in checkpoint and
+	// then position order; nil when OK.
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+}
+
+// Mismatch names the first checkpoint or entry that does not match.
+type Mismatch struct {
+	Checkpoint int64  `json:"checkpoint"`
+	EntryID    *int64 `json:"entry_id,omitempty"`
+	Position   *int   `json:"position,omitempty"`
+	Reason     string `json:"reason"`
+}
+
+func (m *Mismatch) String() string {
+	s := fmt.Sprintf("checkpoint %d", m.Checkpoint)
+	if m.EntryID != nil {
+		s += fmt.Sprintf(", entry %d", *m.EntryID)
+	}
+	if m.Position != nil {
+		s += fmt.Sprintf(" (position %d)", *m.Position)
+	}
+	return s + ": " + m.Reason
+}
+
+type sealedLeaf struct {
+	id   int64
+	leaf merkle.Hash
+}
+
+// VerifyCheckpoints recomputes every checkpoint from seq from on (1 when
+// from < 1) out of the ledger's rows, on one snapshot: each entry's leaf
+// against the leaf the checkpoint sealed, the root of the sealed leaves,
+// the checkpoint's hash over its fields, the chain of hashes and ranges,
+// and, with pub, each signature. It stops at the first mismatch. Entries
+// not yet sealed are not looked at.
+func VerifyCheckpoints(ctx context.Context, d *bun.DB, from int64, pub ed25519.PublicKey) (VerifyReport, error) {
+	r := VerifyReport{From: max(from, 1), Signatures: "no public key"}
+	err := d.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+		r = VerifyReport{From: max(from, 1), Signatures: "no public key"}
+		q := tx.Tx
+		cps, err := Checkpoints(ctx, tx, r.From-1)
+		if err != nil {
+			return err
+		}
+		var prev *Checkpoint
+		if len(cps) > 0 && cps[0].Seq == r.From-1 {
+			prev, cps = &cps[0], cps[1:]
+		}
+		signed := 0
+		for i := range cps {
+			cp := cps[i]
+			r.Checkpoints++
+			if m := checkChain(cp, prev); m != nil {
+				r.Mismatch = m
+				return nil
+			}
+			if pub != nil && cp.Signature != nil {
+				signed++
+				if !cp.VerifySignature(pub) {
+					r.Mismatch = &Mismatch{Checkpoint: cp.Seq, Reason: "its signature is not the configured key's signature of its hash"}
+					return nil
+				}
+			}
+			m, n, err := verifyEntries(ctx, q, cp)
+			if err != nil {
+				return err
+			}
+			r.Entries += n
+			if m != nil {
+				r.Mismatch = m
+				return nil
+			}
+			prev = &cps[i]
+		}
+		switch {
+		case pub != nil && signed > 0:
+			r.Signatures = "checked"
+		case pub != nil:
+			r.Signatures = "unsigned"
+		}
+		return nil
+	})
+	if err != nil {
+		return r, fmt.Errorf("verify checkpoints: %w", err)
+	}
+	r.OK = r.Mismatch == nil
+	return r, nil
+}
+
+// checkChain checks what a checkpoint says of itself and of its
+// predecessor.
+func checkChain(cp Checkpoint, prev *Checkpoint) *Mismatch {
+	bad := func(format string, args ...any) *Mismatch {
+		return &Mismatch{Checkpoint: cp.Seq, Reason: fmt.Sprintf(format, args...)}
+	}
+	h := cp.ComputeHash()
+	if !bytes.Equal(h[:], cp.Hash) {
+		return bad("its fields hash to %x, not to its stored hash %x: the checkpoint was edited", h, []byte(cp.Hash))
+	}
+	switch {
+	case prev == nil && cp.Seq == 1:
+		if !bytes.Equal(cp.PrevHash, make([]byte, merkle.Size)) || cp.XidFrom != 0 {
+			return bad("the first checkpoint must start at transaction 0 with a previous hash of zeros")
+		}
+	case prev == nil:
+		return bad("checkpoint %d, which it follows, is missing", cp.Seq-1)
+	case cp.Seq != prev.Seq+1:
+		return bad("it follows checkpoint %d: checkpoint %d is missing", prev.Seq, prev.Seq+1)
+	case !bytes.Equal(cp.PrevHash, prev.Hash):
+		return bad("its previous hash %x is not the hash %x of checkpoint %d: a checkpoint was edited or replaced", []byte(cp.PrevHash), []byte(prev.Hash), prev.Seq)
+	case cp.XidFrom != prev.XidTo:
+		return bad("its range starts at transaction %d, not where checkpoint %d ended (%d)", cp.XidFrom, prev.Seq, prev.XidTo)
+	}
+	return nil
+}
+
+// verifyEntries recomputes the leaves of cp's range and compares them with
+// the leaves it sealed.
+func verifyEntries(ctx context.Context, q db.Querier, cp Checkpoint) (*Mismatch, int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT entry_id, leaf FROM ledger_checkpoint_leaves WHERE seq = $1 ORDER BY position`, cp.Seq)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read checkpoint %d leaves: %w", cp.Seq, err)
+	}
+	var sealed []sealedLeaf
+	for rows.Next() {
+		var s sealedLeaf
+		var leaf []byte
+		if err := rows.Scan(&s.id, &leaf); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		copy(s.leaf[:], leaf)
+		sealed = append(sealed, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	var found []sealedLeaf
+	err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
+		found = append(found, sealedLeaf{id: e.ID, leaf: e.Leaf()})
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if m := compareLeaves(cp.Seq, sealed, found); m != nil {
+		return m, int64(len(found)), nil
+	}
+	// The entries match the sealed leaves; the sealed leaves must make the
+	// checkpoint's root, and be as many as it says.
+	leaves := make([]merkle.Hash, len(sealed))
+	for i, s := range sealed {
+		leaves[i] = s.leaf
+	}
+	if root := merkle.Root(leaves); !bytes.Equal(root[:], cp.Root) || int64(len(sealed)) != cp.EntryCount {
+		return &Mismatch{Checkpoint: cp.Seq, Reason: fmt.Sprintf("its %d sealed leaves hash to root %x, but it says %d entries with root %x: its leaf records were edited",
+			len(sealed), root, cp.EntryCount, []byte(cp.Root))}, int64(len(found)), nil
+	}
+	return nil, int64(len(found)), nil
+}
+
+// compareLeaves finds the first position at which the entries found in a
+// range differ from what was sealed, and names the entry to blame there:
+// one that was sealed and is gone, one that is new in the range, or one
+// whose leaf changed (its fields, its postings, or its place).
+func compareLeaves(seq int64, sealed, found []sealedLeaf) *Mismatch {
+	first := -1
+	for i := 0; i < max(len(sealed), len(found)); i++ {
+		if i >= len(sealed) || i >= len(found) || sealed[i] != found[i] {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	sealedAt := make(map[int64]int, len(sealed))
+	for i, s := range sealed {
+		sealedAt[s.id] = i
+	}
+	foundAt := make(map[int64]int, len(found))
+	for i, f := range found {
+		foundAt[f.id] = i
+	}
+	at := func(id int64, pos int, reason string, args ...any) *Mismatch {
+		return &Mismatch{Checkpoint: seq, EntryID: &id, Position: &pos, Reason: fmt.Sprintf(reason, args...)}
+	}
+	for i := first; i < max(len(sealed), len(found)); i++ {
+		if i < len(sealed) {
+			s := sealed[i]
+			j, ok := foundAt[s.id]
+			if !ok {
+				return at(s.id, i, "sealed at this position, it is no longer in the checkpoint's range: deleted, or its transaction id was changed")
+			}
+			if found[j].leaf != s.leaf {
+				return at(s.id, i, "its recomputed leaf %x is not the sealed leaf %x: its fields, postings or place in the order were changed", found[j].leaf, s.leaf)
+			}
+		}
+		if i < len(found) {
+			f := found[i]
+			j, ok := sealedAt[f.id]
+			if !ok {
+				return at(f.id, i, "it is in the checkpoint's range but was not sealed by it: inserted afterwards, or moved into the range")
+			}
+			if sealed[j].leaf != f.leaf {
+				return at(f.id, j, "its recomputed leaf %x is not the sealed leaf %x: its fields, postings or place in the order were changed", f.leaf, sealed[j].leaf)
+			}
+		}
+	}
+	// Same entries, same leaves, another order: cannot happen while the
+	// order's keys are in the leaves, but say so rather than nothing.
+	return at(found[first].id, first, "the entries are in another order than sealed")
+}
