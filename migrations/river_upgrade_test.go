@@ -100,7 +100,9 @@ func TestUpgradeFromRiverV041(t *testing.T) {
 
 	pending, err := db.Pending(ctx, d, migrations.Set)
 	require.NoError(t, err)
-	require.Equal(t, []string{"0016"}, pending, "the api and the worker refuse the database until it is migrated")
+	// 0016 first; the migrations after it are pending too.
+	require.NotEmpty(t, pending)
+	require.Equal(t, "0016", pending[0], "the api and the worker refuse the database until it is migrated")
 
 	require.NoError(t, db.Migrate(ctx, d, migrations.Set, log))
 	require.NoError(t, db.RequireMigrated(ctx, d, migrations.Set))
