@@ -24,7 +24,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newAPICmd(), newWorkerCmd(), newMigrateCmd(), newAdminCmd(), newVersionCmd(), newSimulatorCmd())
+	root.AddCommand(newAPICmd(), newWorkerCmd(), newMigrateCmd(), newAdminCmd(), ledgerCmd(), newVersionCmd(), newSimulatorCmd())
 	return root
 }
 
