@@ -241,3 +241,39 @@ func TestParseProofIsStrict(t *testing.T) {
 	_, err = sumtree.ParseHash(strings.Repeat("AB", 32), "x")
 	require.Error(t, err)
 }
+
+// TestKnownAnswer pins the worked example of docs/provable-custody.md: a
+// change to the encoding fails here before any published proof stops
+// verifying.
+func TestKnownAnswer(t *testing.T) {
+	t.Parallel()
+	fill := func(b byte) (s [sumtree.SaltSize]byte) {
+		for i := range s {
+			s[i] = b
+		}
+		return s
+	}
+	users := []user{{id: "alice", salt: fill(1), balance: 1000}, {id: "bob", salt: fill(2), balance: 2500}, {id: "carol", salt: fill(3), balance: 0}}
+	ids := make([]sumtree.Hash, len(users))
+	for i, u := range users {
+		h, err := sumtree.IDHash(u.salt, "BTC", u.id)
+		require.NoError(t, err)
+		ids[i] = h
+	}
+	require.Equal(t, "24495d245393008e016f5b97479abf35579bff4f039408e5c46dc022f31c0af0", sumtree.HexOf(ids[0]))
+	sumtree.SortLeaves(ids, users)
+	require.Equal(t, []string{"alice", "carol", "bob"}, []string{users[0].id, users[1].id, users[2].id})
+	leaves := make([]sumtree.Node, len(users))
+	for i, u := range users {
+		l, err := sumtree.Leaf(ids[i], u.balance)
+		require.NoError(t, err)
+		leaves[i] = l
+	}
+	require.Equal(t, "90d1b0e6d4bbdc54768818cdc50424762729f3061095751d18e81d1f06ab6477", sumtree.HexOf(leaves[0].Hash))
+	tree, err := sumtree.Build(leaves)
+	require.NoError(t, err)
+	require.Equal(t, "d361046b0690dfa0dad08d3cdc62d200f8250d3866965dfaa620b72bcdf395cc", sumtree.HexOf(tree.Levels[1][0].Hash))
+	require.Equal(t, leaves[2], tree.Levels[1][1], "the odd last node is carried up")
+	require.Equal(t, "ff9f1acb820ef20f1d4b733d7a21fe6a829f87411a293c419d86ecc3737810fc", sumtree.HexOf(tree.Root().Hash))
+	require.Equal(t, uint64(3500), tree.Root().Sum)
+}
