@@ -13,11 +13,13 @@
 // A snapshot reads every user account of every asset in one REPEATABLE
 // READ, read-only transaction: it sees one consistent state of the ledger
 // and blocks no writer. Each user (external_user_id) with an account in an
-// asset is one leaf with a fresh random 32-byte salt, so the published
-// tree reveals neither ids nor balances, and a salt never serves twice.
-// The trees are built outside any transaction, then every asset's header
-// (liabilities_snapshots, append-only), leaves and nodes are written in one
-// transaction. Snapshots are taken on demand (svc admin liabilities
+// asset is one leaf with its own 32-byte salt, so the published tree
+// reveals neither ids nor balances. The salt is HMAC-SHA-256, keyed by a
+// random secret of the snapshot and asset (stored, never published), of
+// the asset and the user's id: new for every user, asset and snapshot, and
+// derived again when the user asks for a proof. The trees are built outside
+// any transaction, then every asset's header (liabilities_snapshots,
+// append-only), leaf id hashes and nodes are written in one transaction. Snapshots are taken on demand (svc admin liabilities
 // snapshot) and with each hourly reconciliation.
 //
 // The proof endpoint answers from the latest snapshot of the asset; the
@@ -25,12 +27,18 @@
 package liabilities
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,11 +60,36 @@ const (
 // longer its asset's latest are kept (its header is kept for ever).
 const ProofRetention = 24 * time.Hour
 
-// blockSize is the number of nodes in one liabilities_nodes row.
+// blockSize is the number of nodes in one liabilities_nodes row, and of
+// id hashes in one liabilities_leaves row.
 const blockSize = 1024
 
 // nodeSize is one stored node: hash and big-endian sum.
 const nodeSize = 40
+
+// Salt derives a user's salt from the snapshot's secret key:
+// HMAC-SHA-256(key, u8(len(asset)) || asset || external_user_id).
+func Salt(key [32]byte, asset, user string) [sumtree.SaltSize]byte {
+	return newSalter(key, asset).salt(user)
+}
+
+// salter derives the salts of one asset's users; one per goroutine.
+type salter struct {
+	mac    hash.Hash
+	prefix []byte
+}
+
+func newSalter(key [32]byte, asset string) *salter {
+	return &salter{mac: hmac.New(sha256.New, key[:]), prefix: append([]byte{byte(len(asset))}, asset...)}
+}
+
+func (s *salter) salt(user string) (salt [sumtree.SaltSize]byte) {
+	s.mac.Reset()
+	s.mac.Write(s.prefix)
+	s.mac.Write([]byte(user))
+	s.mac.Sum(salt[:0])
+	return salt
+}
 
 // Service takes snapshots and answers proofs.
 type Service struct {
@@ -87,8 +120,9 @@ type Published struct {
 type tree struct {
 	asset    string
 	users    []string
-	salts    [][sumtree.SaltSize]byte
 	balances []int64
+	key      [32]byte
+	ids      []sumtree.Hash // in leaf order
 	tree     *sumtree.Tree
 }
 
@@ -120,7 +154,7 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 		trees   []*tree
 	)
 	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// The first statement takes the transaction's snapshot.
+		// The first query takes the transaction's snapshot.
 		rows, err := tx.Query(ctx, `SELECT asset, statement_timestamp() FROM assets ORDER BY asset`)
 		if err != nil {
 			return err
@@ -135,28 +169,49 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 		}); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT asset, owner, sum(balance)::bigint FROM ledger_accounts
- WHERE kind IN ('user_available', 'user_hold') GROUP BY asset, owner`)
+		// Every user account as it is, summed here: PostgreSQL grouping a
+		// million owners costs more than sending the two million rows
+		// (docs/performance.md). The owner is copied once per user.
+		rows, err = tx.Query(ctx, `SELECT asset, owner, balance FROM ledger_accounts WHERE kind IN ('user_available', 'user_hold')`)
 		if err != nil {
 			return err
 		}
-		var (
-			owner   string
-			balance int64
-		)
-		_, err = pgx.ForEachRow(rows, []any{&code, &owner, &balance}, func() error {
-			t := byAsset[code]
+		defer rows.Close()
+		index := map[string]map[string]int{}
+		for _, t := range trees {
+			index[t.asset] = map[string]int{}
+		}
+		for rows.Next() {
+			raw := rows.RawValues()
+			binaryBalance := rows.FieldDescriptions()[2].Format == pgx.BinaryFormatCode
+			t := byAsset[string(raw[0])]
 			if t == nil {
-				return fmt.Errorf("an account of asset %q, which the assets table does not have", code)
+				return fmt.Errorf("an account of asset %q, which the assets table does not have", raw[0])
+			}
+			var balance int64
+			if binaryBalance && len(raw[2]) == 8 {
+				balance = int64(binary.BigEndian.Uint64(raw[2]))
+			} else if balance, err = strconv.ParseInt(string(raw[2]), 10, 64); err != nil {
+				return fmt.Errorf("a balance of %q: %w", raw[2], err)
 			}
 			if balance < 0 {
-				return fmt.Errorf("%s: the balance of %q is negative (%d): the ledger refuses that; run svc admin ledger check", code, owner, balance)
+				return fmt.Errorf("%s: the balance of %q is negative (%d): the ledger refuses that; run svc admin ledger check", t.asset, raw[1], balance)
 			}
-			t.users = append(t.users, owner)
-			t.balances = append(t.balances, balance)
-			return nil
-		})
-		return err
+			users := index[t.asset]
+			i, seen := users[string(raw[1])]
+			if !seen {
+				owner := string(raw[1])
+				i = len(t.users)
+				users[owner] = i
+				t.users = append(t.users, owner)
+				t.balances = append(t.balances, 0)
+			}
+			if t.balances[i] > sumtree.MaxSum-balance {
+				return fmt.Errorf("%s: the balance of %q overflows", t.asset, raw[1])
+			}
+			t.balances[i] += balance
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return time.Time{}, nil, fmt.Errorf("liabilities: read the ledger: %w", err)
@@ -168,36 +223,33 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 func buildAll(trees []*tree) error {
 	for _, t := range trees {
 		n := len(t.users)
-		t.salts = make([][sumtree.SaltSize]byte, n)
-		buf := make([]byte, n*sumtree.SaltSize)
-		if _, err := rand.Read(buf); err != nil {
-			return fmt.Errorf("liabilities: salts: %w", err)
-		}
-		for i := range t.salts {
-			copy(t.salts[i][:], buf[i*sumtree.SaltSize:])
+		if _, err := rand.Read(t.key[:]); err != nil {
+			return fmt.Errorf("liabilities: salt key: %w", err)
 		}
 		ids := make([]sumtree.Hash, n)
-		if err := parallel(n, func(i int) error {
-			h, err := sumtree.IDHash(t.salts[i], t.asset, t.users[i])
-			ids[i] = h
-			return err
+		if err := parallelRange(n, func(lo, hi int) error {
+			salts := newSalter(t.key, t.asset)
+			for i := lo; i < hi; i++ {
+				h, err := sumtree.IDHash(salts.salt(t.users[i]), t.asset, t.users[i])
+				if err != nil {
+					return err
+				}
+				ids[i] = h
+			}
+			return nil
 		}); err != nil {
 			return fmt.Errorf("liabilities: %s: %w", t.asset, err)
 		}
-		type payload struct {
-			user    string
-			salt    [sumtree.SaltSize]byte
-			balance int64
+		sumtree.SortLeaves(ids, t.balances)
+		for i := 1; i < n; i++ {
+			if ids[i] == ids[i-1] {
+				return fmt.Errorf("liabilities: %s: two users with one id hash", t.asset)
+			}
 		}
-		p := make([]payload, n)
-		for i := range p {
-			p[i] = payload{t.users[i], t.salts[i], t.balances[i]}
-		}
-		sumtree.SortLeaves(ids, p)
+		t.ids, t.users = ids, nil
 		leaves := make([]sumtree.Node, n)
 		if err := parallel(n, func(i int) error {
-			t.users[i], t.salts[i], t.balances[i] = p[i].user, p[i].salt, p[i].balance
-			l, err := sumtree.Leaf(ids[i], uint64(p[i].balance))
+			l, err := sumtree.Leaf(ids[i], uint64(t.balances[i]))
 			leaves[i] = l
 			return err
 		}); err != nil {
@@ -214,6 +266,18 @@ func buildAll(trees []*tree) error {
 
 // parallel runs fn for 0..n-1 on every CPU.
 func parallel(n int, fn func(i int) error) error {
+	return parallelRange(n, func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			if err := fn(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// parallelRange splits 0..n-1 into one range per CPU and runs fn on each.
+func parallelRange(n int, fn func(lo, hi int) error) error {
 	workers := min(runtime.GOMAXPROCS(0), max(1, n/4096))
 	var (
 		wg    sync.WaitGroup
@@ -226,15 +290,12 @@ func parallel(n int, fn func(i int) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
+			if err := fn(lo, hi); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
 				}
+				mu.Unlock()
 			}
 		}()
 	}
@@ -253,25 +314,31 @@ func (s *Service) store(ctx context.Context, takenAt time.Time, trigger, request
 		out = out[:0]
 		for _, t := range trees {
 			root := t.tree.Root()
-			p := Published{Asset: t.asset, TakenAt: takenAt, Trigger: trigger, RequestedBy: by, Users: int64(len(t.users)),
+			p := Published{Asset: t.asset, TakenAt: takenAt, Trigger: trigger, RequestedBy: by, Users: int64(len(t.ids)),
 				Root: root.Hash, Total: int64(root.Sum)}
-			if err := tx.QueryRow(ctx, `INSERT INTO liabilities_snapshots (asset, taken_at, trigger, requested_by, users, root, total)
-VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, p.Asset, p.TakenAt, p.Trigger, p.RequestedBy, p.Users, root.Hash[:], p.Total).Scan(&p.ID); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO liabilities_snapshots (asset, taken_at, trigger, requested_by, users, salt_key, root, total)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`, p.Asset, p.TakenAt, p.Trigger, p.RequestedBy, p.Users, t.key[:], root.Hash[:], p.Total).Scan(&p.ID); err != nil {
 				return fmt.Errorf("%s: store the snapshot: %w", t.asset, err)
 			}
-			i := 0
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"liabilities_leaves"}, []string{"snapshot_id", "external_user_id", "position", "salt", "balance"},
+			block := 0
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"liabilities_leaves"}, []string{"snapshot_id", "block", "first_id", "id_hashes"},
 				pgx.CopyFromFunc(func() ([]any, error) {
-					if i == len(t.users) {
+					if block*blockSize >= len(t.ids) {
 						return nil, nil
 					}
-					row := []any{p.ID, t.users[i], int32(i), t.salts[i][:], t.balances[i]}
-					i++
+					ids := t.ids[block*blockSize : min(len(t.ids), (block+1)*blockSize)]
+					buf := make([]byte, 0, len(ids)*len(ids[0]))
+					for _, id := range ids {
+						buf = append(buf, id[:]...)
+					}
+					row := []any{p.ID, int32(block), ids[0][:], buf}
+					block++
 					return row, nil
 				})); err != nil {
 				return fmt.Errorf("%s: store the leaves: %w", t.asset, err)
 			}
-			level, block := 0, 0
+			level := 0
+			block = 0
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"liabilities_nodes"}, []string{"snapshot_id", "level", "block", "nodes"},
 				pgx.CopyFromFunc(func() ([]any, error) {
 					for level < len(t.tree.Levels) && block*blockSize >= len(t.tree.Levels[level]) {
@@ -337,12 +404,12 @@ func (s *Service) prune(ctx context.Context) error {
 
 const publishedColumns = `id, asset, taken_at, trigger, requested_by, users, root, total`
 
-func scanPublished(row pgx.Row) (Published, error) {
+func scanPublished(row pgx.Row, more ...any) (Published, error) {
 	var (
 		p    Published
 		root []byte
 	)
-	if err := row.Scan(&p.ID, &p.Asset, &p.TakenAt, &p.Trigger, &p.RequestedBy, &p.Users, &root, &p.Total); err != nil {
+	if err := row.Scan(append([]any{&p.ID, &p.Asset, &p.TakenAt, &p.Trigger, &p.RequestedBy, &p.Users, &root, &p.Total}, more...)...); err != nil {
 		return Published{}, err
 	}
 	if len(root) != len(p.Root) {
@@ -384,33 +451,64 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 		proof sumtree.Proof
 	)
 	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var (
+			key    [32]byte
+			keyRaw []byte
+		)
 		var err error
-		snap, err = scanPublished(tx.QueryRow(ctx, `SELECT `+publishedColumns+` FROM liabilities_snapshots WHERE asset = $1
- ORDER BY taken_at DESC, id DESC LIMIT 1`, code))
+		snap, err = scanPublished(tx.QueryRow(ctx, `SELECT `+publishedColumns+`, salt_key FROM liabilities_snapshots WHERE asset = $1
+ ORDER BY taken_at DESC, id DESC LIMIT 1`, code), &keyRaw)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoSnapshot(code)
 		}
 		if err != nil {
 			return err
 		}
+		copy(key[:], keyRaw)
+		salt := Salt(key, code, user)
+		id, err := sumtree.IDHash(salt, code, user)
+		if err != nil {
+			return err
+		}
+		// The block the id hash would be in, and its place there.
 		var (
-			position int32
-			salt     []byte
-			balance  int64
+			first int32
+			ids   []byte
 		)
-		err = tx.QueryRow(ctx, `SELECT position, salt, balance FROM liabilities_leaves WHERE snapshot_id = $1 AND external_user_id = $2`,
-			snap.ID, user).Scan(&position, &salt, &balance)
+		err = tx.QueryRow(ctx, `SELECT block, id_hashes FROM liabilities_leaves WHERE snapshot_id = $1 AND first_id <= $2
+ ORDER BY first_id DESC LIMIT 1`, snap.ID, id[:]).Scan(&first, &ids)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotInSnapshot
 		}
 		if err != nil {
 			return err
 		}
+		n := len(ids) / len(id)
+		k, found := 0, false
+		lo, hi := 0, n
+		for lo < hi {
+			mid := (lo + hi) / 2
+			switch c := bytes.Compare(ids[mid*len(id):(mid+1)*len(id)], id[:]); {
+			case c == 0:
+				k, found, lo = mid, true, hi
+			case c < 0:
+				lo = mid + 1
+			default:
+				hi = mid
+			}
+		}
+		if !found {
+			return ErrNotInSnapshot
+		}
+		position := int(first)*blockSize + k
 		counts := sumtree.Counts(int(snap.Users))
+		if position >= counts[0] {
+			return fmt.Errorf("snapshot %d: leaf %d of %d", snap.ID, position, counts[0])
+		}
 		// The blocks the path reads: the leaf's own, and each sibling's.
 		var levels []int16
 		var blocks []int32
-		i := int(position)
+		i := position
 		levels, blocks = append(levels, 0), append(blocks, int32(i/blockSize))
 		for l := 0; l+1 < len(counts); l++ {
 			if sib := i ^ 1; sib < counts[l] {
@@ -423,50 +521,37 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 		if err != nil {
 			return err
 		}
-		type key struct{ level, block int }
-		got := map[key][]byte{}
+		type blockKey struct{ level, block int }
+		got := map[blockKey][]byte{}
 		var (
 			level int16
 			block int32
 			nodes []byte
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&level, &block, &nodes}, func() error {
-			got[key{int(level), int(block)}] = append([]byte(nil), nodes...)
+			got[blockKey{int(level), int(block)}] = append([]byte(nil), nodes...)
 			return nil
 		}); err != nil {
 			return err
 		}
 		at := func(level, index int) (sumtree.Node, error) {
-			b, ok := got[key{level, index / blockSize}]
+			b, ok := got[blockKey{level, index / blockSize}]
 			if !ok {
 				return sumtree.Node{}, fmt.Errorf("level %d block %d is missing", level, index/blockSize)
 			}
 			return decodeNode(b, index%blockSize)
 		}
-		path, err := sumtree.PathOf(int(position), counts, at)
+		path, err := sumtree.PathOf(position, counts, at)
 		if err != nil {
 			return err
 		}
-		leaf, err := at(0, int(position))
+		leaf, err := at(0, position)
 		if err != nil {
 			return err
 		}
-		var sa [sumtree.SaltSize]byte
-		copy(sa[:], salt)
-		id, err := sumtree.IDHash(sa, code, user)
-		if err != nil {
-			return err
-		}
-		// The stored leaf node is re-derived from its row, so the proof
-		// shows the balance the row says, and Verify below ties both.
-		mine, err := sumtree.Leaf(id, uint64(balance))
-		if err != nil {
-			return err
-		}
-		if mine != leaf || len(salt) != sumtree.SaltSize {
-			return fmt.Errorf("snapshot %d: the stored leaf of position %d does not match its row", snap.ID, position)
-		}
-		proof = sumtree.NewProof(code, snap.ID, timefmt.Format(snap.TakenAt), user, sa, id, leaf, path,
+		// The leaf as stored, with the balance its sum says: Verify below
+		// checks that its hash commits to that balance and this user.
+		proof = sumtree.NewProof(code, snap.ID, timefmt.Format(snap.TakenAt), user, salt, id, leaf, path,
 			sumtree.Node{Hash: snap.Root, Sum: uint64(snap.Total)})
 		return nil
 	})

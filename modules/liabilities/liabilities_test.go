@@ -180,24 +180,45 @@ func TestStoredTreeChangedIsAnErrorNotAProof(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, e.Get(proofPath("u-1", asset.BTC)).Status)
 
-	_, err = e.App.DB.Pool.Exec(ctx, `UPDATE liabilities_leaves SET balance = 900 WHERE external_user_id = 'u-1'`)
-	require.NoError(t, err)
-	r := e.Get(proofPath("u-1", asset.BTC))
-	require.Equal(t, http.StatusInternalServerError, r.Status, "%s", r.Body)
-
-	// A node on the path changed (the level-1 node over the first two
-	// leaves, a sibling of the last two): the path no longer leads to the
-	// root.
-	_, err = e.App.DB.Pool.Exec(ctx, `UPDATE liabilities_nodes SET nodes = set_byte(nodes, 39, get_byte(nodes, 39) # 1) WHERE level = 1`)
-	require.NoError(t, err)
-	for _, user := range []string{"u-0", "u-2", "u-3"} {
-		var pos int
-		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT position FROM liabilities_leaves WHERE external_user_id = $1`, user).Scan(&pos))
-		want := http.StatusOK
-		if pos >= 2 {
-			want = http.StatusInternalServerError
+	// Each user's position, from the sides of their path.
+	position := map[string]int{}
+	for i := range 4 {
+		user := fmt.Sprintf("u-%d", i)
+		var p sumtree.Proof
+		e.Get(proofPath(user, asset.BTC)).JSON(t, &p)
+		require.Len(t, p.Path, 2)
+		position[user] = 0
+		for k, step := range p.Path {
+			if step.Side == "left" {
+				position[user] += 1 << k
+			}
 		}
-		require.Equal(t, want, e.Get(proofPath(user, asset.BTC)).Status, "%s at %d", user, pos)
+	}
+	statuses := func() map[int]int {
+		out := map[int]int{}
+		for user, pos := range position {
+			out[pos] = e.Get(proofPath(user, asset.BTC)).Status
+		}
+		return out
+	}
+	// The first leaf's balance changed: its own proof (its hash no longer
+	// commits to it) and its sibling's (the path no longer leads to the
+	// root) fail; the other two do not read it.
+	_, err = e.App.DB.Pool.Exec(ctx, `UPDATE liabilities_nodes SET nodes = set_byte(nodes, 39, get_byte(nodes, 39) # 1) WHERE level = 0`)
+	require.NoError(t, err)
+	require.Equal(t, map[int]int{0: 500, 1: 500, 2: 200, 3: 200}, statuses())
+	// The level-1 node over the first two leaves changed: a sibling on the
+	// last two's paths.
+	_, err = e.App.DB.Pool.Exec(ctx, `UPDATE liabilities_nodes SET nodes = set_byte(nodes, 0, get_byte(nodes, 0) # 1) WHERE level = 1`)
+	require.NoError(t, err)
+	require.Equal(t, map[int]int{0: 500, 1: 500, 2: 500, 3: 500}, statuses())
+	// A leaf's id hash changed: its user is no longer found.
+	_, err = e.App.DB.Pool.Exec(ctx, `UPDATE liabilities_leaves SET id_hashes = set_byte(id_hashes, 100, get_byte(id_hashes, 100) # 1)`)
+	require.NoError(t, err)
+	for user, pos := range position {
+		if pos == 3 {
+			require.Equal(t, http.StatusNotFound, e.Get(proofPath(user, asset.BTC)).Status)
+		}
 	}
 
 	// The published history is append-only: the runtime role may not
