@@ -222,9 +222,11 @@ func adminExportCmd() *cobra.Command {
 	return c
 }
 
-// ledgerCmd is `svc ledger`: what needs no database and no configuration.
-func ledgerCmd() *cobra.Command {
-	c := &cobra.Command{Use: "ledger", Short: "Offline checks of ledger exports (no database)"}
+func init() { ledgerSubcommands = append(ledgerSubcommands, ledgerVerifyExportCmd) }
+
+// ledgerVerifyExportCmd is `svc ledger verify-export`: it needs no
+// database and no configuration.
+func ledgerVerifyExportCmd() *cobra.Command {
 	var root, hash, key string
 	verify := &cobra.Command{
 		Use:   "verify-export FILE [--root HEX] [--hash HEX] [--public-key KEY]",
@@ -278,8 +280,7 @@ func ledgerCmd() *cobra.Command {
 	verify.Flags().StringVar(&root, "root", "", "the published root (hex): the export's must be it")
 	verify.Flags().StringVar(&hash, "hash", "", "the published checkpoint hash (hex): the export's must be it")
 	verify.Flags().StringVar(&key, "public-key", "", "the Ed25519 public key (hex or base64): the checkpoint must carry its signature")
-	c.AddCommand(verify)
-	return c
+	return verify
 }
 
 var errExportInvalid = errors.New("the export does not verify")

@@ -69,6 +69,14 @@ docs/reconciliation.md explains every field and what to do when it is red.`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			tw = table(out)
+			fmt.Fprintln(tw, "ASSET\tLIABILITIES TOTAL\tSNAPSHOT AT\tLIABILITIES ROOT")
+			for _, l := range rep.Custody {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Asset, orNull(l.LiabilitiesTotal), orNull(l.LiabilitiesSnapshotAt), orNull(l.LiabilitiesRoot))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 			for _, list := range []struct {
 				name  string
 				items []string

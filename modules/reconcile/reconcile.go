@@ -21,6 +21,14 @@
 //	difference         chain_balance - ledger_custody (negative is bad)
 //	insolvent          chain_balance < user_obligations - expected_shortfall
 //
+// and the asset's latest proof of liabilities (modules/liabilities): the
+// root of its Merkle sum tree, the total that root commits to (users'
+// available + held), the snapshot's time and id; null before the first
+// snapshot. The hourly run takes a new snapshot first, so its report shows
+// the tree of that hour. The tree's total is users' available + held at
+// its own snapshot of the ledger: when nothing was posted in between, it
+// equals user_obligations less the suspense account.
+//
 // The sources: BTC, the processor's on-chain wallet balance (confirmed and
 // unconfirmed: a payout leaves custody when it is broadcast, and deposits
 // not yet confirmed only make the chain look richer); BTC_LN, the local
@@ -62,6 +70,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/audit"
 	"svc/modules/ledger"
+	"svc/modules/liabilities"
 	"svc/platform/btcpay"
 	"svc/platform/chain"
 	"svc/platform/db"
@@ -119,9 +128,13 @@ type Service struct {
 	// expected shortfall too.
 	Leaving func(ctx context.Context, idb bun.IDB) (map[string]int64, error)
 	Alerts  Alerter
-	Now     func() time.Time
-	Log     *slog.Logger
-	Config  Config
+	// Liabilities takes the proof of liabilities with each hourly run and
+	// gives each line its latest root; nil leaves the liabilities fields
+	// null.
+	Liabilities *liabilities.Service
+	Now         func() time.Time
+	Log         *slog.Logger
+	Config      Config
 }
 
 // Triggers of a report.
@@ -163,6 +176,11 @@ type CustodyLine struct {
 	ExpectedShortfall string  `json:"expected_shortfall"`
 	Difference        *string `json:"difference"`
 	Insolvent         bool    `json:"insolvent"`
+	// The asset's latest proof of liabilities; null before the first.
+	LiabilitiesRoot       *string `json:"liabilities_root"`
+	LiabilitiesTotal      *string `json:"liabilities_total"`
+	LiabilitiesSnapshotAt *string `json:"liabilities_snapshot_at"`
+	LiabilitiesSnapshotID *int64  `json:"liabilities_snapshot_id"`
 }
 
 // Report is the reconciliation report (SPEC), with when it was made.
@@ -228,7 +246,13 @@ type balance struct {
 // or lift a halt on stale figures.
 func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 	started := s.now()
-	rep, err := s.Compute(ctx)
+	var snapErr error
+	if trigger == TriggerHourly && s.Liabilities != nil {
+		if _, snapErr = s.Liabilities.Snapshot(ctx, liabilities.TriggerHourly, ""); snapErr != nil {
+			s.log().ErrorContext(ctx, "reconciliation: the proof of liabilities failed", "error", snapErr)
+		}
+	}
+	rep, err := s.compute(ctx, snapErr)
 	if err != nil {
 		return Report{}, err
 	}
@@ -267,7 +291,11 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 // Compute makes the report: the balance sources first, in parallel and
 // outside any transaction, then the ledger check and its totals from one
 // snapshot and, at the same time, the deposits' credit check.
-func (s *Service) Compute(ctx context.Context) (Report, error) {
+func (s *Service) Compute(ctx context.Context) (Report, error) { return s.compute(ctx, nil) }
+
+// compute is Compute, with the error of the liabilities snapshot the run
+// took (an alert).
+func (s *Service) compute(ctx context.Context, snapErr error) (Report, error) {
 	assets, err := (&asset.Store{DB: s.DB}).All(ctx)
 	if err != nil {
 		return Report{}, err
@@ -321,6 +349,19 @@ func (s *Service) Compute(ctx context.Context) (Report, error) {
 	for _, f := range credits {
 		add("deposits: %s", f)
 	}
+	if snapErr != nil {
+		add("liabilities: the snapshot failed: %v", snapErr)
+	}
+	published := map[string]liabilities.Published{}
+	if s.Liabilities != nil {
+		latest, err := s.Liabilities.Latest(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		for _, p := range latest {
+			published[p.Asset] = p
+		}
+	}
 	totals := map[string]ledger.Totals{}
 	for _, t := range lr.Totals {
 		totals[t.Asset] = t
@@ -352,6 +393,10 @@ func (s *Service) Compute(ctx context.Context) (Report, error) {
 			}
 		} else {
 			add("%s: chain balance unknown: %s: %v", a.Code, b.source, b.err)
+		}
+		if p, ok := published[a.Code]; ok {
+			v := liabilities.View(p, a)
+			line.LiabilitiesRoot, line.LiabilitiesTotal, line.LiabilitiesSnapshotAt, line.LiabilitiesSnapshotID = &v.Root, &v.Total, &v.SnapshotAt, &v.SnapshotID
 		}
 		rep.Custody = append(rep.Custody, line)
 	}

@@ -19,16 +19,19 @@ import (
 // whose clients read the balances.
 type reconcileArea struct {
 	Reconcile *reconcile.Service
+	liabilitiesArea
 }
 
 func (a *App) initReconcile(context.Context) error {
 	c := a.Cfg
+	a.initLiabilities()
 	custody := append([]string(nil), c.Deposits.USDTPool...)
 	if c.Tron.HotWallet != "" {
 		custody = append(custody, c.Tron.HotWallet)
 	}
 	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
 		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
+		Liabilities: a.Liabilities,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
 			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout)}}
 	// Not a nil pointer in an interface: that would not compare equal to
@@ -43,8 +46,12 @@ func (a *App) initReconcile(context.Context) error {
 	return nil
 }
 
-// routesReconcile registers GET /v1/admin/reconciliation.
-func (a *App) routesReconcile(r Routers) { a.Reconcile.Routes(r.Admin) }
+// routesReconcile registers GET /v1/admin/reconciliation, and the proof
+// of liabilities' routes.
+func (a *App) routesReconcile(r Routers) {
+	a.Reconcile.Routes(r.Admin)
+	a.routesLiabilities(r)
+}
 
 // jobsReconcile adds the hourly reconciliation and the gas check (every 15
 // minutes, when a TRON node and the hot wallet are configured).

@@ -97,7 +97,7 @@ func TestEveryOperationFollowsTheConventions(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, 31, n, "operations in openapi.json")
+	require.Equal(t, 33, n, "operations in openapi.json")
 }
 
 // The SPEC's resource fields and enumerations, checked against the
@@ -144,6 +144,13 @@ func TestSchemasHaveTheSpecFields(t *testing.T) {
 		// Beyond the SPEC: the operator audit trail.
 		"AuditEntry": {"id", "at", "actor", "actor_label", "action", "target", "request_digest", "detail"},
 		"AuditList":  {"entries", "next_cursor"},
+
+		// Beyond the SPEC: the proof of liabilities (docs/provable-custody.md).
+		"LiabilitiesProof":     {"version", "asset", "snapshot_id", "snapshot_at", "external_user_id", "salt", "leaf", "path", "root"},
+		"LiabilitiesProofLeaf": {"id_hash", "balance", "hash"},
+		"LiabilitiesProofStep": {"side", "hash", "sum"},
+		"LiabilitiesProofRoot": {"hash", "total"},
+		"LiabilitiesSnapshot":  {"asset", "snapshot_id", "snapshot_at", "trigger", "users", "root", "total", "total_units"},
 	}
 	for name, fields := range required {
 		s := doc.Components.Schemas[name]

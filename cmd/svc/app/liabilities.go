@@ -1,0 +1,22 @@
+package app
+
+import (
+	"svc/modules/liabilities"
+)
+
+// liabilitiesArea holds the proof of liabilities: the snapshots (taken by
+// the hourly reconciliation and svc admin liabilities snapshot), GET
+// /v1/admin/liabilities and GET
+// /v1/users/{external_user_id}/liabilities-proof. The reconciliation area
+// initialises and routes it, as the hourly report takes its snapshots.
+type liabilitiesArea struct {
+	Liabilities    *liabilities.Service
+	LiabilitiesAPI *liabilities.API
+}
+
+func (a *App) initLiabilities() {
+	a.Liabilities = &liabilities.Service{Pool: a.DB.Pool, Log: a.Log}
+	a.LiabilitiesAPI = &liabilities.API{Service: a.Liabilities, Assets: a.DB.Bun}
+}
+
+func (a *App) routesLiabilities(r Routers) { a.LiabilitiesAPI.Routes(r.Platform, r.Admin) }

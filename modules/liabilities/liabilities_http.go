@@ -1,0 +1,125 @@
+package liabilities
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/uptrace/bun"
+
+	"svc/modules/asset"
+	"svc/platform/fault"
+	"svc/platform/httpapi"
+	"svc/platform/sumtree"
+	"svc/platform/timefmt"
+)
+
+// MaxOwner and MaxAsset bound the path and query (ledger_accounts' owner,
+// the assets' codes).
+const (
+	MaxOwner = 255
+	MaxAsset = 32
+)
+
+// API serves the published roots and the users' proofs.
+type API struct {
+	Service *Service
+	// Assets reads the assets (formatting, and 404 for an unknown one).
+	Assets bun.IDB
+}
+
+// Routes registers, on the platform router (/v1, readwrite):
+//
+//	GET /users/{external_user_id}/liabilities-proof?asset=
+//
+// and on the admin router (/v1/admin, admin):
+//
+//	GET /liabilities
+func (a *API) Routes(platform, admin fiber.Router) {
+	platform.Get("/users/:external_user_id/liabilities-proof", a.proof)
+	admin.Get("/liabilities", a.published)
+}
+
+// PublishedView is one asset's latest published snapshot.
+type PublishedView struct {
+	Asset      string `json:"asset"`
+	SnapshotID int64  `json:"snapshot_id"`
+	SnapshotAt string `json:"snapshot_at"`
+	Trigger    string `json:"trigger"`
+	Users      int64  `json:"users"`
+	Root       string `json:"root"`
+	Total      string `json:"total"`
+	TotalUnits string `json:"total_units"`
+}
+
+// PublishedList is GET /v1/admin/liabilities.
+type PublishedList struct {
+	Snapshots []PublishedView `json:"snapshots"`
+}
+
+// View renders p with its asset's decimals.
+func View(p Published, a asset.Asset) PublishedView {
+	return PublishedView{Asset: p.Asset, SnapshotID: p.ID, SnapshotAt: timefmt.Format(p.TakenAt), Trigger: p.Trigger,
+		Users: p.Users, Root: sumtree.HexOf(p.Root), Total: a.Format(p.Total), TotalUnits: formatUnits(p.Total)}
+}
+
+func formatUnits(n int64) string { return strconv.FormatInt(n, 10) }
+
+func (a *API) published(c *fiber.Ctx) error {
+	if err := httpapi.OnlyQuery(c); err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	list, err := a.Service.Latest(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := Views(ctx, a.Assets, list)
+	if err != nil {
+		return err
+	}
+	return c.JSON(PublishedList{Snapshots: out})
+}
+
+// Views renders snapshots with their assets' decimals.
+func Views(ctx context.Context, assets bun.IDB, list []Published) ([]PublishedView, error) {
+	all, err := (&asset.Store{DB: assets}).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byCode := map[string]asset.Asset{}
+	for _, x := range all {
+		byCode[x.Code] = x
+	}
+	out := make([]PublishedView, len(list))
+	for i, p := range list {
+		out[i] = View(p, byCode[p.Asset])
+	}
+	return out, nil
+}
+
+func (a *API) proof(c *fiber.Ctx) error {
+	user := httpapi.Param(c, "external_user_id")
+	var f httpapi.Fields
+	if f.Length(user, 1, MaxOwner, "path", "external_user_id") {
+		f.Storable(user, "path", "external_user_id")
+	}
+	code := string([]byte(c.Query("asset"))) // fiber reuses its buffers
+	if f.Required(c.Context().QueryArgs().Has("asset"), "query", "asset") {
+		if f.Length(code, 1, MaxAsset, "query", "asset") {
+			f.Storable(code, "query", "asset")
+		}
+	}
+	if err := fault.MergeValidation(httpapi.OnlyQuery(c, "asset"), f.Err()); err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	if _, err := (&asset.Store{DB: a.Assets}).Get(ctx, code); err != nil {
+		return err
+	}
+	p, err := a.Service.Proof(ctx, code, user)
+	if err != nil {
+		return err
+	}
+	return c.JSON(p)
+}
