@@ -61,9 +61,18 @@ func (m *jobLog) recovered(kind string) {
 
 // Work runs the job and logs its failure.
 func (m *jobLog) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	// A run that did no work (another pass of a single-flight kind was
+	// running) is no sign that the kind succeeds again.
+	skipped, ok := ctx.Value(skipKey{}).(*bool)
+	if !ok {
+		skipped = new(bool)
+		ctx = context.WithValue(ctx, skipKey{}, skipped)
+	}
 	err := doInner(ctx)
 	if err == nil {
-		m.recovered(job.Kind)
+		if !*skipped {
+			m.recovered(job.Kind)
+		}
 		return nil
 	}
 	var cancel *river.JobCancelError

@@ -60,6 +60,10 @@ func TestJobLogFoldsFailures(t *testing.T) {
 		run("processor_webhook", 3, fail)
 	}
 	require.Len(t, lines(), 5)
+	// A run of a single-flight kind skipped because another pass ran did
+	// no work: it is no recovery.
+	run("processor_webhook", 1, func(ctx context.Context) error { markSkipped(ctx); return nil })
+	require.Len(t, lines(), 5, "a skipped run says nothing")
 	run("processor_webhook", 1, func(context.Context) error { return nil })
 	require.Len(t, lines(), 6)
 	require.Contains(t, lines()[5], "succeeding again")
