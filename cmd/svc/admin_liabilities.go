@@ -45,7 +45,7 @@ salts, stores it (recorded as requested by cli:NAME; --as, default the login nam
 it publishes. Users' proofs are then answered from it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			name, err := operatorName(as)
+			actor, err := operator(as)
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ it publishes. Users' proofs are then answered from it.`,
 				return err
 			}
 			defer a.Close()
-			list, err := a.Liabilities.Snapshot(cmd.Context(), liabilities.TriggerOnDemand, "cli:"+name)
+			list, err := a.Liabilities.Snapshot(cmd.Context(), liabilities.TriggerOnDemand, actor.ID)
 			if err != nil {
 				return err
 			}

@@ -324,7 +324,9 @@ func (s *Service) worth(ctx context.Context, d Deposit, a asset.Asset, t target,
 	invoices := []string{*d.InvoiceID}
 	if t.payment.ReviewReason != nil && strings.HasPrefix(*t.payment.ReviewReason, ReasonOtherInvoice) {
 		// Paid to another invoice carrying the deposit's orderId
-		// (reconcileOther): the payment is looked up on every one of them.
+		// (reconcileOther): the payment is looked up on those, not on the
+		// deposit's own.
+		invoices = invoices[:0]
 		list, err := s.Processor.InvoicesByOrderID(ctx, d.ID.String())
 		if err != nil {
 			return 0, processorError(err)
@@ -340,6 +342,9 @@ func (s *Service) worth(ctx context.Context, d Deposit, a asset.Asset, t target,
 		if err != nil || found {
 			return units, err
 		}
+	}
+	if len(invoices) == 0 {
+		return 0, cannotCredit("the processor lists no other invoice of deposit %s carrying payment %s", d.ID, t.payment.PaymentID)
 	}
 	return 0, cannotCredit("the processor does not list payment %s on invoice %s", t.payment.PaymentID, strings.Join(invoices, " or "))
 }
