@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os/signal"
 	"syscall"
 
@@ -40,7 +39,7 @@ func newAPICmd() *cobra.Command {
 			}
 			defer stopMetrics()
 			srv := a.HTTP()
-			ln, err := net.Listen("tcp", a.Cfg.HTTP.ListenAddr())
+			ln, err := a.Listen(a.Cfg.HTTP.ListenAddr())
 			if err != nil {
 				return fmt.Errorf("HTTP_LISTEN_HOST/PORT %s: %w", a.Cfg.HTTP.ListenAddr(), err)
 			}

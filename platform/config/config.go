@@ -46,6 +46,7 @@ type HTTP struct {
 	Port             int           `mapstructure:"port" env:"PORT" default:"8080" doc:"TCP port svc api listens on"`
 	ListenHost       string        `mapstructure:"listen_host" env:"HTTP_LISTEN_HOST" default:"" doc:"address svc api listens on: empty for every interface (containers), 127.0.0.1 for this machine only (make run)"`
 	BodyLimitBytes   int           `mapstructure:"body_limit_bytes" env:"HTTP_BODY_LIMIT_BYTES" default:"1048576" doc:"largest request body accepted, in bytes"`
+	MaxConnections   int           `mapstructure:"max_connections" env:"HTTP_MAX_CONNECTIONS" default:"4096" doc:"most client connections svc api holds open at once; further ones wait in the kernel's accept queue until one closes, so a flood of clients cannot exhaust file descriptors or memory (0: no bound)"`
 	ShutdownTimeout  time.Duration `mapstructure:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" default:"15s" doc:"how long a SIGTERM waits for in-flight requests and jobs"`
 	IngressRetention time.Duration `mapstructure:"ingress_retention" env:"INGRESS_RETENTION" default:"720h" doc:"how long processed processor webhook deliveries are kept (unprocessed ones are kept until processed)"`
 	ReadyzCacheTTL   time.Duration `mapstructure:"readyz_cache_ttl" env:"READYZ_CACHE_TTL" default:"5s" doc:"how long /readyz reuses a component's result (it needs no key, so it must not call the processor and the TRON node at the caller's pace)"`

@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -149,6 +150,16 @@ func (a *App) HTTP() *fiber.App {
 	a.routesReconcile(r)
 	httpapi.NotFound(app)
 	return app
+}
+
+// Listen opens the API's listener on addr, bounded and kept serving
+// through accept errors (httpapi.Listener, HTTP_MAX_CONNECTIONS).
+func (a *App) Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return httpapi.Listener(ln, a.Cfg.HTTP.MaxConnections, a.Log), nil
 }
 
 // Jobs collects the workers and periodic jobs of every area.

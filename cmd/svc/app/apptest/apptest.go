@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -126,7 +125,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	t.Cleanup(a.Close)
 	srv := a.HTTP()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := a.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("apptest: listen: %v", err)
 	}
