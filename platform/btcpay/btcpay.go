@@ -152,6 +152,33 @@ func each[T any](ctx context.Context, c *Client, op, path string, query url.Valu
 	})
 }
 
+// eachContaining is each for the elements whose JSON contains needle: the
+// others are only scanned, never decoded. A store's payout list grows
+// without end and has no filter (BTCPay neither pages nor filters it), so
+// a lookup by a transaction id or a withdrawal id would otherwise decode
+// every payout the store ever made; scanning the bytes costs a fraction of
+// decoding them. The ids looked up this way are hex digits, letters and
+// hyphens, which JSON writes as they are.
+func eachContaining[T any](ctx context.Context, c *Client, op, path string, query url.Values, needle string, fn func(T) bool) error {
+	n := []byte(needle)
+	var err error
+	walk := each[json.RawMessage](ctx, c, op, path, query, func(raw json.RawMessage) bool {
+		if !bytes.Contains(raw, n) {
+			return true
+		}
+		var v T
+		if err = json.Unmarshal(raw, &v); err != nil {
+			err = &UnreachableError{Op: op, Status: http.StatusOK, Err: fmt.Errorf("decode response: %w", scrub(err))}
+			return false
+		}
+		return fn(v)
+	})
+	if walk != nil {
+		return walk
+	}
+	return err
+}
+
 // do sends one request and hands a success's body to read (an error
 // answer is classified from its first maxResponseBytes).
 func (c *Client) do(ctx context.Context, op, method, path string, query url.Values, in any, read func(body io.Reader, status int) error) error {

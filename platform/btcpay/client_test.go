@@ -2,10 +2,12 @@ package btcpay_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -426,4 +428,67 @@ func TestPayoutListIsStreamed(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("p%d", n-1), ps[0].ID)
 	_, err = c.PayoutsInTransaction(context.Background(), "tx3")
 	require.ErrorIs(t, err, btcpay.ErrUnreachable, "a list cut short is no answer")
+}
+
+// The lookups by transaction and by withdrawal decode only the payouts
+// that name what they look for: the rest of an ever-growing list is
+// scanned, not decoded (an undecodable payout that does not name it
+// changes nothing), and a near miss ("tx3" in "tx30") is decoded and
+// left out.
+func TestPayoutLookupsDecodeOnlyMatches(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(rw, `[
+{"id":"p1","payoutAmount":"0.001","state":"InProgress","paymentProof":{"TransactionId":"tx3"},"metadata":{"withdrawalId":"w-1"}},
+{"id":"p2","payoutAmount":{"not":"a decimal"},"state":"Completed","paymentProof":{"TransactionId":"tx9"},"metadata":{"withdrawalId":"w-9"}},
+{"id":"p3","payoutAmount":"0.002","state":"InProgress","paymentProof":{"TransactionId":"tx30"},"metadata":{"withdrawalId":"w-10"}},
+{"id":"p4","payoutAmount":"0.003","state":"InProgress","paymentProof":{"TransactionId":"tx3"},"metadata":{"withdrawalId":"w-2"}}]`)
+	}))
+	defer srv.Close()
+	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s", Timeout: time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	ps, err := c.PayoutsInTransaction(ctx, "tx3")
+	require.NoError(t, err)
+	require.Equal(t, []string{"p1", "p4"}, []string{ps[0].ID, ps[len(ps)-1].ID})
+	require.Len(t, ps, 2)
+	ps, err = c.PayoutsByWithdrawalID(ctx, "w-1")
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Equal(t, "p1", ps[0].ID)
+
+	_, err = c.PayoutsInTransaction(ctx, "tx9") // the undecodable one itself
+	require.ErrorIs(t, err, btcpay.ErrUnreachable)
+}
+
+// BenchmarkPayoutsInTransaction looks up the payouts of one transaction in
+// a store that has made 2,000 payouts (make bench; docs/performance.md).
+func BenchmarkPayoutsInTransaction(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString("[")
+	for i := range 2_000 {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"id":"p%d","revision":0,"date":1700000000,"destination":"bcrt1qw508d6qejxtdg4y5r3zarvary0c5xw7kygt080","originalCurrency":"BTC","originalAmount":"0.001","payoutCurrency":"BTC","payoutAmount":"0.00020%03d","payoutMethodId":"BTC-CHAIN","state":"Completed","paymentProof":{"TransactionId":"%064x","ProofType":"PayoutTransactionOnChainBlob","Accounted":true},"metadata":{"withdrawalId":"%08x-0000-4000-8000-000000000000"}}`,
+			i, i%1000, i, i)
+	}
+	body.WriteString("]")
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write(body.Bytes())
+	}))
+	defer srv.Close()
+	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s", Timeout: time.Minute})
+	require.NoError(b, err)
+	txid := fmt.Sprintf("%064x", 1_234)
+	b.ReportAllocs()
+	for b.Loop() {
+		ps, err := c.PayoutsInTransaction(context.Background(), txid)
+		if err != nil || len(ps) != 1 {
+			b.Fatalf("%v %d", err, len(ps))
+		}
+	}
 }

@@ -188,12 +188,19 @@ func (c *Client) eachPayout(ctx context.Context, includeCancelled bool, fn func(
 	return each(ctx, c, "list payouts", c.storePath("payouts"), q, fn)
 }
 
+// eachPayoutContaining is eachPayout for the payouts whose JSON contains
+// needle (eachContaining): the rest are skipped without being decoded.
+func (c *Client) eachPayoutContaining(ctx context.Context, includeCancelled bool, needle string, fn func(Payout) bool) error {
+	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
+	return eachContaining(ctx, c, "list payouts", c.storePath("payouts"), q, needle, fn)
+}
+
 // PayoutsByWithdrawalID returns the store's payouts (cancelled ones
 // included) whose metadata names withdrawalID. BTCPay has no filter for
 // payout metadata, so this reads the whole list and keeps those.
 func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]Payout, error) {
 	var out []Payout
-	err := c.eachPayout(ctx, true, func(p Payout) bool {
+	err := c.eachPayoutContaining(ctx, true, withdrawalID, func(p Payout) bool {
 		if p.WithdrawalID() == withdrawalID {
 			out = append(out, p)
 		}
@@ -207,7 +214,7 @@ func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string)
 // transaction pays.
 func (c *Client) PayoutsInTransaction(ctx context.Context, txid string) ([]Payout, error) {
 	var out []Payout
-	err := c.eachPayout(ctx, false, func(p Payout) bool {
+	err := c.eachPayoutContaining(ctx, false, txid, func(p Payout) bool {
 		if p.PaymentProof.TxID() == txid {
 			out = append(out, p)
 		}
