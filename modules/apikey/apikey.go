@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -87,7 +88,29 @@ type Store struct {
 	Prefix string // e.g. "svc"
 	Mode   string // "live" or "test"
 	Now    func() time.Time
+	// CacheTTL is how long a key found active is trusted without reading
+	// its row again (API_KEY_CACHE_TTL; zero: every request reads it). A
+	// key revoked here is refused at once; one revoked through another
+	// process (another api, the CLI) within CacheTTL.
+	CacheTTL time.Duration
+
+	cacheMu sync.Mutex
+	cache   map[[sha256.Size]byte]cachedKey
+	// forgets counts revocations here, so that a read that began before
+	// one is not remembered after it.
+	forgets uint64
 }
+
+// cachedKey is an active key as read at some time.
+type cachedKey struct {
+	key  Key
+	read time.Time
+}
+
+// maxCachedKeys bounds the cache: a deployment has a handful of keys, and
+// only keys found active are cached, so a flood of made-up keys cannot
+// grow it.
+const maxCachedKeys = 1024
 
 // ActorOf is the audit actor of an action taken with key k.
 func ActorOf(k Key) audit.Actor { return audit.Actor{ID: k.ID, Label: k.Label} }
@@ -197,6 +220,7 @@ func (s *Store) Revoke(ctx context.Context, id string, actor audit.Actor) (Key, 
 	if err != nil {
 		return Key{}, err
 	}
+	s.forget(k.ID)
 	return k, nil
 }
 
@@ -206,7 +230,11 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Key, error)
 		return Key{}, ErrMalformed
 	}
 	h := hash(presented)
-	var k Key
+	now := s.Now().UTC()
+	k, ok, gen := s.cached(h, now)
+	if ok {
+		return k, nil
+	}
 	err := s.DB.NewSelect().Model(&k).Where("secret_hash = ?", h).Scan(ctx)
 	if db.IsNoRows(err) {
 		return Key{}, ErrInvalid
@@ -217,21 +245,72 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Key, error)
 	if subtle.ConstantTimeCompare(k.SecretHash, h) != 1 {
 		return Key{}, ErrInvalid
 	}
-	now := s.Now().UTC()
-	if k.RevokedAt != nil || (k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)) {
-		return Key{}, ErrInvalid
-	}
-	// A key of the other mode (a test key from a restored staging dump on a
-	// live deployment, or the reverse) is not a credential here.
-	if s.Mode != "" && k.Mode != s.Mode {
+	if !s.active(k, now) {
 		return Key{}, ErrInvalid
 	}
 	// last_used_at is advisory: refresh it at most once a minute so a busy
 	// key does not turn every request into a write on one row.
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) > time.Minute {
 		_, _ = s.DB.NewUpdate().Model((*Key)(nil)).Set("last_used_at = ?", now).Where("id = ?", k.ID).Exec(ctx)
+		k.LastUsedAt = &now
 	}
+	s.remember(h, k, now, gen)
 	return k, nil
+}
+
+// active reports whether k authenticates at now: not revoked, not expired,
+// and of this deployment's mode (a test key from a restored staging dump on
+// a live deployment, or the reverse, is not a credential here).
+func (s *Store) active(k Key, now time.Time) bool {
+	if k.RevokedAt != nil || (k.ExpiresAt != nil && !now.Before(*k.ExpiresAt)) {
+		return false
+	}
+	return s.Mode == "" || k.Mode == s.Mode
+}
+
+// cached returns the key of hash h if it was read active less than
+// CacheTTL ago and is still active at now (its expiry is checked again),
+// and otherwise the revocation count to give remember.
+func (s *Store) cached(h []byte, now time.Time) (k Key, ok bool, gen uint64) {
+	if s.CacheTTL <= 0 {
+		return Key{}, false, 0
+	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	c, ok := s.cache[[sha256.Size]byte(h)]
+	if !ok || now.Sub(c.read) >= s.CacheTTL || now.Before(c.read) || !s.active(c.key, now) {
+		return Key{}, false, s.forgets
+	}
+	return c.key, true, 0
+}
+
+// remember caches k, read active at now, unless a key was revoked here
+// since the read began (gen from cached).
+func (s *Store) remember(h []byte, k Key, now time.Time, gen uint64) {
+	if s.CacheTTL <= 0 {
+		return
+	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.forgets != gen {
+		return
+	}
+	if s.cache == nil || len(s.cache) >= maxCachedKeys {
+		s.cache = make(map[[sha256.Size]byte]cachedKey)
+	}
+	s.cache[[sha256.Size]byte(h)] = cachedKey{key: k, read: now}
+}
+
+// forget drops key id from the cache.
+func (s *Store) forget(id string) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	s.forgets++
+	for h, c := range s.cache {
+		if c.key.ID == id {
+			delete(s.cache, h)
+		}
+	}
 }
 
 // wellFormed checks the shape <prefix>_(live|test)_<43 base64url chars>.

@@ -63,8 +63,9 @@ type Database struct {
 
 // APIKeys configures the format of minted API keys.
 type APIKeys struct {
-	Prefix string `mapstructure:"prefix" env:"API_KEY_PREFIX" default:"svc" doc:"product prefix of API keys (lowercase letters and digits)"`
-	Mode   string `mapstructure:"mode" env:"API_KEY_MODE" default:"test" doc:"live or test: the middle part of newly minted keys; keys of the other mode do not authenticate, and no test key is minted where live keys exist"`
+	Prefix   string        `mapstructure:"prefix" env:"API_KEY_PREFIX" default:"svc" doc:"product prefix of API keys (lowercase letters and digits)"`
+	Mode     string        `mapstructure:"mode" env:"API_KEY_MODE" default:"test" doc:"live or test: the middle part of newly minted keys; keys of the other mode do not authenticate, and no test key is minted where live keys exist"`
+	CacheTTL time.Duration `mapstructure:"cache_ttl" env:"API_KEY_CACHE_TTL" default:"2s" doc:"how long svc api trusts a key it found active before reading it again (0: every request reads it); a revocation is seen at once by the process that made it and within this time by the others"`
 }
 
 // Worker configures svc worker.

@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		return nil, err
 	}
 	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins, Tracing: o.Tracing,
-		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now}}
+		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now, CacheTTL: cfg.APIKeys.CacheTTL}}
 	for _, step := range []struct {
 		name string
 		init func(context.Context) error

@@ -142,6 +142,43 @@ func TestAuthMatrix(t *testing.T) {
 	})
 }
 
+// An api trusts a key it found active for API_KEY_CACHE_TTL: a
+// revocation made in the process is refused at once, one made elsewhere
+// (the CLI, another api) once that time has passed, and never later.
+func TestRevokedKeyIsRefusedWithinTheCacheTTL(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Now())
+	e := apptest.New(t, apptest.WithClock(fake))
+	ttl := e.App.Cfg.APIKeys.CacheTTL
+	require.Positive(t, ttl)
+	ctx := context.Background()
+	actor := audit.CLI("test")
+	elsewhere := &apikey.Store{DB: e.App.DB.Bun, Prefix: e.App.Cfg.APIKeys.Prefix, Mode: e.App.Cfg.APIKeys.Mode, Now: fake.Now}
+	assets := func(key string) int { return e.Do(apptest.Req{Method: "GET", Path: "/v1/assets", Key: key}).Status }
+
+	mint := func(label string) (apikey.Key, string) {
+		k, plain, err := e.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: label, Actor: actor})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, assets(plain)) // read once: now trusted for ttl
+		return k, plain
+	}
+
+	k, plain := mint("revoked elsewhere")
+	_, err := elsewhere.Revoke(ctx, k.ID, actor)
+	require.NoError(t, err)
+	fake.Advance(ttl / 2)
+	require.Equal(t, http.StatusOK, assets(plain), "within the TTL the api has not read the key again")
+	fake.Advance(ttl/2 + time.Millisecond)
+	require.Equal(t, http.StatusUnauthorized, assets(plain), "after the TTL the revocation is seen")
+	fake.Advance(ttl)
+	require.Equal(t, http.StatusUnauthorized, assets(plain), "a revoked key is never cached")
+
+	k, plain = mint("revoked here")
+	_, err = e.App.Keys.Revoke(ctx, k.ID, actor)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, assets(plain), "the process that revokes forgets the key at once")
+}
+
 func TestUnknownRouteIs404WithDetail(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
