@@ -125,6 +125,10 @@ type Service struct {
 	Now       func() time.Time
 	Log       *slog.Logger
 	Config    Config
+
+	// webhooks folds the reconciliations that processor webhooks ask for
+	// while one of the same deposit runs (deposit_coalesce.go).
+	webhooks coalescer
 }
 
 func (s *Service) assets() *asset.Store { return &asset.Store{DB: s.DB, Now: s.Now} }

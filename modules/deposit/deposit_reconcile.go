@@ -90,7 +90,11 @@ func (s *Service) InvoiceEvent(ctx context.Context, e ingress.InvoiceEvent) erro
 	if d.InvoiceID != nil && e.InvoiceID != "" && *d.InvoiceID != e.InvoiceID {
 		return s.reconcileOther(ctx, d, e.InvoiceID)
 	}
-	return s.Reconcile(ctx, d.ID)
+	folded, err := s.webhooks.do(d.ID, func() error { return s.Reconcile(ctx, d.ID) })
+	if folded {
+		s.log().DebugContext(ctx, "deposit: webhook folded into the reconciliation in progress", "deposit_id", d.ID, "type", e.Type)
+	}
+	return err
 }
 
 // reconcileOther handles an invoice that carries the deposit's orderId but
