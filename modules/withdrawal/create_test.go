@@ -231,8 +231,12 @@ func TestCreateMinimumAndDust(t *testing.T) {
 	r = e.request("fay", asset.BTC, fee, p2wpkh(t, chain.Regtest, "fay"))
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(t, "0.00000000", e.balance(t, "fay", asset.BTC).Held, "nothing reserved by a refusal")
+	// The volume was reserved with the key's claim, before the fee was
+	// known: the dust refusals gave it back.
+	require.Zero(t, e.windowTotal(t, asset.BTC), "refusals leave no volume behind")
 	w := e.create(t, "fay", asset.BTC, 547+fee, p2wpkh(t, chain.Regtest, "fay"))
 	require.Equal(t, withdrawal.StatusApproved, w.Status)
+	require.EqualValues(t, 547+fee, e.windowTotal(t, asset.BTC))
 }
 
 // TestCreateFeeRateUnavailable: when the processor cannot give a fee rate
@@ -248,10 +252,12 @@ func TestCreateFeeRateUnavailable(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "nothing was reserved")
 	require.Equal(t, "0.00000000", e.balance(t, "gus", asset.BTC).Held)
+	require.Zero(t, e.windowTotal(t, asset.BTC), "nor any of the daily volume")
 	e.Sim.Up()
 	r = e.Do(apptestReq(body, "gus-1"))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	require.Equal(t, "0.00030000", e.balance(t, "gus", asset.BTC).Held)
+	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC), "counted once")
 }
 
 // TestFeeRateIsCached: a burst of withdrawals reads the processor's fee

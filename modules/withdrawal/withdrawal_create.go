@@ -63,7 +63,10 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	return v, body, err
 }
 
-func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (CreatedView, []byte, error) {
+func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ CreatedView, _ []byte, ret error) {
+	// kept is set once the creation owns the volume reservation, which it
+	// then gives back (or keeps) itself, as for a reservation of its own.
+	var kept bool
 	if p.Amount <= 0 || p.Amount > MaxAmount {
 		return CreatedView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("amount must be from 1 to %d smallest units", int64(MaxAmount)))
 	}
@@ -77,9 +80,18 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if destErr == nil {
 		spellings = dest.spellings(p.Destination)
 	}
-	a, issued, err := s.assetAndIssued(ctx, p.Asset, spellings, rec)
+	first, err := s.assetAndIssued(ctx, p.Asset, spellings, rec, p.Amount, destErr == nil, now)
 	if err != nil {
 		return CreatedView{}, nil, err // asset.ErrUnknown: 404; idempotency.ErrNotClaimed
+	}
+	a, issued := first.asset, first.issued
+	if first.reserved != nil {
+		// Reserved with the claim: a refusal from here on gives it back.
+		defer func() {
+			if ret != nil && !kept {
+				s.giveBack(ctx, Withdrawal{Asset: a.Code, AmountGross: p.Amount, VolumeMinute: now.Truncate(time.Minute)})
+			}
+		}()
 	}
 	if !a.Enabled {
 		return CreatedView{}, nil, fmt.Errorf("%s: %w", a.Code, asset.ErrDisabled)
@@ -129,8 +141,10 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	// Gate (b) first, in a short transaction of its own: the asset's
 	// rolling volume including this withdrawal. It is given back below if
 	// the withdrawal does not commit.
-	total, err := windowReserve(ctx, s.DB, a.Code, p.Amount, now)
-	if err != nil {
+	var total int64
+	if first.reserved != nil {
+		total, kept = *first.reserved, true // from here on, as below
+	} else if total, err = windowReserve(ctx, s.DB, a.Code, p.Amount, now); err != nil {
 		return CreatedView{}, nil, err
 	}
 	var (

@@ -94,6 +94,15 @@ type keyClaimer interface {
 	Claimed(ok bool) error
 }
 
+// firstRead is what a creation's first statement returns.
+type firstRead struct {
+	asset  asset.Asset
+	issued bool
+	// reserved is the asset's rolling 24-hour volume including this
+	// withdrawal when the statement reserved it (gate (b)), else nil.
+	reserved *int64
+}
+
 // assetAndIssued claims the request's Idempotency-Key when rec holds one
 // to claim, then reads the asset code and whether any of spellings was
 // ever issued for a deposit (deposit.IssuedExpr), all in one statement on
@@ -102,7 +111,18 @@ type keyClaimer interface {
 // creation (docs/performance.md). With no spellings the lookup is false.
 // idempotency.ErrNotClaimed when the key was there already (nothing else
 // is looked at then), asset.ErrUnknown when there is no such asset.
-func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []string, rec Completer) (asset.Asset, bool, error) {
+//
+// When the key is claimed by this statement (and only then: a replayed
+// key must not count twice), the asset is enabled, gross is at least its
+// minimum and the destination parsed (destOK) and was never issued, the
+// same statement also reserves gross in the asset's rolling volume
+// (withdrawal_window_add, as windowReserve does, locking the asset's
+// window row for this one statement only): one round trip and one commit
+// fewer for every accepted request. Its commit is asynchronous, as the
+// claim's is (idempotency_claim turns it off for the statement's own
+// transaction, which writes nothing else). A request refused after it
+// (its fee, the dust limit, a BOLT11 amount) gives the reservation back.
+func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []string, rec Completer, gross int64, destOK bool, now time.Time) (firstRead, error) {
 	claim := bun.SafeQuery("true")
 	kc, claiming := rec.(keyClaimer)
 	if claiming {
@@ -111,26 +131,34 @@ func (s *Service) assetAndIssued(ctx context.Context, code string, spellings []s
 	var row struct {
 		Claimed     bool `bun:"claimed,scanonly"`
 		asset.Asset `bun:",extend"`
-		Issued      bool `bun:"issued,scanonly"`
+		Issued      bool   `bun:"issued,scanonly"`
+		Reserved    *int64 `bun:"reserved,scanonly"`
 	}
 	// The claim runs whether or not the asset exists: a row always comes
-	// back, the asset's columns NULL when there is none.
+	// back, the asset's columns NULL when there is none. The inner select
+	// is not flattened into the outer (it calls a volatile function), so
+	// the claim is evaluated once, before the reservation's condition.
+	reserve := claiming && destOK
 	err := s.DB.NewSelect().Model(&row).
-		ModelTableExpr("(SELECT ? AS claimed) AS claim LEFT JOIN assets AS asset ON asset.asset = ?", claim, code).
-		ColumnExpr("claim.claimed").ColumnExpr("asset.*").ColumnExpr("? AS issued", deposit.IssuedExpr(spellings...)).
+		ModelTableExpr(`(SELECT claim.claimed, asset.*, ? AS issued
+   FROM (SELECT ? AS claimed) AS claim LEFT JOIN assets AS asset ON asset.asset = ?) AS asset`,
+			deposit.IssuedExpr(spellings...), claim, code).
+		ColumnExpr("asset.*").
+		ColumnExpr(`CASE WHEN ? AND asset.claimed AND asset.enabled AND ? >= asset.withdrawal_min AND NOT asset.issued
+   THEN withdrawal_window_add(asset.asset, ?, ?) END AS reserved`, reserve, gross, gross, now).
 		Scan(ctx)
 	if err != nil {
-		return asset.Asset{}, false, fmt.Errorf("read asset %s: %w", code, err)
+		return firstRead{}, fmt.Errorf("read asset %s: %w", code, err)
 	}
 	if claiming {
 		if err := kc.Claimed(row.Claimed); err != nil {
-			return asset.Asset{}, false, err
+			return firstRead{}, err
 		}
 	}
 	if row.Code == "" {
-		return asset.Asset{}, false, asset.ErrUnknown
+		return firstRead{}, asset.ErrUnknown
 	}
-	return row.Asset, row.Issued, nil
+	return firstRead{asset: row.Asset, issued: row.Issued, reserved: row.Reserved}, nil
 }
 
 // canonical is raw as a destination of asset code would be stored, or raw
