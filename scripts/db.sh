@@ -188,11 +188,15 @@ if [ "${1:-}" = kill ]; then
   pid=$(head -n 1 "$DATA/postmaster.pid")
   children=$(pgrep -P "$pid" || true)
   kill -9 "$pid"
-  for _ in $(seq 100); do
+  # A child that has exited stays a zombie until init reaps it: gone.
+  for _ in $(seq 200); do
     alive=""
-    for c in $children; do kill -0 "$c" 2>/dev/null && alive="$alive $c"; done
+    for c in $children; do
+      state=$(awk '{print $3}' "/proc/$c/stat" 2>/dev/null || true)
+      [ -n "$state" ] && [ "$state" != Z ] && alive="$alive $c"
+    done
     [ -z "$alive" ] && break
-    sleep 0.1
+    sleep 0.05
   done
   for c in $alive; do kill -9 "$c" 2>/dev/null || true; done
   say "killed the postmaster $pid of $DATA"
