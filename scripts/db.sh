@@ -192,7 +192,8 @@ if [ "${1:-}" = kill ]; then
   for _ in $(seq 200); do
     alive=""
     for c in $children; do
-      state=$(awk '{print $3}' "/proc/$c/stat" 2>/dev/null || true)
+      state=""
+      { read -r _ _ state _ < "/proc/$c/stat"; } 2>/dev/null || true
       [ -n "$state" ] && [ "$state" != Z ] && alive="$alive $c"
     done
     [ -z "$alive" ] && break
