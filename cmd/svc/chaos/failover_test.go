@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -113,6 +114,9 @@ func TestFailover(t *testing.T) {
 		for _, p := range c.apis {
 			if err := p.waitHealthy(30 * time.Second); err != nil {
 				v.add("round %d: %s /healthz not ok 30 s after the failover: %v", i+1, p.name, err)
+			}
+			if body, ok := waitReady(strings.TrimSuffix(p.health, "/healthz")+"/readyz", 30*time.Second); !ok {
+				v.add("round %d: %s /readyz not ok 30 s after the failover: %s", i+1, p.name, body)
 			}
 		}
 		if !o.books(context.Background()) {
@@ -343,6 +347,25 @@ func checkAcks(d *driver, v *violations, o *oracle, from int, killedAt time.Time
 	wg.Wait()
 	r.replayed = len(acks)
 	return from + len(acks)
+}
+
+// waitReady waits until url answers 200 and returns the last body seen.
+func waitReady(url string, within time.Duration) (string, bool) {
+	var last string
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return "", true
+		}
+		last = fmt.Sprintf("%d %s", resp.StatusCode, excerpt(b))
+	}
+	return last, false
 }
 
 // failoverFigures is the p50, p99 and max of the rounds' times to the
