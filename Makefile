@@ -36,6 +36,14 @@ chaos: ## Fault-injection run of the real binaries (CHAOS_DURATION, CHAOS_SEED t
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_FAULT_PAUSE=$(CHAOS_FAULT_PAUSE) \
 		CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -timeout 0 -run '^TestChaos$$' ./cmd/svc/chaos/
 
+FAILOVER_COUNT ?= 10
+FAILOVER_SYNC_COMMIT ?= on
+
+.PHONY: failover
+failover: ## PostgreSQL failover under load: a synchronous standby promoted FAILOVER_COUNT times, failing back and forth (docs/reliability.md)
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" FAILOVER_COUNT=$(FAILOVER_COUNT) FAILOVER_SYNC_COMMIT=$(FAILOVER_SYNC_COMMIT) \
+		CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -timeout 0 -run '^TestFailover$$' ./cmd/svc/chaos/
+
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: lint

@@ -78,7 +78,8 @@ func newWorkerCmd() *cobra.Command {
 				return err
 			}
 			defer stopMetrics()
-			w, err := a.Worker(queue.WorkerParams{})
+			started := queue.NewStarted()
+			w, err := a.Worker(queue.WorkerParams{Started: started})
 			if err != nil {
 				return err
 			}
@@ -91,7 +92,7 @@ func newWorkerCmd() *cobra.Command {
 			live, endLive := context.WithCancel(context.WithoutCancel(ctx))
 			defer endLive()
 			recovery := a.RecoveryJobs()
-			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log, OnReconnect: func(ctx context.Context) {
+			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log, Started: started, OnReconnect: func(ctx context.Context) {
 				a.Log.Info("database back: running the catch-up passes now")
 				for _, args := range recovery {
 					if _, err := w.Insert(ctx, args, nil); err != nil {

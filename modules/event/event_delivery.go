@@ -149,10 +149,7 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 	if ctx.Err() != nil {
 		// The worker is stopping: not the receiver's fault, so no attempt
 		// is spent. Let the job's retry (or the sweep) try again at once.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL").
-			Where("id = ? AND claim_token = ?", id, token).Exec(rctx)
+		d.release(ctx, id, token)
 		return "", fmt.Errorf("deliver event %s: %w", id, ctx.Err())
 	}
 
@@ -202,6 +199,14 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 		return err
 	})
 	if err != nil {
+		// The outcome could not be recorded: the database went away
+		// mid-attempt (a restart, a failover to a standby) or refused the
+		// write. The claim would keep the event from every attempt until
+		// it expires (timeout plus claimMargin, a minute and more): hand
+		// it back, so the job's retry attempts again as soon as the
+		// database answers. The platform may get the event twice, as after
+		// any lost answer; it deduplicates on the event id.
+		d.release(ctx, id, token)
 		return "", fmt.Errorf("record delivery of event %s: %w", id, err)
 	}
 	log := d.log().With("event_id", e.PublicID(), "event_type", e.Type, "attempt", e.Attempts+1)
@@ -286,6 +291,39 @@ func excerpt(b []byte) string {
 	}
 	return s
 }
+
+// releaseWithin bounds how long release keeps trying while the database
+// does not answer: long enough for a failover tool to promote a standby,
+// short of the delivery job's own timeout.
+const releaseWithin = 15 * time.Second
+
+// release hands back the claim token holds on the event, trying again
+// every releaseEvery for up to releaseWithin (5 s when ctx is done: the
+// worker is stopping) while the database does not take it. A claim it
+// cannot release expires by itself.
+func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
+	within := releaseWithin
+	if ctx.Err() != nil {
+		within = 5 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
+	defer cancel()
+	for {
+		_, err := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL").
+			Where("id = ? AND claim_token = ?", id, token).Exec(rctx)
+		if err == nil {
+			return
+		}
+		select {
+		case <-rctx.Done():
+			d.log().WarnContext(ctx, "event claim not released; it expires by itself", "event_id", PublicID(id), "error", err)
+			return
+		case <-time.After(releaseEvery):
+		}
+	}
+}
+
+const releaseEvery = 250 * time.Millisecond
 
 // sweepBatch is how many due events one sweep transaction enqueues.
 const sweepBatch = 500

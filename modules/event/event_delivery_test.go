@@ -2,6 +2,7 @@ package event_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,10 @@ import (
 	"svc/modules/alert"
 	"svc/modules/audit"
 	"svc/modules/event"
+	"svc/platform/clock"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+	"svc/platform/queue"
 )
 
 // specDelays is the SPEC's schedule, written out here rather than taken
@@ -357,4 +362,52 @@ func TestAResponseBodyIsReadOnlyUpToACap(t *testing.T) {
 	require.True(t, strings.HasPrefix(last, "HTTP 502: first line second\uFFFD xxx"), last)
 	require.LessOrEqual(t, len([]rune(last)), 320)
 	require.NotContains(t, last, "\x00")
+}
+
+// An attempt whose outcome cannot be recorded (the database went away
+// after the event was sent: a restart, a failover) hands its claim back as
+// soon as the database answers, so the job's retry delivers again at once
+// instead of waiting a minute and more for the claim to expire.
+func TestAnUnrecordedAttemptReleasesItsClaim(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t)
+	d, err := db.Open(context.Background(), url, 4)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	owner, err := db.Open(context.Background(), dbtest.OwnerURL(url), 2)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	ins, err := queue.NewInserter(d.SQL, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
+	b := &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
+		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}
+	rcv := newReceiver(t, secret, fake.Now)
+	e := b.emit(t, event.DepositDetected, samples()[0])
+	ctx := context.Background()
+
+	// While the event is being sent, the runtime role loses the right to
+	// record it, and gets it back a moment later.
+	go func() {
+		for rcv.count() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if _, err := owner.Bun.ExecContext(ctx, "REVOKE UPDATE ON outbound_events FROM "+dbtest.RuntimeRole); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if _, err := owner.Bun.ExecContext(ctx, "GRANT UPDATE ON outbound_events TO "+dbtest.RuntimeRole); err != nil {
+			t.Error(err)
+		}
+	}()
+	rcv.setMode("timeout")
+	dl := b.deliverer(rcv.URL(), 300*time.Millisecond)
+	_, err = dl.Attempt(ctx, e.ID)
+	require.ErrorContains(t, err, "record delivery")
+	require.Equal(t, 0, countRows(t, d.Bun, "SELECT count(*) FROM outbound_events WHERE claim_token IS NOT NULL"), "the claim is released")
+
+	rcv.setMode("ok")
+	out, err := dl.Attempt(ctx, e.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.OutcomeDelivered, out, "the next attempt need not wait for the claim to expire")
 }

@@ -212,3 +212,14 @@ func TestCheckpointKey(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), hex.EncodeToString(seed))
 }
+
+// A primary and its standbys in one URL, as pgx reads it: accepted as is.
+func TestDatabaseURLWithSeveralHosts(t *testing.T) {
+	baseEnv(t)
+	multi := "postgres://svc_app@db-a:5432,db-b:5432/svc?target_session_attrs=read-write&connect_timeout=3"
+	t.Setenv("DATABASE_URL", multi)
+	t.Setenv("MIGRATE_DATABASE_URL", "postgres://svc_owner@db-a:5432,db-b:5432/svc?target_session_attrs=read-write")
+	cfg, err := load("")
+	require.NoError(t, err)
+	require.Equal(t, multi, cfg.Database.URL)
+}

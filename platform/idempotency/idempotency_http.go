@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -153,10 +154,7 @@ func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) 
 	status := c.Response().StatusCode()
 	bg := context.WithoutCancel(c.UserContext())
 	if status >= 500 {
-		if err := rec.Release(bg); err != nil {
-			log.WarnContext(bg, "release idempotency key failed; retrying in the background", "error", err)
-			releaseLater(rec.Release, time.Second, log)
-		}
+		s.release(bg, rec, log)
 		return nil
 	}
 	body := append([]byte(nil), c.Response().Body()...)
@@ -169,9 +167,33 @@ func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) 
 			log.WarnContext(bg, "idempotency key taken over while its first attempt ran", "status", status)
 		}
 	default:
-		log.ErrorContext(bg, "store idempotent response", "error", err)
+		// The answer could not be stored (the database went away: a
+		// restart, a failover). Sent anyway, it would be an answer the key
+		// does not keep: a retry would find the key in flight (409) and,
+		// after the takeover, could get another answer. The client gets
+		// the failure instead (503 for a lost database, with Retry-After),
+		// and the key is released for its retry. A handler whose effect
+		// committed with the key completed its record in that same
+		// transaction, so the release leaves it alone and the retry gets
+		// the stored answer.
+		log.WarnContext(bg, "store idempotent response failed; answering the failure instead", "status", status, "error", err)
+		c.Response().ResetBody()
+		c.Response().Header.Del(fiber.HeaderLocation)
+		if werr := c.App().ErrorHandler(c, fmt.Errorf("store idempotent response: %w", err)); werr != nil {
+			return werr
+		}
+		s.release(bg, rec, log)
 	}
 	return nil
+}
+
+// release frees rec's key for a retry, now or, when the database does not
+// answer, in the background as soon as it does.
+func (s *Store) release(ctx context.Context, rec *Record, log *slog.Logger) {
+	if err := rec.Release(ctx); err != nil {
+		log.WarnContext(ctx, "release idempotency key failed; retrying in the background", "error", err)
+		releaseLater(rec.Release, time.Second, log)
+	}
 }
 
 func (s *Store) observe(o Outcome) {

@@ -67,6 +67,9 @@ type WorkerParams struct {
 	Observe func(JobRun)
 	// Middleware run outside every other (TraceMiddleware).
 	Middleware []rivertype.Middleware
+	// Started, when set, records every job the client begins to work,
+	// for the process's DeadWorkerRescue (NewStarted).
+	Started *Started
 }
 
 // NewWorker returns the River client that works jobs (not yet started).
@@ -103,6 +106,10 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		cfg.Middleware = append([]rivertype.Middleware{&observeJobs{observe: p.Observe}}, cfg.Middleware...)
 	}
 	cfg.Middleware = append(append([]rivertype.Middleware{}, p.Middleware...), cfg.Middleware...)
+	if p.Started != nil {
+		// Outermost of all: a job counts as received the moment it starts.
+		cfg.Middleware = append([]rivertype.Middleware{&startedJobs{s: p.Started}}, cfg.Middleware...)
+	}
 	if len(p.SingleFlight) > 0 {
 		cfg.Middleware = append(cfg.Middleware, newSingleFlight(pool, p.SingleFlight, Quiet(p.Log)))
 	}

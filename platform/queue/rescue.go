@@ -38,6 +38,12 @@ type DeadWorkerRescue struct {
 	Every    time.Duration // how often (default 5s)
 	Grace    time.Duration // default 15s
 	Log      *slog.Logger
+	// Started, when set, is the record of the jobs this process began
+	// (WorkerParams.Started of its client): a job running under this
+	// worker's own ClientID for longer than Grace that the process never
+	// began was lost on its way from the database (see Started), and is
+	// handed back to the queue as a dead worker's is.
+	Started *Started
 	// OnReconnect, when set, is called each time the liveness session is
 	// taken again after it was lost: the database is back after an outage
 	// (the worker kicks the passes that catch up on it, rather than wait
@@ -94,6 +100,13 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 			} else if n > 0 {
 				log.Warn("rescued the running jobs of dead workers", "jobs", n)
 			}
+			if r.Started != nil {
+				if n, err := r.rescueUnreceived(ctx); err != nil {
+					log.Warn("rescue of jobs never received failed", "error", err)
+				} else if n > 0 {
+					log.Warn("rescued jobs marked running for this worker that never reached it (the database went away as they were fetched)", "jobs", n)
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -138,6 +151,29 @@ func (r DeadWorkerRescue) hold(ctx context.Context, cfg *pgx.ConnConfig, log *sl
 // is retryable at once; each counts one more rescue (river:rescue_count)
 // and records why.
 func (r DeadWorkerRescue) rescue(ctx context.Context) (int64, error) {
+	return r.handBack(ctx, `
+     AND NOT EXISTS (
+           SELECT 1 FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.classid = $2::int::oid
+              AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))`,
+		"its worker ' || dead.worker || ' died; rescued", livenessClass)
+}
+
+// rescueUnreceived hands back, as rescue does, the jobs running under this
+// worker's own ClientID that the process never began (Started).
+func (r DeadWorkerRescue) rescueUnreceived(ctx context.Context) (int64, error) {
+	return r.handBack(ctx, `
+     AND j.attempted_by[array_length(j.attempted_by, 1)] = $2
+     AND NOT (j.id = ANY($3::bigint[]))`,
+		"fetched for its worker ' || dead.worker || ', which never received it (the database went away as it answered); rescued",
+		r.ClientID, r.Started.IDs())
+}
+
+// handBack decides each running job that started more than Grace ago and
+// matches cond (SQL on j, the job; $1 is Grace, args are $2 on) as River's
+// rescuer does, recording why ('...' || dead.worker || '...').
+func (r DeadWorkerRescue) handBack(ctx context.Context, cond, why string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tag, err := r.Pool.Exec(ctx, `
@@ -149,12 +185,7 @@ WITH dead AS (
     FROM river_job j
    WHERE j.state = 'running'
      AND j.attempted_at < now() - make_interval(secs => $1)
-     AND array_length(j.attempted_by, 1) > 0
-     AND NOT EXISTS (
-           SELECT 1 FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.classid = $2::int::oid
-              AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))
+     AND array_length(j.attempted_by, 1) > 0`+cond+`
 )
 UPDATE river_job j
    SET state = dead.next_state::river_job_state,
@@ -164,11 +195,11 @@ UPDATE river_job j
                     coalesce(CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number'
                                   THEN (j.metadata ->> 'river:rescue_count')::int END, 0) + 1),
        errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt,
-                  'error', 'its worker ' || dead.worker || ' died; rescued', 'trace', ''))
+                  'error', '`+why+`', 'trace', ''))
   FROM dead
  WHERE j.id = dead.id AND j.state = 'running'
    AND j.attempted_at = dead.attempted_at -- not taken again by a live worker meanwhile`,
-		r.Grace.Seconds(), livenessClass)
+		append([]any{r.Grace.Seconds()}, args...)...)
 	if err != nil {
 		return 0, err
 	}

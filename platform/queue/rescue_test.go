@@ -150,3 +150,51 @@ func TestDeadWorkerRescueDecidesAsRiver(t *testing.T) {
 	require.Equal(t, row{"retryable", false, 2}, get(retry))
 	require.Equal(t, row{"running", false, 0}, get(alive), "its worker holds its lock")
 }
+
+// TestRescueJobsNeverReceived: a job the database marked running for a
+// live worker that never received it (the fetch committed, on a standby
+// about to be promoted, and its answer was lost with the old primary) goes
+// back to the queue within seconds and runs; a job the worker did receive
+// and is still working is left alone.
+func TestRescueJobsNeverReceived(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	w := &stuckWorker{release: make(chan struct{})}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	started := queue.NewStarted()
+	c := startWorker(t, d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2, Started: started})
+	t.Cleanup(func() { close(w.release) })
+	rctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: c.ID(), Every: 100 * time.Millisecond, Grace: time.Second, Started: started}.Run(rctx)
+
+	// Received: the first run blocks, and stays running.
+	ins, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{})
+	require.NoError(t, err)
+	res, err := ins.Insert(ctx, stuckArgs{}, nil)
+	require.NoError(t, err)
+	received := res.Job.ID
+	require.Eventually(t, func() bool { return w.runs.Load() == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	// Lost on its way: running for this worker since before the grace,
+	// never begun by it.
+	res, err = ins.Insert(ctx, stuckArgs{}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	lost := res.Job.ID
+	_, err = d.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 seconds',
+		attempted_by = ARRAY[$2] WHERE id = $1`, lost, c.ID())
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return w.runs.Load() == 2 }, 10*time.Second, 50*time.Millisecond, "the lost job ran")
+	var errs []string
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT array(SELECT e->>'error' FROM unnest(errors) e) FROM river_job WHERE id = $1", lost).Scan(&errs))
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0], "never received it")
+	time.Sleep(1500 * time.Millisecond) // past the grace for the received one too
+	var state string
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", received).Scan(&state))
+	require.Equal(t, "running", state, "a job the worker has is left alone")
+	require.Equal(t, int64(2), w.runs.Load())
+}

@@ -107,15 +107,32 @@ func (d *driver) newDeposit(t *testing.T, user string) (depositID, invoiceID str
 	return dep.ID, inv.ID
 }
 
+// database starts the PostgreSQL of a run and returns the server the
+// faults act on and the URLs of the schema owner (svc migrate), of the
+// runtime role (every other svc process) and of the oracle (a superuser).
+type database func(t testing.TB) (pg *dbtest.PrivateServer, owner, runtime, oracle string)
+
+// oneServer is one private server, with the roles split as in production
+// (docs/operations.md).
+func oneServer(t testing.TB) (*dbtest.PrivateServer, string, string, string) {
+	pg := dbtest.StartPrivateServer(t)
+	owner, runtime := pg.Roles()
+	return pg, owner, runtime, pg.URL
+}
+
 func startCluster(t testing.TB, dir string, env ...string) *cluster {
+	return startClusterOn(t, dir, oneServer, env...)
+}
+
+func startClusterOn(t testing.TB, dir string, database database, env ...string) *cluster {
 	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
 	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
 	build.Dir = moduleRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build svc: %v\n%s", err, out)
 	}
-	c.pg = dbtest.StartPrivateServer(t)
-	owner, runtime := c.pg.Roles() // as in production: docs/operations.md
+	pg, owner, runtime, oracleURL := database(t)
+	c.pg = pg
 
 	c.recv = newReceiver(platformSecret)
 	recvURL := serve(t, c.recv)
@@ -182,7 +199,7 @@ func startCluster(t testing.TB, dir string, env ...string) *cluster {
 		}
 	}
 	c.lb.url = lbURL
-	d, err := db.Open(context.Background(), c.pg.URL, 4)
+	d, err := db.Open(context.Background(), oracleURL, 4)
 	if err != nil {
 		t.Fatalf("oracle connection: %v", err)
 	}
@@ -263,6 +280,16 @@ func (p *proc) start() error {
 	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	p.cmd, p.done = cmd, done
 	return nil
+}
+
+// pid is the process id of the running process (0: never started).
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 func (p *proc) alive() bool {

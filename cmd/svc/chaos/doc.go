@@ -7,4 +7,10 @@
 // and makes the processor and the receiver fail. Invariants are checked
 // while it runs and once everything has settled; docs/reliability.md has
 // the method, the figures and how to replay a seed.
+//
+// TestFailover (make failover; one failover and its fail-back in make
+// test) runs the same processes and workload on a PostgreSQL primary with
+// a synchronous streaming standby, both named in a multi-host DATABASE_URL,
+// kills the primary's postmaster, promotes the standby, and rebuilds the
+// old primary as the new standby with pg_rewind, round after round.
 package chaos

@@ -42,6 +42,17 @@ type driver struct {
 	unanswered []request
 	ops        map[string]int
 	statuses   map[int]int
+	// acks are the writes answered 2xx, in the order of their answers:
+	// what must survive a failover.
+	acks []ack
+}
+
+// ack is a write the API acknowledged (2xx): its request, key and answer.
+type ack struct {
+	method, path, key, idem string
+	raw                     []byte
+	first                   response
+	at                      time.Time
 }
 
 type dep struct {
@@ -204,6 +215,11 @@ func (d *driver) do(ctx context.Context, req request, within time.Duration) (res
 			d.v.add("%s %s answered %d: %s", req.method, req.path, resp.status, excerpt(resp.body))
 		}
 		out := response{status: resp.status, body: resp.body}
+		if req.idem != "" && resp.status >= 200 && resp.status < 300 {
+			d.mu.Lock()
+			d.acks = append(d.acks, ack{method: req.method, path: req.path, key: key, idem: req.idem, raw: req.raw, first: out, at: time.Now()})
+			d.mu.Unlock()
+		}
 		if req.idem != "" && resp.status < 500 {
 			d.replay(req.method, req.path, req.raw, key, req.idem, out)
 		}
