@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/timefmt"
@@ -15,6 +16,10 @@ import (
 // API serves a user's balances and transaction history.
 type API struct {
 	DB bun.IDB
+	// Replica serves the transaction history, whose answer may lag the
+	// primary by up to DATABASE_READ_MAX_LAG; balances always read DB
+	// (docs/operations.md, "Reads from a replica"). Nil reads DB.
+	Replica *db.Replica
 }
 
 // Routes registers, on the platform router (/v1, readwrite):
@@ -110,11 +115,20 @@ func (a *API) transactions(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	page, next, err := Transactions(ctx, a.DB, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
-	if err != nil {
+	var (
+		page []Transaction
+		next *int64
+		all  []asset.Asset
+	)
+	err := a.Replica.Read(ctx, a.DB, func(idb bun.IDB) error {
+		var err error
+		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
+		if err != nil {
+			return err
+		}
+		all, err = (&asset.Store{DB: idb}).All(ctx)
 		return err
-	}
-	all, err := (&asset.Store{DB: a.DB}).All(ctx)
+	})
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ type App struct {
 	depositArea
 	withdrawalArea
 	reconcileArea
+	replicaArea
 }
 
 // New connects to the database and builds every module. It does not start
@@ -108,6 +109,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 
 // Close releases the database and sends the spans not yet exported.
 func (a *App) Close() {
+	a.closeReplica()
 	a.DB.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

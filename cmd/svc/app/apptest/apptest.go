@@ -125,6 +125,9 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatalf("apptest: %v", err)
 	}
 	t.Cleanup(a.Close)
+	if err := a.UseReplica(ctx); err != nil { // as svc api does
+		t.Fatalf("apptest: %v", err)
+	}
 	srv := a.HTTP()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
