@@ -16,6 +16,26 @@
 #                          object in its public schema to the owner, and print
 #                          the owner's URL, then the runtime role's
 #                          (docs/operations.md)
+#   scripts/db.sh standby PRIMARY_PORT NAME [APPLY_DELAY]
+#                          make $SVC_PG_DATA a streaming standby of the
+#                          private server on PRIMARY_PORT (pg_basebackup -R),
+#                          reporting as application_name NAME, replaying
+#                          APPLY_DELAY (recovery_min_apply_delay, e.g. 2s)
+#                          behind, and start it
+#   scripts/db.sh rebuild PRIMARY_PORT NAME [APPLY_DELAY]
+#                          turn the stopped or killed private server into a
+#                          standby of PRIMARY_PORT, as standby does: pg_rewind
+#                          (it needs wal_log_hints, which SVC_PG_REPLICATION
+#                          sets), or a new base backup when that fails;
+#                          print which (pg_rewind or pg_basebackup), then the URL
+#   scripts/db.sh promote  promote the private standby (pg_ctl promote)
+#   scripts/db.sh kill     SIGKILL the private server's postmaster, as a lost
+#                          host would; wait for its children to notice and
+#                          exit (those still there after 10s are killed too)
+#
+# SVC_PG_REPLICATION=1 when a private cluster is created sets it up to be a
+# replication primary: wal_log_hints (for pg_rewind) and WAL kept for
+# standbys that fall behind.
 #
 # Order: $DATABASE_URL if it answers; otherwise a private server under
 # $SVC_PG_DATA (default .data/pg, git-ignored) on port $SVC_PG_PORT (default
@@ -57,6 +77,127 @@ run_as() { # user cmd...
     shift; "$@"
   fi
 }
+
+# The owner of the private cluster's files.
+pg_owner() {
+  if [ "$(id -u)" = 0 ]; then
+    id -u svcpg >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin svcpg
+    echo svcpg
+  else
+    id -un
+  fi
+}
+
+# The data folder must be reachable by its owner even when the checkout is
+# under root's home: grant traverse (o+x, not read) on each folder above it
+# that lacks it, and say so.
+grant_traverse() { # owner
+  [ "$(id -u)" = 0 ] || return 0
+  local d="$DATA"
+  while d=$(dirname "$d"); [ "$d" != / ]; do
+    if ! run_as "$1" test -x "$d"; then
+      chmod o+x "$d" && say "granted traverse permission (o+x) on $d so $1 can reach $DATA"
+    fi
+  done
+}
+
+# The settings that are this server's own, not its primary's: a base backup
+# and pg_rewind copy the source's configuration files, so they are
+# rewritten after either.
+own_settings() { # primary_port name delay
+  local auto="$DATA/postgresql.auto.conf"
+  touch "$auto"
+  grep -Ev '^(port|primary_conninfo|recovery_min_apply_delay|synchronous_standby_names|synchronous_commit) ' "$auto" > "$auto.new" || true
+  cat >> "$auto.new" <<CONF
+port = $PORT
+primary_conninfo = 'host=127.0.0.1 port=$1 user=svc application_name=$2'
+recovery_min_apply_delay = '${3:-0}'
+synchronous_standby_names = ''
+CONF
+  mv "$auto.new" "$auto"
+  touch "$DATA/standby.signal"
+  rm -f "$DATA/server.log" "$DATA/postmaster.pid" "$DATA/postmaster.opts"
+  chown -R "$(pg_owner)" "$DATA"
+}
+
+start_standby() {
+  local owner; owner=$(pg_owner)
+  if ! run_as "$owner" "$(pgbin)/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 120 start >/dev/null; then
+    say "the standby did not start; its log says:"
+    tail -n 20 "$DATA/server.log" >&2
+    exit 1
+  fi
+}
+
+base_backup() { # primary_port
+  local bin owner; bin=$(pgbin); owner=$(pg_owner)
+  rm -rf "$DATA"
+  mkdir -p "$DATA"
+  grant_traverse "$owner"
+  chown "$owner" "$DATA"
+  chmod 700 "$DATA"
+  run_as "$owner" "$bin/pg_basebackup" -h 127.0.0.1 -p "$1" -U svc -D "$DATA" -X stream -c fast -R >&2
+}
+
+if [ "${1:-}" = standby ]; then
+  pport="${2:?usage: scripts/db.sh standby PRIMARY_PORT NAME [APPLY_DELAY]}"
+  name="${3:?usage: scripts/db.sh standby PRIMARY_PORT NAME [APPLY_DELAY]}"
+  base_backup "$pport"
+  own_settings "$pport" "$name" "${4:-0}"
+  start_standby
+  say "standby $name of port $pport started on 127.0.0.1:$PORT"
+  echo "postgres://svc@127.0.0.1:$PORT/$DBNAME?sslmode=disable"
+  exit 0
+fi
+
+if [ "${1:-}" = rebuild ]; then
+  pport="${2:?usage: scripts/db.sh rebuild PRIMARY_PORT NAME [APPLY_DELAY]}"
+  name="${3:?usage: scripts/db.sh rebuild PRIMARY_PORT NAME [APPLY_DELAY]}"
+  bin=$(pgbin); owner=$(pg_owner)
+  run_as "$owner" "$bin/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || true
+  # pg_rewind reads the source's timeline from its control file, which a
+  # promoted server updates at its first checkpoint.
+  "$bin/psql" "postgres://svc@127.0.0.1:$pport/postgres?sslmode=disable" -Atqc checkpoint >/dev/null
+  rm -f "$DATA/standby.signal"
+  log=$(mktemp)
+  if run_as "$owner" "$bin/pg_rewind" -D "$DATA" --source-server="host=127.0.0.1 port=$pport user=svc dbname=postgres" >"$log" 2>&1; then
+    say "rewound $DATA from port $pport"
+    how=pg_rewind
+  else
+    how=pg_basebackup
+    say "pg_rewind failed ($(tail -n 1 "$log")); taking a new base backup"
+    base_backup "$pport"
+  fi
+  rm -f "$log"
+  own_settings "$pport" "$name" "${4:-0}"
+  start_standby
+  say "rebuilt $name as a standby of port $pport on 127.0.0.1:$PORT"
+  echo "$how"
+  echo "postgres://svc@127.0.0.1:$PORT/$DBNAME?sslmode=disable"
+  exit 0
+fi
+
+if [ "${1:-}" = promote ]; then
+  owner=$(pg_owner)
+  run_as "$owner" "$(pgbin)/pg_ctl" -D "$DATA" -w -t 60 promote >/dev/null
+  say "promoted the standby in $DATA"
+  exit 0
+fi
+
+if [ "${1:-}" = kill ]; then
+  pid=$(head -n 1 "$DATA/postmaster.pid")
+  children=$(pgrep -P "$pid" || true)
+  kill -9 "$pid"
+  for _ in $(seq 100); do
+    alive=""
+    for c in $children; do kill -0 "$c" 2>/dev/null && alive="$alive $c"; done
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  for c in $alive; do kill -9 "$c" 2>/dev/null || true; done
+  say "killed the postmaster $pid of $DATA"
+  exit 0
+fi
 
 if [ "${1:-}" = stop ]; then
   if [ -f "$DATA/PG_VERSION" ]; then
@@ -156,23 +297,9 @@ if ! bin=$(pgbin); then
   bin=$(pgbin)
 fi
 
-owner=$(id -un)
-if [ "$(id -u)" = 0 ]; then
-  owner=svcpg
-  id -u "$owner" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$owner"
-fi
+owner=$(pg_owner)
 mkdir -p "$ROOT/.data"
-# The data folder must be reachable by its owner even when the checkout is
-# under root's home: grant traverse (o+x, not read) on each folder above it
-# that lacks it, and say so.
-if [ "$(id -u)" = 0 ]; then
-  d="$DATA"
-  while d=$(dirname "$d"); [ "$d" != / ]; do
-    if ! run_as "$owner" test -x "$d"; then
-      chmod o+x "$d" && say "granted traverse permission (o+x) on $d so $owner can reach .data/pg"
-    fi
-  done
-fi
+grant_traverse "$owner"
 if [ ! -f "$DATA/PG_VERSION" ]; then
   say "initialising a private cluster in .data/pg (owner $owner)"
   mkdir -p "$DATA"
@@ -187,6 +314,12 @@ max_connections = 300
 shared_buffers = 256MB
 fsync = on
 CONF
+  if [ -n "${SVC_PG_REPLICATION:-}" ]; then
+    cat >> "$DATA/postgresql.conf" <<CONF
+wal_log_hints = on
+wal_keep_size = 512MB
+CONF
+  fi
 fi
 say "starting the private server on 127.0.0.1:$PORT"
 if ! run_as "$owner" "$bin/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null; then

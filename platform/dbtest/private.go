@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // PrivateServer is a PostgreSQL server of the test's own, started by
@@ -20,8 +21,12 @@ type PrivateServer struct {
 	URL string
 	// Data is the server's data folder.
 	Data string
-	env  []string
-	t    testing.TB
+	// Name is a standby's application_name (StartStandby), kept when it
+	// is rebuilt.
+	Name  string
+	delay time.Duration
+	env   []string
+	t     testing.TB
 }
 
 // StartPrivateServer starts a private server for t.
