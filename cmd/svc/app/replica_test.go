@@ -6,8 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
