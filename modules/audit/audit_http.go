@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"context"
+
 	"encoding/json"
 	"math"
 	"regexp"
@@ -104,9 +106,9 @@ func (a *API) handleList(c *fiber.Ctx) error {
 		entries []Entry
 		next    *int64
 	)
-	err := a.Replica.Read(c.UserContext(), a.DB, func(idb bun.IDB) error {
+	err := a.Replica.Read(c.UserContext(), a.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		entries, next, err = List(c.UserContext(), idb, p)
+		entries, next, err = List(ctx, idb, p)
 		return err
 	})
 	if err != nil {

@@ -1,6 +1,8 @@
 package deposit
 
 import (
+	"context"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -153,7 +155,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	var out ListView
-	err := s.Replica.Read(ctx, s.DB, func(idb bun.IDB) error {
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		ds, next, err := list(ctx, idb, p)
 		if err != nil {
 			return err
@@ -179,7 +181,7 @@ func (s *Service) handleReview(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	var vs []View
-	err = s.Replica.Read(ctx, s.DB, func(idb bun.IDB) error {
+	err = s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		ds, err := reviewQueue(ctx, idb, limit)
 		if err != nil {
 			return err
@@ -240,8 +242,8 @@ func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {
 		return err
 	}
 	var alerts []WalletAlertView
-	err = s.Replica.Read(c.UserContext(), s.DB, func(idb bun.IDB) error {
-		alerts, err = walletAlerts(c.UserContext(), idb, limit)
+	err = s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
+		alerts, err = walletAlerts(ctx, idb, limit)
 		return err
 	})
 	if err != nil {

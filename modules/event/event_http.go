@@ -68,9 +68,9 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		return err
 	}
 	var events []Event
-	err := s.Replica.Read(c.UserContext(), s.DB, func(idb bun.IDB) error {
+	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		events, err = list(c.UserContext(), idb, ListParams{Status: Status(status), Limit: limit})
+		events, err = list(ctx, idb, ListParams{Status: Status(status), Limit: limit})
 		return err
 	})
 	if err != nil {

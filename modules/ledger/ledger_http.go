@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"context"
+
 	"math"
 
 	"github.com/gofiber/fiber/v2"
@@ -120,7 +122,7 @@ func (a *API) transactions(c *fiber.Ctx) error {
 		next *int64
 		all  []asset.Asset
 	)
-	err := a.Replica.Read(ctx, a.DB, func(idb bun.IDB) error {
+	err := a.Replica.Read(ctx, a.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
 		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
 		if err != nil {

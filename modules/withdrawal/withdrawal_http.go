@@ -1,6 +1,8 @@
 package withdrawal
 
 import (
+	"context"
+
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
@@ -169,7 +171,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	var out ListView
-	err := s.Replica.Read(ctx, s.DB, func(idb bun.IDB) error {
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		ws, next, err := list(ctx, idb, ListParams{ExternalUserID: user, Cursor: cursor, Limit: limit})
 		if err != nil {
 			return err
@@ -197,7 +199,7 @@ func (s *Service) handleAdminList(c *fiber.Ctx) error {
 	}
 	ctx := c.UserContext()
 	var out AdminListView
-	err := s.Replica.Read(ctx, s.DB, func(idb bun.IDB) error {
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		ws, next, err := adminList(ctx, idb, AdminListParams{Status: Status(status), Cursor: cursor, Limit: limit})
 		if err != nil {
 			return err

@@ -157,38 +157,46 @@ func (r *Replica) Pool() *pgxpool.Pool { return r.db.Pool }
 // MaxLag is the bound beyond which reads go to the primary.
 func (r *Replica) MaxLag() time.Duration { return r.maxLag }
 
+// ReplicaReadTimeout bounds a read on the replica: one it has not answered
+// by then (a host gone without closing its connections) runs on the
+// primary instead.
+const ReplicaReadTimeout = 3 * time.Second
+
 // Read runs fn, which must only read, on the replica when it is usable,
-// else on the primary. When fn fails on the replica because the replica
+// else on the primary, with ctx (on the replica, ctx bounded by
+// ReplicaReadTimeout). When fn fails on the replica because the replica
 // could not serve it (a lost connection, a refused session, a query
-// cancelled by a recovery conflict), or with one of retryOnPrimary (errors
-// that may mean the replica has not replayed a row the request names, such
-// as a cursor taken from a fresher page), fn runs again on the primary: a
-// replica problem is never the caller's. fn may run twice, so it must keep
-// no state between runs.
-func (r *Replica) Read(ctx context.Context, primary bun.IDB, fn func(idb bun.IDB) error, retryOnPrimary ...error) error {
+// cancelled by a recovery conflict, no answer in time), or with one of
+// retryOnPrimary (errors that may mean the replica has not replayed a row
+// the request names, such as a cursor taken from a fresher page), fn runs
+// again on the primary: a replica problem is never the caller's. fn may
+// run twice, so it must keep no state between runs.
+func (r *Replica) Read(ctx context.Context, primary bun.IDB, fn func(ctx context.Context, idb bun.IDB) error, retryOnPrimary ...error) error {
 	if r == nil {
-		return fn(primary)
+		return fn(ctx, primary)
 	}
 	if reason := r.unusable(); reason != "" {
 		r.fallbacks[reason2index(reason)].Add(1)
-		return fn(primary)
+		return fn(ctx, primary)
 	}
-	err := fn(r.db.Bun)
+	rctx, cancel := context.WithTimeout(ctx, ReplicaReadTimeout)
+	err := fn(rctx, r.db.Bun)
+	cancel()
 	switch {
 	case err == nil:
 		r.served.Add(1)
 		return nil
-	case ctx.Err() != nil:
+	case ctx.Err() != nil: // the caller's own end, not the replica's
 		return err
-	case replicaFailure(err):
+	case replicaFailure(err) || rctx.Err() != nil:
 		r.markUnreachable(err)
 		r.fallbacks[reason2index(FallbackUnreachable)].Add(1)
-		return fn(primary)
+		return fn(ctx, primary)
 	}
 	for _, e := range retryOnPrimary {
 		if errors.Is(err, e) {
 			r.fallbacks[reason2index(FallbackNotReplicated)].Add(1)
-			return fn(primary)
+			return fn(ctx, primary)
 		}
 	}
 	return err

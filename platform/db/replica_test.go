@@ -52,7 +52,7 @@ func TestReplicaUnreachableLogsOnce(t *testing.T) {
 	require.Equal(t, db.ReplicaUnreachable, r.State().Status)
 	for range 20 {
 		var one int
-		require.NoError(t, r.Read(ctx, primary.Bun, func(idb bun.IDB) error {
+		require.NoError(t, r.Read(ctx, primary.Bun, func(_ context.Context, idb bun.IDB) error {
 			require.Same(t, primary.Bun, idb, "the primary's handle")
 			return idb.NewRaw("SELECT 1").Scan(ctx, &one)
 		}))
@@ -68,8 +68,41 @@ func TestNilReplicaReadsThePrimary(t *testing.T) {
 	t.Parallel()
 	var r *db.Replica
 	sentinel := &bun.DB{}
-	require.NoError(t, r.Read(context.Background(), sentinel, func(idb bun.IDB) error {
+	require.NoError(t, r.Read(context.Background(), sentinel, func(_ context.Context, idb bun.IDB) error {
 		require.Same(t, sentinel, idb)
 		return nil
 	}))
+}
+
+// A replica that does not answer in time (a host gone without closing its
+// connections) costs a read ReplicaReadTimeout, then the primary answers.
+func TestReplicaSlowReadRunsOnThePrimary(t *testing.T) {
+	t.Parallel()
+	u := dbtest.NewURL(t)
+	ctx := context.Background()
+	primary, err := db.Open(ctx, u, 4)
+	require.NoError(t, err)
+	t.Cleanup(primary.Close)
+	r, err := db.OpenReplica(ctx, u, primary, db.ReplicaOptions{MaxLag: 5 * time.Second, Log: slog.New(&countingHandler{})})
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	r.Probe(ctx)
+	require.Equal(t, db.ReplicaOK, r.State().Status, "the primary itself, read through the read-only pool")
+	start := time.Now()
+	var ran []bool
+	require.NoError(t, r.Read(ctx, primary.Bun, func(ctx context.Context, idb bun.IDB) error {
+		onPrimary := idb == bun.IDB(primary.Bun)
+		ran = append(ran, onPrimary)
+		if onPrimary {
+			return nil
+		}
+		_, err := idb.NewRaw("SELECT pg_sleep(60)").Exec(ctx) // the replica never answers
+		return err
+	}))
+	took := time.Since(start)
+	require.Equal(t, []bool{false, true}, ran, "tried on the replica, answered by the primary")
+	require.GreaterOrEqual(t, took, db.ReplicaReadTimeout)
+	require.Less(t, took, db.ReplicaReadTimeout+5*time.Second)
+	require.Equal(t, db.ReplicaUnreachable, r.State().Status, "until a probe reaches it again")
+	require.EqualValues(t, 1, r.Stats().Fallbacks[db.FallbackUnreachable])
 }

@@ -79,8 +79,8 @@ func TestReplicaRouting(t *testing.T) {
 
 	// A write given the replica's handle by mistake is refused, not applied,
 	// and not retried on the primary.
-	err = r.Read(context.Background(), e.App.DB.Bun, func(idb bun.IDB) error {
-		_, err := idb.NewRaw("INSERT INTO worker_heartbeats (worker_id, beat_at) VALUES ('replica-write', now())").Exec(context.Background())
+	err = r.Read(context.Background(), e.App.DB.Bun, func(ctx context.Context, idb bun.IDB) error {
+		_, err := idb.NewRaw("INSERT INTO worker_heartbeats (worker_id, beat_at) VALUES ('replica-write', now())").Exec(ctx)
 		return err
 	})
 	require.Error(t, err)
