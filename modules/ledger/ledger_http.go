@@ -32,6 +32,8 @@ type API struct {
 // limit defaults to 50 (DefaultTransactionsLimit) and may be 1 to 200
 // (MaxTransactionsLimit); cursor is the next_cursor of the previous page, a
 // posting_id. Bad values are 422 field errors; an unknown asset is 404.
+// Balances always read the primary (DB); the history may read the replica
+// (API.Replica) and lag it by up to DATABASE_READ_MAX_LAG.
 func (a *API) Routes(r fiber.Router) {
 	r.Get("/users/:external_user_id/balances", a.balances)
 	r.Get("/users/:external_user_id/transactions", a.transactions)

@@ -181,6 +181,7 @@ func (r *Replica) Read(ctx context.Context, primary bun.IDB, fn func(ctx context
 	}
 	rctx, cancel := context.WithTimeout(ctx, ReplicaReadTimeout)
 	err := fn(rctx, r.db.Bun)
+	timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
 	cancel()
 	switch {
 	case err == nil:
@@ -188,7 +189,7 @@ func (r *Replica) Read(ctx context.Context, primary bun.IDB, fn func(ctx context
 		return nil
 	case ctx.Err() != nil: // the caller's own end, not the replica's
 		return err
-	case replicaFailure(err) || rctx.Err() != nil:
+	case replicaFailure(err) || timedOut:
 		r.markUnreachable(err)
 		r.fallbacks[reason2index(FallbackUnreachable)].Add(1)
 		return fn(ctx, primary)

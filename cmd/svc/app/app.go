@@ -6,7 +6,9 @@
 // Each business area keeps its wiring in its own file (ledger.go, event.go,
 // processor.go, audit.go, deposit.go): an embedded struct with its fields and the
 // init, routes and jobs methods that New, HTTP and Worker call. metrics.go
-// holds the Prometheus registry the others report to, and its listener.
+// holds the Prometheus registry the others report to, and its listener;
+// replica.go the read replica that svc api opens (UseReplica) for the
+// reads where staleness is harmless.
 package app
 
 import (
