@@ -15,8 +15,9 @@ import (
 // opens with UseReplica: the worker and svc admin read the primary only.
 type replicaArea struct {
 	// Replica is nil unless UseReplica opened one.
-	Replica     *db.Replica
-	stopReplica context.CancelFunc
+	Replica *db.Replica
+	// stopReplica ends the probe and waits for it.
+	stopReplica func()
 }
 
 // UseReplica opens DATABASE_READ_URL, when it is set, and gives it to the
@@ -41,9 +42,10 @@ func (a *App) UseReplica(ctx context.Context) error {
 	a.Replica = r
 	a.LedgerAPI.Replica, a.Withdrawals.Replica, a.Deposits.Replica, a.AuditAPI.Replica, a.Events.Replica = r, r, r, r, r
 	probe, stop := context.WithCancel(context.WithoutCancel(ctx))
-	a.stopReplica = stop
+	done := make(chan struct{})
+	a.stopReplica = func() { stop(); <-done }
 	r.Probe(probe) // the first state before the first request
-	go r.Run(probe)
+	go func() { defer close(done); r.Run(probe) }()
 	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "replica", Advisory: true, Run: func(context.Context) error {
 		return replicaProblem(r.State(), r.MaxLag())
 	}})
