@@ -1,10 +1,12 @@
 package db
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 )
 
 func TestParseLSN(t *testing.T) {
@@ -61,4 +63,23 @@ func TestReplicaUnusableAsTheProbeAges(t *testing.T) {
 	require.Equal(t, FallbackLagging, r.unusable(), "1 s stale at a probe 4.5 s ago is 5.5 s stale now")
 	r.state = ReplicaState{Status: ReplicaUnreachable, ProbedAt: time.Now()}
 	require.Equal(t, FallbackUnreachable, r.unusable())
+}
+
+// BenchmarkReplicaRoute: what Read adds to a read to choose its handle,
+// with no replica (DATABASE_READ_URL unset) and with one in use.
+func BenchmarkReplicaRoute(b *testing.B) {
+	ctx := context.Background()
+	noop := func(context.Context, bun.IDB) error { return nil }
+	b.Run("unset", func(b *testing.B) {
+		var r *Replica
+		for b.Loop() {
+			_ = r.Read(ctx, nil, noop)
+		}
+	})
+	b.Run("in_use", func(b *testing.B) {
+		r := &Replica{maxLag: time.Minute, db: &DB{Bun: &bun.DB{}}, state: ReplicaState{Status: ReplicaOK, ProbedAt: time.Now()}}
+		for b.Loop() {
+			_ = r.Read(ctx, nil, noop)
+		}
+	})
 }

@@ -197,6 +197,11 @@ func TestReplicaDelayedOnPurpose(t *testing.T) {
 		e := start(t, 10*time.Second)
 		credit(t, e, "fay", 5_000)
 		standby.Kill()
+		killed := time.Now()
+		body, fromReplica := history(t, e, "fay")
+		t.Logf("the first history read after the standby was killed took %s, answered by the primary", time.Since(killed).Round(time.Millisecond))
+		require.False(t, fromReplica)
+		require.Contains(t, body, "deposit_credit")
 		for _, rt := range replicaRoutes {
 			if !rt.replica {
 				continue
@@ -209,9 +214,6 @@ func TestReplicaDelayedOnPurpose(t *testing.T) {
 			}
 			require.Equal(t, http.StatusOK, r.Status, "%s: %s", rt.path, r.Body)
 		}
-		body, fromReplica := history(t, e, "fay")
-		require.False(t, fromReplica)
-		require.Contains(t, body, "deposit_credit")
 		require.Equal(t, db.ReplicaUnreachable, e.App.Replica.State().Status)
 		require.Positive(t, e.App.Replica.Stats().Fallbacks[db.FallbackUnreachable])
 	})
