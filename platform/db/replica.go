@@ -151,9 +151,6 @@ func (r *Replica) Close() {
 	}
 }
 
-// Pool is the replica's pgx pool (for its metrics).
-func (r *Replica) Pool() *pgxpool.Pool { return r.db.Pool }
-
 // MaxLag is the bound beyond which reads go to the primary.
 func (r *Replica) MaxLag() time.Duration { return r.maxLag }
 
