@@ -31,6 +31,10 @@ func newAPICmd() *cobra.Command {
 			if err := requireStartable(ctx, a); err != nil {
 				return err
 			}
+			// DATABASE_READ_URL: the lists read the standby.
+			if err := a.UseReplica(ctx); err != nil {
+				return err
+			}
 			// METRICS_ADDR: /metrics and pprof, apart from PORT. Stopped
 			// last, after the API has drained.
 			_, stopMetrics, err := a.ServeMetrics()

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"context"
+
 	"encoding/json"
 	"math"
 	"regexp"
@@ -8,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
 
+	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/timefmt"
@@ -16,6 +19,10 @@ import (
 // API serves the audit trail to operators.
 type API struct {
 	DB bun.IDB
+	// Replica serves the list, whose answer may lag the primary by up to
+	// DATABASE_READ_MAX_LAG (the trail is append-only: a lagging page
+	// misses the newest entries, never shows a changed one); nil reads DB.
+	Replica *db.Replica
 }
 
 // Routes registers, on the admin router (/v1/admin, admin scope):
@@ -95,7 +102,15 @@ func (a *API) handleList(c *fiber.Ctx) error {
 	if err := fault.MergeValidation(limitErr, cursorErr, f.Err()); err != nil {
 		return err
 	}
-	entries, next, err := List(c.UserContext(), a.DB, p)
+	var (
+		entries []Entry
+		next    *int64
+	)
+	err := a.Replica.Read(c.UserContext(), a.DB, func(ctx context.Context, idb bun.IDB) error {
+		var err error
+		entries, next, err = List(ctx, idb, p)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/event"
 	"svc/platform/btcpay"
+	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -117,6 +118,11 @@ const USDTExpirationMinutes = 60
 // Service is the deposit module.
 type Service struct {
 	DB bun.IDB
+	// Replica serves the lists (a user's deposits, the review queue, the
+	// wallet alerts), whose answer may lag the primary by up to
+	// DATABASE_READ_MAX_LAG; nil reads DB. A deposit's own GET, its address
+	// history and every state change read DB.
+	Replica *db.Replica
 	// Processor is nil when no processor is configured: creation then
 	// answers 503 and nothing is reconciled.
 	Processor Processor

@@ -1,8 +1,11 @@
 package deposit
 
 import (
+	"context"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
 	"svc/platform/fault"
@@ -19,15 +22,16 @@ const (
 
 // Routes registers the platform routes on the /v1 router (readwrite) and
 // the operator routes on the /v1/admin router; idem is the Idempotency-Key
-// middleware of the mutating routes.
+// middleware of the mutating routes. The lists (replica) read
+// Service.Replica, which may lag the primary; the rest read the primary.
 //
 //	POST /deposits                                   201 Deposit
 //	GET  /deposits/{deposit_id}                      Deposit
 //	GET  /deposits/{deposit_id}/address-history      Address history
-//	GET  /users/{external_user_id}/deposits          {deposits, next_cursor}
-//	GET  /admin/deposits/review?limit=               {deposits}, oldest first
+//	GET  /users/{external_user_id}/deposits          {deposits, next_cursor} (replica)
+//	GET  /admin/deposits/review?limit=               {deposits}, oldest first (replica)
 //	POST /admin/deposits/{deposit_id}/resolve        {deposit, credited}
-//	GET  /admin/wallet-alerts?limit=                 {alerts}, newest first
+//	GET  /admin/wallet-alerts?limit=                 {alerts}, newest first (replica)
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	platform.Post("/deposits", idem, s.handleCreate)
 	platform.Get("/deposits/:deposit_id", s.handleGet)
@@ -150,18 +154,22 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	ds, next, err := s.List(ctx, p)
+	var out ListView
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
+		ds, next, err := list(ctx, idb, p)
+		if err != nil {
+			return err
+		}
+		vs, err := s.Views(ctx, idb, ds)
+		out = ListView{Deposits: vs}
+		if next != nil {
+			n := next.String()
+			out.NextCursor = &n
+		}
+		return err
+	}, ErrBadCursor)
 	if err != nil {
 		return err
-	}
-	vs, err := s.Views(ctx, s.DB, ds)
-	if err != nil {
-		return err
-	}
-	out := ListView{Deposits: vs}
-	if next != nil {
-		n := next.String()
-		out.NextCursor = &n
 	}
 	return c.JSON(out)
 }
@@ -172,11 +180,15 @@ func (s *Service) handleReview(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	ds, err := s.ReviewQueue(ctx, limit)
-	if err != nil {
+	var vs []View
+	err = s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
+		ds, err := reviewQueue(ctx, idb, limit)
+		if err != nil {
+			return err
+		}
+		vs, err = s.Views(ctx, idb, ds)
 		return err
-	}
-	vs, err := s.Views(ctx, s.DB, ds)
+	})
 	if err != nil {
 		return err
 	}
@@ -229,7 +241,11 @@ func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {
 	if err := fault.MergeValidation(err, httpapi.OnlyQuery(c, "limit")); err != nil {
 		return err
 	}
-	alerts, err := s.WalletAlerts(c.UserContext(), limit)
+	var alerts []WalletAlertView
+	err = s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
+		alerts, err = walletAlerts(ctx, idb, limit)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -127,13 +127,17 @@ var ErrBadCursor = fault.Validation(fault.FieldError{Loc: []any{"query", "cursor
 // on (created_at, id) so that inserts never shift a page; next is the
 // cursor of the following page, nil on the last.
 func (s *Service) List(ctx context.Context, p ListParams) ([]Deposit, *uuid.UUID, error) {
+	return list(ctx, s.DB, p)
+}
+
+func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Deposit, *uuid.UUID, error) {
 	if p.Limit <= 0 {
 		p.Limit = DefaultListLimit
 	}
-	q := s.DB.NewSelect().Model((*Deposit)(nil)).Where("external_user_id = ?", p.ExternalUserID)
+	q := idb.NewSelect().Model((*Deposit)(nil)).Where("external_user_id = ?", p.ExternalUserID)
 	if p.Cursor != nil {
 		var at time.Time
-		err := s.DB.NewSelect().Model((*Deposit)(nil)).Column("created_at").
+		err := idb.NewSelect().Model((*Deposit)(nil)).Column("created_at").
 			Where("id = ? AND external_user_id = ?", *p.Cursor, p.ExternalUserID).Scan(ctx, &at)
 		if db.IsNoRows(err) {
 			return nil, nil, ErrBadCursor
@@ -165,11 +169,15 @@ const (
 // ReviewQueue returns the deposits in review, oldest first (by the time
 // they entered review).
 func (s *Service) ReviewQueue(ctx context.Context, limit int) ([]Deposit, error) {
+	return reviewQueue(ctx, s.DB, limit)
+}
+
+func reviewQueue(ctx context.Context, idb bun.IDB, limit int) ([]Deposit, error) {
 	if limit <= 0 {
 		limit = DefaultReviewLimit
 	}
 	out := []Deposit{}
-	if err := s.DB.NewSelect().Model(&out).Where("status = ?", StatusReview).
+	if err := idb.NewSelect().Model(&out).Where("status = ?", StatusReview).
 		OrderExpr("review_at, id").Limit(int64(limit)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("list review queue: %w", err)
 	}

@@ -208,14 +208,18 @@ func invoiceLabel(raw json.RawMessage) string {
 
 // WalletAlerts returns the newest alerts first.
 func (s *Service) WalletAlerts(ctx context.Context, limit int) ([]WalletAlertView, error) {
+	return walletAlerts(ctx, s.DB, limit)
+}
+
+func walletAlerts(ctx context.Context, idb bun.IDB, limit int) ([]WalletAlertView, error) {
 	if limit <= 0 {
 		limit = DefaultReviewLimit
 	}
 	var rows []WalletAlert
-	if err := s.DB.NewSelect().Model(&rows).OrderExpr("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+	if err := idb.NewSelect().Model(&rows).OrderExpr("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("list wallet alerts: %w", err)
 	}
-	dec, err := decimalsOf(ctx, s.DB)
+	dec, err := decimalsOf(ctx, idb)
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,7 @@ type RedeliverResponse struct {
 // feedRoutes) and the operators' endpoints on the /v1/admin router; idem is
 // the Idempotency-Key middleware that mutating routes need.
 //
-//	GET  /admin/events?status=&limit=          {events: [Record]}, newest first
+//	GET  /admin/events?status=&limit=          {events: [Record]}, newest first (replica: Service.Replica)
 //	POST /admin/events/{event_id}/redeliver    {id, status}
 //
 // event_id is the raw uuid (raw_id) or the evt_ id the list and the
@@ -67,7 +67,12 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 	if err := fault.MergeValidation(serr, lerr, httpapi.OnlyQuery(c, "status", "limit")); err != nil {
 		return err
 	}
-	events, err := s.List(c.UserContext(), ListParams{Status: Status(status), Limit: limit})
+	var events []Event
+	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
+		var err error
+		events, err = list(ctx, idb, ListParams{Status: Status(status), Limit: limit})
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,12 @@ type Service struct {
 	DB       bun.IDB
 	Inserter queue.Inserter
 	Now      func() time.Time
+	// Replica serves the operators' list (GET /v1/admin/events), whose
+	// answer may lag the primary by up to DATABASE_READ_MAX_LAG; nil reads
+	// DB. The Events API (Feed) always reads DB: a consumer goes on from an
+	// event id a webhook just gave it, and the stream's order rests on the
+	// primary's snapshots (see listed).
+	Replica *db.Replica
 }
 
 // envelope is the body of a delivery. Its field order is the order on the
@@ -85,11 +91,15 @@ type ListParams struct {
 
 // List returns events, newest first.
 func (s *Service) List(ctx context.Context, p ListParams) ([]Event, error) {
+	return list(ctx, s.DB, p)
+}
+
+func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Event, error) {
 	if p.Limit <= 0 {
 		p.Limit = 50
 	}
 	out := []Event{}
-	q := s.DB.NewSelect().Model(&out).OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit))
+	q := idb.NewSelect().Model(&out).OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit))
 	if p.Status != "" {
 		q = q.Where("status = ?", p.Status)
 	}

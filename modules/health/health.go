@@ -2,6 +2,9 @@
 // and /readyz (can the service do its work: database, worker heartbeat, and
 // the components other areas register, such as the processor).
 //
+// An Advisory component (the read replica) is shown but does not count
+// towards readiness.
+//
 // /readyz needs no key, so it must not be a way to make the service call
 // its upstreams (with their API keys) at the caller's pace, nor show their
 // error text (host names, upstream messages) to anyone: each registered
@@ -34,6 +37,10 @@ type Check struct {
 	// words safe to show anyone (e.g. the HTTP status of a refusal); ""
 	// keeps the general text.
 	Classify func(error) string
+	// Advisory components are shown, degraded or not, but never make the
+	// service unready: the read replica, whose loss only sends the lists
+	// to the primary.
+	Advisory bool
 }
 
 // upstreamDetail is what an anonymous caller learns of a failing upstream.
@@ -162,7 +169,7 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 			err = s.run(ctx, ch)
 		}
 		if err != nil {
-			ready = false
+			ready = ready && ch.Advisory
 			msg := err.Error()
 			if ch.Upstream {
 				s.logger().WarnContext(ctx, "readiness: component degraded", "component", ch.Name, "error", err)

@@ -1,12 +1,15 @@
 package ledger
 
 import (
+	"context"
+
 	"math"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/timefmt"
@@ -15,6 +18,10 @@ import (
 // API serves a user's balances and transaction history.
 type API struct {
 	DB bun.IDB
+	// Replica serves the transaction history, whose answer may lag the
+	// primary by up to DATABASE_READ_MAX_LAG; balances always read DB
+	// (docs/operations.md, "Reads from a replica"). Nil reads DB.
+	Replica *db.Replica
 }
 
 // Routes registers, on the platform router (/v1, readwrite):
@@ -25,6 +32,8 @@ type API struct {
 // limit defaults to 50 (DefaultTransactionsLimit) and may be 1 to 200
 // (MaxTransactionsLimit); cursor is the next_cursor of the previous page, a
 // posting_id. Bad values are 422 field errors; an unknown asset is 404.
+// Balances always read the primary (DB); the history may read the replica
+// (API.Replica) and lag it by up to DATABASE_READ_MAX_LAG.
 func (a *API) Routes(r fiber.Router) {
 	r.Get("/users/:external_user_id/balances", a.balances)
 	r.Get("/users/:external_user_id/transactions", a.transactions)
@@ -110,11 +119,20 @@ func (a *API) transactions(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	page, next, err := Transactions(ctx, a.DB, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
-	if err != nil {
+	var (
+		page []Transaction
+		next *int64
+		all  []asset.Asset
+	)
+	err := a.Replica.Read(ctx, a.DB, func(ctx context.Context, idb bun.IDB) error {
+		var err error
+		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
+		if err != nil {
+			return err
+		}
+		all, err = (&asset.Store{DB: idb}).All(ctx)
 		return err
-	}
-	all, err := (&asset.Store{DB: a.DB}).All(ctx)
+	})
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,7 @@ import (
 	"svc/modules/ledger"
 	"svc/platform/btcpay"
 	"svc/platform/chain"
+	"svc/platform/db"
 	"svc/platform/fault"
 )
 
@@ -124,6 +125,10 @@ type Config struct {
 // Service is the withdrawal module.
 type Service struct {
 	DB bun.IDB
+	// Replica serves the two lists, whose answer may lag the primary by up
+	// to DATABASE_READ_MAX_LAG; nil reads DB. Nothing else reads it: a
+	// withdrawal's own GET, creation and every decision read DB.
+	Replica *db.Replica
 	// Fees is nil when no processor is configured: BTC withdrawals then
 	// answer 503 (no fee rate).
 	Fees FeeRater

@@ -1,10 +1,13 @@
 package withdrawal
 
 import (
+	"context"
+
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
 	"svc/platform/fault"
@@ -23,12 +26,14 @@ const (
 // Routes registers the platform routes on the /v1 router (readwrite) and
 // the operator routes on the /v1/admin router; idem is the Idempotency-Key
 // middleware of the mutating routes, and claimIn its variant for creation,
-// which claims the key in its first statement (Service.Create).
+// which claims the key in its first statement (Service.Create). The two
+// lists (replica) read Service.Replica, which may lag the primary; the
+// single withdrawal and every decision read the primary.
 //
 //	POST /withdrawals                               201 Withdrawal (+ approval_reason)
 //	GET  /withdrawals/{withdrawal_id}               Withdrawal
-//	GET  /users/{external_user_id}/withdrawals      {withdrawals, next_cursor}, newest first
-//	GET  /admin/withdrawals?status=&limit=&cursor=  {withdrawals, next_cursor}, oldest first
+//	GET  /users/{external_user_id}/withdrawals      {withdrawals, next_cursor}, newest first (replica)
+//	GET  /admin/withdrawals?status=&limit=&cursor=  {withdrawals, next_cursor}, oldest first (replica)
 //	POST /admin/withdrawals/{id}/approve            approved withdrawal (+ amount_to_send)
 //	POST /admin/withdrawals/{id}/reject             admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/release            admin withdrawal, refunded
@@ -165,15 +170,20 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	ws, next, err := s.List(ctx, ListParams{ExternalUserID: user, Cursor: cursor, Limit: limit})
+	var out ListView
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
+		ws, next, err := list(ctx, idb, ListParams{ExternalUserID: user, Cursor: cursor, Limit: limit})
+		if err != nil {
+			return err
+		}
+		vs, err := views(ctx, idb, ws)
+		out = ListView{Withdrawals: vs, NextCursor: nextString(next)}
+		return err
+	}, ErrBadCursor)
 	if err != nil {
 		return err
 	}
-	vs, err := s.Views(ctx, ws)
-	if err != nil {
-		return err
-	}
-	return c.JSON(ListView{Withdrawals: vs, NextCursor: nextString(next)})
+	return c.JSON(out)
 }
 
 func (s *Service) handleAdminList(c *fiber.Ctx) error {
@@ -188,15 +198,20 @@ func (s *Service) handleAdminList(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	ws, next, err := s.AdminList(ctx, AdminListParams{Status: Status(status), Cursor: cursor, Limit: limit})
+	var out AdminListView
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
+		ws, next, err := adminList(ctx, idb, AdminListParams{Status: Status(status), Cursor: cursor, Limit: limit})
+		if err != nil {
+			return err
+		}
+		vs, err := adminViews(ctx, idb, ws)
+		out = AdminListView{Withdrawals: vs, NextCursor: nextString(next)}
+		return err
+	}, ErrBadCursor)
 	if err != nil {
 		return err
 	}
-	vs, err := s.AdminViews(ctx, ws)
-	if err != nil {
-		return err
-	}
-	return c.JSON(AdminListView{Withdrawals: vs, NextCursor: nextString(next)})
+	return c.JSON(out)
 }
 
 type decideRequest struct {

@@ -110,12 +110,16 @@ type ListParams struct {
 // paginated on (created_at, id) so that inserts never shift a page; next is
 // the cursor of the following page, nil on the last.
 func (s *Service) List(ctx context.Context, p ListParams) ([]Withdrawal, *uuid.UUID, error) {
+	return list(ctx, s.DB, p)
+}
+
+func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Withdrawal, *uuid.UUID, error) {
 	if p.Limit <= 0 {
 		p.Limit = DefaultListLimit
 	}
-	q := s.DB.NewSelect().Model((*Withdrawal)(nil)).Where("external_user_id = ?", p.ExternalUserID)
+	q := idb.NewSelect().Model((*Withdrawal)(nil)).Where("external_user_id = ?", p.ExternalUserID)
 	if p.Cursor != nil {
-		at, err := cursorTime(ctx, s.DB, *p.Cursor, func(q *bun.SelectQuery) *bun.SelectQuery {
+		at, err := cursorTime(ctx, idb, *p.Cursor, func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("external_user_id = ?", p.ExternalUserID)
 		})
 		if err != nil {
@@ -136,6 +140,10 @@ type AdminListParams struct {
 // AdminList returns a page of withdrawals, oldest first (an approval queue
 // reads in arrival order), keyset-paginated on (created_at, id).
 func (s *Service) AdminList(ctx context.Context, p AdminListParams) ([]Withdrawal, *uuid.UUID, error) {
+	return adminList(ctx, s.DB, p)
+}
+
+func adminList(ctx context.Context, idb bun.IDB, p AdminListParams) ([]Withdrawal, *uuid.UUID, error) {
 	if p.Limit <= 0 {
 		p.Limit = DefaultAdminLimit
 	}
@@ -145,11 +153,11 @@ func (s *Service) AdminList(ctx context.Context, p AdminListParams) ([]Withdrawa
 		}
 		return q
 	}
-	q := filter(s.DB.NewSelect().Model((*Withdrawal)(nil)))
+	q := filter(idb.NewSelect().Model((*Withdrawal)(nil)))
 	if p.Cursor != nil {
 		// The cursor need not be in the status any more (it may have been
 		// decided since the page was read): its place in time is enough.
-		at, err := cursorTime(ctx, s.DB, *p.Cursor, func(q *bun.SelectQuery) *bun.SelectQuery { return q })
+		at, err := cursorTime(ctx, idb, *p.Cursor, func(q *bun.SelectQuery) *bun.SelectQuery { return q })
 		if err != nil {
 			return nil, nil, err
 		}

@@ -104,7 +104,11 @@ func decimals(ctx context.Context, idb bun.IDB) (map[string]int, error) {
 
 // Views renders withdrawals (platform view).
 func (s *Service) Views(ctx context.Context, ws []Withdrawal) ([]View, error) {
-	dec, err := decimals(ctx, s.DB)
+	return views(ctx, s.DB, ws)
+}
+
+func views(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]View, error) {
+	dec, err := decimals(ctx, idb)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +121,11 @@ func (s *Service) Views(ctx context.Context, ws []Withdrawal) ([]View, error) {
 
 // AdminViews renders withdrawals (admin view).
 func (s *Service) AdminViews(ctx context.Context, ws []Withdrawal) ([]AdminView, error) {
-	dec, err := decimals(ctx, s.DB)
+	return adminViews(ctx, s.DB, ws)
+}
+
+func adminViews(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]AdminView, error) {
+	dec, err := decimals(ctx, idb)
 	if err != nil {
 		return nil, err
 	}

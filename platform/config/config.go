@@ -59,6 +59,10 @@ type Database struct {
 	MaxConns int    `mapstructure:"max_conns" env:"DATABASE_MAX_CONNS" default:"20" doc:"size of each process's connection pool"`
 	// MigrateURL is the schema owner's connection, for svc migrate only.
 	MigrateURL string `mapstructure:"migrate_url" env:"MIGRATE_DATABASE_URL" default:"" doc:"PostgreSQL URL of the schema owner, used by svc migrate only (unset: DATABASE_URL); when its user differs from DATABASE_URL's, migrate grants that runtime role what the service needs and nothing more"`
+	// ReadURL and ReadMaxLag route the reads where staleness is harmless
+	// (docs/operations.md, "Reads from a replica").
+	ReadURL    string        `mapstructure:"read_url" env:"DATABASE_READ_URL" default:"" doc:"PostgreSQL URL of a streaming standby that svc api reads user histories and lists from (read-only sessions, a pool of DATABASE_MAX_CONNS); balances, single resources and every read a money decision depends on stay on DATABASE_URL. Unset: everything reads DATABASE_URL (docs/operations.md, \"Reads from a replica\")"`
+	ReadMaxLag time.Duration `mapstructure:"read_max_lag" env:"DATABASE_READ_MAX_LAG" default:"5s" doc:"with DATABASE_READ_URL: how far behind the primary the standby may be for lists to read it; beyond it, or when the standby is unreachable, they read the primary"`
 }
 
 // APIKeys configures the format of minted API keys.
@@ -221,6 +225,14 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.Database.MigrateURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			add("MIGRATE_DATABASE_URL", "must be a postgres:// or postgresql:// URL")
 		}
+	}
+	if c.Database.ReadURL != "" {
+		if u, err := url.Parse(c.Database.ReadURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			add("DATABASE_READ_URL", "must be a postgres:// or postgresql:// URL")
+		}
+	}
+	if c.Database.ReadMaxLag < time.Second || c.Database.ReadMaxLag > time.Hour {
+		add("DATABASE_READ_MAX_LAG", "must be from 1s to 1h")
 	}
 	if c.Database.MaxConns < 2 {
 		add("DATABASE_MAX_CONNS", "must be at least 2")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -59,21 +60,10 @@ func WithTracer(tp trace.TracerProvider) Option {
 // Open connects to url with at most maxConns connections and checks that the
 // server answers.
 func Open(ctx context.Context, url string, maxConns int, opts ...Option) (*DB, error) {
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := poolConfig(url, maxConns, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
-	for _, o := range opts {
-		o(pcfg)
-	}
-	if maxConns > 0 {
-		pcfg.MaxConns = int32(maxConns)
-	}
-	pcfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
-	// bun writes values into the SQL text as literals; with
-	// standard_conforming_strings off, backslashes in them would be escapes
-	// and quoting unsafe. Pinned for every connection, and checked below.
-	pcfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to database: %w", err)
@@ -89,11 +79,48 @@ func Open(ctx context.Context, url string, maxConns int, opts ...Option) (*DB, e
 		pool.Close()
 		return nil, fmt.Errorf("connect to database: standard_conforming_strings must be on (the server says %q): string literals would not be safe", scs)
 	}
+	return wrap(pool), nil
+}
+
+// poolConfig is the pool configuration of url that Open and OpenReplica
+// share.
+func poolConfig(url string, maxConns int, opts ...Option) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range opts {
+		o(pcfg)
+	}
+	if maxConns > 0 {
+		pcfg.MaxConns = int32(maxConns)
+	}
+	pcfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	// bun writes values into the SQL text as literals; with
+	// standard_conforming_strings off, backslashes in them would be escapes
+	// and quoting unsafe. Pinned for every connection, and checked (Open,
+	// requireSafeStrings).
+	pcfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "on"
+	return pcfg, nil
+}
+
+// requireSafeStrings refuses a connection whose server does not take
+// standard_conforming_strings (see poolConfig), for a pool that Open does
+// not check up front.
+func requireSafeStrings(ctx context.Context, c *pgx.Conn) error {
+	if v := c.PgConn().ParameterStatus("standard_conforming_strings"); v != "on" {
+		return fmt.Errorf("standard_conforming_strings must be on (the server says %q): string literals would not be safe", v)
+	}
+	return nil
+}
+
+// wrap puts database/sql and bun over pool.
+func wrap(pool *pgxpool.Pool) *DB {
 	// As stdlib.OpenDBFromPool, with simpleConnector: the pool keeps the
 	// idle connections, database/sql none.
 	sqldb := sql.OpenDB(simpleConnector{stdlib.GetPoolConnector(pool)})
 	sqldb.SetMaxIdleConns(0)
-	return &DB{Pool: pool, SQL: sqldb, Bun: bun.NewDB(sqldb, pgdialect.New())}, nil
+	return &DB{Pool: pool, SQL: sqldb, Bun: bun.NewDB(sqldb, pgdialect.New())}
 }
 
 // Close releases every connection.

@@ -6,7 +6,9 @@
 // Each business area keeps its wiring in its own file (ledger.go, event.go,
 // processor.go, audit.go, deposit.go): an embedded struct with its fields and the
 // init, routes and jobs methods that New, HTTP and Worker call. metrics.go
-// holds the Prometheus registry the others report to, and its listener.
+// holds the Prometheus registry the others report to, and its listener;
+// replica.go the read replica that svc api opens (UseReplica) for the
+// reads where staleness is harmless.
 package app
 
 import (
@@ -62,6 +64,7 @@ type App struct {
 	depositArea
 	withdrawalArea
 	reconcileArea
+	replicaArea
 }
 
 // New connects to the database and builds every module. It does not start
@@ -109,6 +112,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 
 // Close releases the database and sends the spans not yet exported.
 func (a *App) Close() {
+	a.closeReplica()
 	a.DB.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

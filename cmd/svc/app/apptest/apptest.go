@@ -124,6 +124,9 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatalf("apptest: %v", err)
 	}
 	t.Cleanup(a.Close)
+	if err := a.UseReplica(ctx); err != nil { // as svc api does
+		t.Fatalf("apptest: %v", err)
+	}
 	srv := a.HTTP()
 	ln, err := a.Listen("127.0.0.1:0")
 	if err != nil {
