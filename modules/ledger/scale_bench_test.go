@@ -234,11 +234,11 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
 		return err
 	})
 
-	// The check and the report's database work, each on a warm cache (a
-	// first run reads the files in), the best of two.
+	// The check and the report's database work, each timed on its second
+	// run: the first reads the files in.
 	best := func(run func() time.Duration) time.Duration {
 		run()
-		return min(run(), run())
+		return run()
 	}
 	res.check = best(func() time.Duration {
 		r, err := ledger.Check(ctx, d)
@@ -307,13 +307,11 @@ func scaleSizes(b *testing.B) []int64 {
 }
 
 // BenchmarkLedgerScale measures the generated book at every size of
-// LEDGER_SCALE_POSTINGS, each case for LEDGER_BENCH_DURATION, and prints
-// every number of the largest size against the smallest's.
+// LEDGER_SCALE_POSTINGS, each case for LEDGER_BENCH_DURATION
+// (scripts/bench.sh prints them side by side).
 func BenchmarkLedgerScale(b *testing.B) {
 	dur := benchDuration(b)
-	sizes := scaleSizes(b)
-	results := map[int64]scaleResult{}
-	for _, n := range sizes {
+	for _, n := range scaleSizes(b) {
 		book := newScaleBook(n)
 		b.Run(fmt.Sprintf("postings=%d", book.postings), func(b *testing.B) {
 			kept := dbtest.Kept(b, fmt.Sprintf("ledger_scale_v%d_%d", scaleVersion, book.postings), func(u string) {
@@ -323,7 +321,6 @@ func BenchmarkLedgerScale(b *testing.B) {
 			u := dbtest.Clone(b, kept)
 			b.Logf("cloned the kept book in %s", time.Since(t0).Round(time.Millisecond))
 			res := measureScale(b, u, book, dur)
-			results[book.postings] = res
 			b.ReportMetric(float64(res.sizeBytes)/(1<<20), "db_MB")
 			b.ReportMetric(res.balance.P99, "balance_p99_ms")
 			b.ReportMetric(res.first.P99, "first_page_p99_ms")
@@ -344,23 +341,6 @@ func BenchmarkLedgerScale(b *testing.B) {
 				res.check.Round(time.Millisecond), res.recon.Round(time.Millisecond), res.credits, scaleWriters, res.tpcb)
 		})
 	}
-	if len(sizes) < 2 {
-		return
-	}
-	lo, hi := results[newScaleBook(sizes[0]).postings], results[newScaleBook(sizes[len(sizes)-1]).postings]
-	if lo.check == 0 || hi.check == 0 {
-		return
-	}
-	ratio := func(a, b float64) string { return fmt.Sprintf("%.2fx", b/a) }
-	var credit string
-	if lo.tpcb > 0 && hi.tpcb > 0 {
-		credit = fmt.Sprintf("credits %% of TPC-B %.0f%% -> %.0f%%", 100*lo.credits/lo.tpcb, 100*hi.credits/hi.tpcb)
-	}
-	b.Logf("largest against smallest: database %s, balance p99 %s, first page p99 %s, deep page p99 %s, "+
-		"check %s, reconciliation %s, credits/s %s; %s",
-		ratio(float64(lo.sizeBytes), float64(hi.sizeBytes)), ratio(lo.balance.P99, hi.balance.P99), ratio(lo.first.P99, hi.first.P99),
-		ratio(lo.deep.P99, hi.deep.P99), ratio(lo.check.Seconds(), hi.check.Seconds()), ratio(lo.recon.Seconds(), hi.recon.Seconds()),
-		ratio(lo.credits, hi.credits), credit)
 }
 
 // TestLedgerScaleShort runs the scale benchmark's generator and every
