@@ -191,7 +191,7 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
   FROM ledger_accounts a
  CROSS JOIN LATERAL (SELECT count(*) AS n FROM ledger_postings WHERE account_id = a.id) n
  WHERE a.owner IN (?) AND a.kind = 'user_available' AND n.n >= 2
- ORDER BY n.n DESC`, bun.In(hotUsers(min(10, book.users))))
+ ORDER BY n.n DESC`, bun.List(hotUsers(min(10, book.users))))
 	require.NoError(t, err)
 	for rows.Next() {
 		var c cursor
