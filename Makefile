@@ -24,6 +24,15 @@ test: ## Run the whole suite with -race against a real PostgreSQL
 bench: ## Run the benchmarks (results: docs/performance.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" scripts/bench.sh
 
+.PHONY: bench-scale
+bench-scale: ## The ledger at 100k and 10M postings only (LEDGER_SCALE_POSTINGS; docs/performance.md)
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" BENCH_PACKAGES=./modules/ledger/ BENCH_FILTER=BenchmarkLedgerScale PGBENCH_CLIENTS=32 PGBENCH_SECONDS=10 scripts/bench.sh
+
+.PHONY: bench-scale-drop
+bench-scale-drop: ## Drop the generated books the scale benchmark keeps between runs
+	@url=$$(scripts/db.sh) && for d in $$(psql "$$url" -Atc "SELECT datname FROM pg_database WHERE starts_with(datname, 'svc_keep_')"); do \
+		echo "dropping $$d"; psql "$$url" -qc "DROP DATABASE IF EXISTS $$d WITH (FORCE)"; done
+
 .PHONY: bench-http
 bench-http: ## Load benchmark of the real binaries over HTTP, with pgbench as the reference (docs/performance.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" BENCH_PACKAGES=./cmd/svc/httpbench/ PGBENCH_CLIENTS=32 PGBENCH_SECONDS=10 scripts/bench.sh

@@ -23,6 +23,11 @@
 #                          benchmark of the real binaries, which prints its
 #                          own targets; HTTPBENCH_* settings in
 #                          docs/performance.md)
+#   BENCH_FILTER           go test -bench pattern (default .; make
+#                          bench-scale: BenchmarkLedgerScale)
+#   LEDGER_SCALE_POSTINGS  the sizes of BenchmarkLedgerScale's generated
+#                          books (default "100000 10000000"; kept between
+#                          runs, make bench-scale-drop drops them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?DATABASE_URL must be set (make bench finds or starts a server)}"
@@ -62,7 +67,7 @@ fi
 
 # 2. The Go benchmarks.
 # shellcheck disable=SC2086
-go test -run '^$' -bench . -benchtime "${BENCHTIME:-1x}" -timeout 120m ${BENCH_PACKAGES:-./...} 2>&1 \
+go test -run '^$' -bench "${BENCH_FILTER:-.}" -benchtime "${BENCHTIME:-1x}" -timeout 120m ${BENCH_PACKAGES:-./...} 2>&1 \
   | grep -v '^ok\|no test files' | tee "$out/go"
 
 # 3. Every per-second result as a ratio of pgbench at the same writer count,
@@ -134,4 +139,24 @@ END {
   }
   c = rate["create/clients=32"]; t = base["create/clients=32"]
   if (c > 0 && t > 0) printf "  withdrawal creation, 32 clients: %.0f%% of TPC-B (target 50%%): %s\n", 100 * c / t, (c >= 0.5 * t ? "met" : "NOT met")
+}' "$out/go"
+
+# 5. The ledger at scale: credits as a ratio of pgbench at 32 clients, per
+# size of the generated book.
+awk '
+/^BenchmarkLedgerScale\// {
+  name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkLedgerScale\//, "", name)
+  for (i = 2; i <= NF; i++) v[name, $i] = $(i - 1)
+  rows[++n] = name
+}
+END {
+  if (n == 0) exit
+  print ""
+  print "The ledger at scale (generated books; reads at 8 clients, credits at 32 writers with pgbench TPC-B right before):"
+  printf "  %-18s %8s %12s %12s %12s %8s %10s %10s %7s\n", "book", "db MB", "balance p99", "first p99", "deep p99", "check s", "reconcile", "credits/s", "% TPC-B"
+  for (i = 1; i <= n; i++) {
+    k = rows[i]
+    printf "  %-18s %8.0f %12.2f %12.2f %12.2f %8.2f %10.2f %10.0f %7s\n", k, v[k, "db_MB"], v[k, "balance_p99_ms"], v[k, "first_page_p99_ms"],
+      v[k, "deep_page_p99_ms"], v[k, "check_s"], v[k, "reconcile_s"], v[k, "credits/s"], (v[k, "pct_of_tpcb"] == "" ? "-" : sprintf("%.0f%%", v[k, "pct_of_tpcb"]))
+  }
 }' "$out/go"

@@ -72,14 +72,28 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("dbtest: template: %v", err)
 	}
+	return copyOf(t, tmpl, "")
+}
+
+// copyOf creates a database copied from tmpl (with CREATE DATABASE's
+// strategy when strategy is not empty) and returns its URL as the runtime
+// role; the database is dropped when the test ends.
+func copyOf(t testing.TB, tmpl, strategy string) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := AdminURL(t)
 	name := "t_" + randHex(8)
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatalf("dbtest: connect: %v", err)
 	}
 	defer conn.Close(ctx)
+	stmt := fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s OWNER %s", name, tmpl, OwnerRole)
+	if strategy != "" {
+		stmt += " STRATEGY " + strategy
+	}
 	for attempt := 0; ; attempt++ {
-		_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s OWNER %s", name, tmpl, OwnerRole))
+		_, err = conn.Exec(ctx, stmt)
 		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
 			break
 		}
