@@ -279,9 +279,11 @@ func (c *Checkpointer) leaves(ctx context.Context, tx pgx.Tx, from, to uint64) (
 		ids    []int64
 		leaves []merkle.Hash
 	)
-	err := readRange(ctx, tx, from, to, func(e SealedEntry) error {
-		ids = append(ids, e.ID)
-		leaves = append(leaves, e.Leaf())
+	var buf []byte
+	err := readRange(ctx, tx, from, to, func(e *rangeEntry) error {
+		buf = e.appendEncoding(buf[:0])
+		ids = append(ids, e.id)
+		leaves = append(leaves, merkle.LeafHash(buf))
 		return nil
 	})
 	return ids, leaves, err

@@ -63,9 +63,9 @@ func ExportCheckpoint(ctx context.Context, d *bun.DB, seq int64) (Export, error)
 		}
 		proofs := merkle.Proofs(leaves)
 		x.Entries = make([]ExportedEntry, 0, len(leaves))
-		return readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
+		return readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e *rangeEntry) error {
 			i := len(x.Entries)
-			ee := ExportedEntry{Position: i, Entry: e}
+			ee := ExportedEntry{Position: i, Entry: e.sealed()}
 			if i < len(leaves) {
 				ee.Leaf = leaves[i][:]
 				for _, p := range proofs[i] {

@@ -147,8 +147,10 @@ func verifyEntries(ctx context.Context, q rangeQuerier, cp Checkpoint) (*Mismatc
 		return nil, 0, err
 	}
 	var found []sealedLeaf
-	err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
-		found = append(found, sealedLeaf{id: e.ID, leaf: e.Leaf()})
+	var buf []byte
+	err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e *rangeEntry) error {
+		buf = e.appendEncoding(buf[:0])
+		found = append(found, sealedLeaf{id: e.id, leaf: merkle.LeafHash(buf)})
 		return nil
 	})
 	if err != nil {
