@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
+	"svc/platform/background"
 	"svc/platform/db"
 	"svc/platform/merkle"
 )
@@ -70,6 +71,10 @@ type Checkpointer struct {
 	Key ed25519.PrivateKey // signs each checkpoint's hash; nil: unsigned
 	Now func() time.Time
 	Log *slog.Logger
+	// Nice is the scheduling priority of the thread that reads and
+	// hashes (platform/background): 0 is a goroutine like any other; the
+	// service runs its checkpoints at background.Nice, the lowest.
+	Nice int
 }
 
 // CheckpointEvery is the default interval of the periodic checkpoint.
@@ -97,13 +102,18 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 		}
 	}()
 
+	// The reading, encoding and hashing run on a thread of priority Nice
+	// (platform/background): at the lowest, the checkpoint takes the CPU
+	// that the writers leave.
 	var out *Checkpoint
-	err = db.RawPgx(conn.Conn, func(pc *pgx.Conn) error {
-		return pgx.BeginTxFunc(ctx, pc, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-			out = nil
-			cp, err := c.seal(ctx, tx)
-			out = cp
-			return err
+	err = background.Run(c.Nice, func() error {
+		return db.RawPgx(conn.Conn, func(pc *pgx.Conn) error {
+			return pgx.BeginTxFunc(ctx, pc, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+				out = nil
+				cp, err := c.seal(ctx, tx)
+				out = cp
+				return err
+			})
 		})
 	})
 	if err != nil {
