@@ -152,3 +152,87 @@ SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 
          WHERE starts_with(e.source_ref, $1) GROUP BY p.account_id) x
  WHERE a.id = x.account_id AND a.balance IS NOT NULL`, tag)
 }
+
+// BenchmarkCheckpointWrites measures what checkpoints cost the ledger's
+// writers: the deposit_spread case of BenchmarkLedger with 8 writers for
+// CHECKPOINT_BENCH_WRITES (default 30s) per run, alternately (dbtest.Alternate,
+// CHECKPOINT_BENCH_ROUNDS rounds, default 2):
+//
+//	alone        no checkpoint
+//	cadence      one checkpoint in the middle of the run, as the service
+//	             takes them (at background.Nice); it seals what was written
+//	             since the previous one: the whole run before (alone) and
+//	             half of this one, one and a half runs of writes
+//	back_to_back checkpoints one after the other for the whole run, at
+//	             background.Nice
+//	back_to_back_normal the same at normal priority
+//
+// The cost of a checkpoint is proportional to the entries it seals, so
+// what the cadence run shows holds for any interval: a 10-minute interval
+// seals 20 times the entries of a 30-second one, 20 times less often.
+func BenchmarkCheckpointWrites(b *testing.B) {
+	dur := 30 * time.Second
+	if s := os.Getenv("CHECKPOINT_BENCH_WRITES"); s != "" {
+		var err error
+		dur, err = time.ParseDuration(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_WRITES")
+	}
+	rounds := 2
+	if s := os.Getenv("CHECKPOINT_BENCH_ROUNDS"); s != "" {
+		var err error
+		rounds, err = strconv.Atoi(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_ROUNDS")
+	}
+	d := newDBAs(b, 20, func(u string) string { return u })
+	ctx := context.Background()
+	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
+	sc := benchScenarios[0]
+	var sealed, runs atomic.Int64
+	checkpoint := func(nice int) func() {
+		c := &ledger.Checkpointer{DB: d, Now: time.Now, Nice: nice}
+		return func() {
+			cp, err := c.Checkpoint(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			runs.Add(1)
+			if cp != nil {
+				sealed.Add(cp.EntryCount)
+			}
+		}
+	}
+	background := checkpoint(19)
+	normal := checkpoint(0)
+	background() // the setup's entries
+	modes := []dbtest.Mode{
+		{Name: "alone"},
+		{Name: "cadence", Job: func(stop <-chan struct{}) { dbtest.Every(stop, dur/2, time.Hour, background) }},
+		{Name: "back_to_back", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, background) }},
+		{Name: "back_to_back_normal", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, normal) }},
+	}
+	round := 0
+	rates := dbtest.Alternate(b, rounds, modes, func() float64 {
+		round++
+		_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_entries, ledger_postings, ledger_accounts")
+		require.NoError(b, err)
+		sealed.Store(0)
+		runs.Store(0)
+		rngs := make([]*rand.Rand, 8)
+		for w := range rngs {
+			rngs[w] = rand.New(rand.NewPCG(uint64(round), uint64(w)))
+		}
+		var entries int64
+		load := dbtest.RunClients(b, 8, dur, func(w int, seq int64) error {
+			n, err := sc.op(ctx, d, rngs[w], fmt.Sprintf("cw-%d-%d-%d", round, seq, time.Now().UnixNano()))
+			if err == nil {
+				entriesAdd(&entries, int64(n))
+			}
+			return err
+		})
+		b.Logf("run %d: %d checkpoints sealed %d entries", round, runs.Load(), sealed.Load())
+		return float64(entriesLoad(&entries)) / load.Elapsed.Seconds()
+	})
+	b.Logf("entries/s with 8 writers, %s per run:\n%s", dur,
+		dbtest.Ratios(b, rates, "alone", []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}))
+}
