@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,12 @@ import (
 
 // BenchmarkCheckpoint times one checkpoint over a ledger of
 // CHECKPOINT_BENCH_ENTRIES deposit entries (default 100,000; the issue's
-// scale is 1,000,000), written in bulk beforehand: reading the range,
-// encoding and hashing every entry with its postings, the Merkle root, and
-// storing the checkpoint and its leaves. Then it times verify over the
-// same checkpoint.
+// scale is 1,000,000), written beforehand set-based with the triggers off
+// (bulkLedger): reading the range, encoding and hashing every entry with
+// its postings, the Merkle root, and storing the checkpoint and its
+// leaves, at normal priority (at the lowest, a shared machine's other work
+// would be timed). Then it times verify over the same checkpoint, three
+// times.
 func BenchmarkCheckpoint(b *testing.B) {
 	n := 100_000
 	if s := os.Getenv("CHECKPOINT_BENCH_ENTRIES"); s != "" {
@@ -59,11 +62,19 @@ func BenchmarkCheckpoint(b *testing.B) {
 	require.GreaterOrEqual(b, sealed, int64(n))
 	b.ReportMetric(took.Seconds(), "checkpoint_s")
 	b.ReportMetric(float64(sealed)/took.Seconds(), "entries/s")
-	vs := time.Now()
-	r, err := ledger.VerifyCheckpoints(ctx, d, 1, nil)
-	require.NoError(b, err)
-	require.True(b, r.OK)
-	b.ReportMetric(time.Since(vs).Seconds(), "verify_s")
+	// Verify reads the same range again, and the leaves: three times, for
+	// the spread on a shared machine.
+	var verify []time.Duration
+	for range 3 {
+		vs := time.Now()
+		r, err := ledger.VerifyCheckpoints(ctx, d, 1, nil)
+		require.NoError(b, err)
+		require.True(b, r.OK)
+		verify = append(verify, time.Since(vs))
+	}
+	b.Logf("checkpoint of %d entries %s; verify %v", n, took.Round(time.Millisecond), verify)
+	b.ReportMetric(slices.Min(verify).Seconds(), "verify_fastest_s")
+	b.ReportMetric(slices.Max(verify).Seconds(), "verify_slowest_s")
 }
 
 // BenchmarkEntryIndexCost measures what the checkpoints cost the write
@@ -235,4 +246,23 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 	})
 	b.Logf("entries/s with 8 writers, %s per run:\n%s", dur,
 		dbtest.Ratios(b, rates, "alone", []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}))
+}
+
+// TestBulkLedgerIsConsistent: the benchmark's set-based ledger is one the
+// ledger itself could have written: svc admin ledger check finds nothing,
+// and it seals and verifies.
+func TestBulkLedgerIsConsistent(t *testing.T) {
+	t.Parallel()
+	u := dbtest.NewURL(t)
+	bulkLedger(t, u, "BTC", "bulk-", 7, 100)
+	bulkLedger(t, u, "BTC", "bulk-", 7, 50) // on top of balances already there
+	o, err := db.Open(context.Background(), u, 2)
+	require.NoError(t, err)
+	defer o.Close()
+	r, err := ledger.Check(context.Background(), o.Bun)
+	require.NoError(t, err)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	require.Equal(t, int64(150), count(t, o.Bun, `SELECT count(*) FROM ledger_entries`))
+	sealAll(t, checkpointer(o.Bun, nil))
+	requireChain(t, o.Bun, nil)
 }
