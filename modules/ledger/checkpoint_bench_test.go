@@ -241,10 +241,10 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 			}
 			return err
 		})
-		b.Logf("run %d: %d checkpoints sealed %d entries", round, runs.Load(), sealed.Load())
+		fmt.Printf("run %d: %d checkpoints sealed %d entries\n", round, runs.Load(), sealed.Load())
 		return float64(entriesLoad(&entries)) / load.Elapsed.Seconds()
 	})
-	b.Logf("entries/s with 8 writers, %s per run:\n%s", dur,
+	fmt.Printf("entries/s with 8 writers, %s per run:\n%s", dur,
 		dbtest.Ratios(b, rates, "alone", []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}))
 }
 

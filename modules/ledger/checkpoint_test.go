@@ -268,6 +268,12 @@ func TestVerifyNamesTheTampering(t *testing.T) {
   FROM ledger_checkpoint_leaves() l WHERE l.entry_id = $1 AND b.seq = l.seq AND b.block = l.position / 1024`, ids[3]))
 			return ids[3], 0
 		}, "is not the sealed leaf"},
+		{"DroppedLeafBlock", func(t *testing.T, u string, ids []int64) (int64, int64) {
+			// A block moved away from its place: the leaves it held are gone.
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u,
+				`UPDATE ledger_checkpoint_blocks SET block = block + 1 WHERE seq = 1 AND block = 0`))
+			return 0, 1
+		}, "leaf records were edited"},
 		{"InsertedIntoASealedRange", func(t *testing.T, u string, ids []int64) (int64, int64) {
 			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u,
 				`INSERT INTO ledger_entries (id, kind, asset, source_ref, created_xact)

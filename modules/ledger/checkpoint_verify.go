@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -143,6 +144,9 @@ func checkChain(cp Checkpoint, prev *Checkpoint) *Mismatch {
 // the leaves it sealed.
 func verifyEntries(ctx context.Context, q rangeQuerier, cp Checkpoint) (*Mismatch, int64, error) {
 	sealed, err := readSealed(ctx, q, cp.Seq)
+	if errors.Is(err, errMalformedBlock) {
+		return &Mismatch{Checkpoint: cp.Seq, Reason: err.Error() + ": its leaf records were edited"}, 0, nil
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -225,6 +229,10 @@ func compareLeaves(seq int64, sealed, found []sealedLeaf) *Mismatch {
 	return at(found[first].id, first, "the entries are in another order than sealed")
 }
 
+// errMalformedBlock: a block of sealed leaves is not where its number
+// says, or its two columns disagree.
+var errMalformedBlock = errors.New("a block of its sealed leaves is malformed or out of place")
+
 // readSealed reads the ids and leaves checkpoint seq sealed, in position
 // order, from its blocks (migration 0020). A block that is not where its
 // number says, or whose two columns disagree, is an error: the leaf
@@ -245,7 +253,7 @@ func readSealed(ctx context.Context, q rangeQuerier, seq int64) ([]sealedLeaf, e
 			return nil, fmt.Errorf("read checkpoint %d leaves: %w", seq, err)
 		}
 		if int(block)*blockSize != len(sealed) || len(ids)%8 != 0 || len(leaves) != len(ids)/8*merkle.Size {
-			return nil, fmt.Errorf("checkpoint %d: block %d of its leaves is malformed or out of place", seq, block)
+			return nil, fmt.Errorf("%w: block %d", errMalformedBlock, block)
 		}
 		for i := 0; i < len(ids)/8; i++ {
 			s := sealedLeaf{id: int64(binary.BigEndian.Uint64(ids[8*i:]))}

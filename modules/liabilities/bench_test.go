@@ -140,7 +140,7 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 				}()
 			}
 			wg.Wait()
-			b.Logf("slowest write %s", time.Duration(slowest.Load()).Round(time.Millisecond))
+			fmt.Printf("slowest write %s\n", time.Duration(slowest.Load()).Round(time.Millisecond))
 			return float64(n.Load()) / writeFor.Seconds()
 		}
 		var snaps atomic.Int64
@@ -152,7 +152,7 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 					return
 				}
 				snaps.Add(1)
-				b.Logf("snapshot (nice %d, workers %d) in %s", s.Nice, s.Workers, time.Since(t0).Round(time.Millisecond))
+				fmt.Printf("snapshot (nice %d, workers %d) in %s\n", s.Nice, s.Workers, time.Since(t0).Round(time.Millisecond))
 			}
 		}
 		// As the service takes them (cmd/svc/app): the lowest priority, one
@@ -168,7 +168,7 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 		for range b.N {
 			snaps.Store(0)
 			rates := dbtest.Alternate(b, rounds, modes, write)
-			b.Logf("writes/s with %d writers, %s per run:\n%s", writers, writeFor,
+			fmt.Printf("writes/s with %d writers, %s per run:\n%s", writers, writeFor,
 				dbtest.Ratios(b, rates, "alone", []string{"alone", "one_snapshot", "back_to_back", "back_to_back_normal"}))
 			b.ReportMetric(float64(snaps.Load()), "snapshots")
 		}

@@ -37,7 +37,8 @@ func Alternate(b *testing.B, rounds int, modes []Mode, load func() float64) map[
 			close(stop)
 			<-done
 			rates[m.Name] = append(rates[m.Name], rate)
-			b.Logf("round %d, %s: %.0f/s", r+1, m.Name, rate)
+			// Printed, not logged: a benchmark's log is cut after a few lines.
+			fmt.Printf("round %d, %s: %.0f/s\n", r+1, m.Name, rate)
 		}
 	}
 	return rates
