@@ -4,9 +4,10 @@
 -- leaf): about 100 bytes and two index entries per entry, inserted 5,000
 -- rows at a time, a large share of a checkpoint's time. The same facts
 -- are now stored 1,024 positions to a row: block b of checkpoint seq holds
--- positions 1024*b to 1024*b + 1023 (the last block fewer), as the entries' ids (8 bytes each, big-endian) and
--- their leaf hashes (32 bytes each), in position order. Nothing of the
--- encodings, the tree or the checkpoint's hash changes.
+-- positions 1024*b to 1024*b + 1023 (the last block fewer), as the
+-- entries' ids (8 bytes each, big-endian) and their leaf hashes (32 bytes
+-- each), in position order. Nothing of the encodings, the tree or the
+-- checkpoint's hash changes.
 --
 -- What 0017's unique entry_id also enforced, that an entry is sealed once,
 -- follows from the ranges: each starts where the previous one ended
