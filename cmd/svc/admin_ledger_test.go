@@ -49,7 +49,7 @@ func TestAdminLedgerCheckpointVerifyExport(t *testing.T) {
 		require.NoError(t, err, out)
 		var unsealed int
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries e
-  WHERE NOT EXISTS (SELECT 1 FROM ledger_checkpoint_leaves l WHERE l.entry_id = e.id)`).Scan(&unsealed))
+  WHERE NOT EXISTS (SELECT 1 FROM ledger_checkpoint_leaves() l WHERE l.entry_id = e.id)`).Scan(&unsealed))
 		if unsealed == 0 {
 			break
 		}
@@ -66,7 +66,7 @@ func TestAdminLedgerCheckpointVerifyExport(t *testing.T) {
 	require.Contains(t, out, "signatures: checked")
 
 	var seq int64
-	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT seq FROM ledger_checkpoint_leaves WHERE entry_id = $1`, ids[1]).Scan(&seq))
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT seq FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, ids[1]).Scan(&seq))
 	file := filepath.Join(t.TempDir(), "export.json")
 	out, err = run(t, "admin", "ledger", "export", "--checkpoint", fmt.Sprint(seq), "--out", file)
 	require.NoError(t, err, out)

@@ -3,15 +3,18 @@ package ledger
 import (
 	"context"
 	"crypto/ed25519"
-	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
+	"svc/platform/background"
 	"svc/platform/db"
 	"svc/platform/merkle"
 )
@@ -58,8 +61,9 @@ import (
 // checkpointLockKey is the advisory lock of checkpoint runs.
 const checkpointLockKey = "svc.ledger.checkpoint"
 
-// leafBatch is how many leaf rows one INSERT carries.
-const leafBatch = 5000
+// blockSize is the number of sealed leaves in one ledger_checkpoint_blocks
+// row (migration 0020).
+const blockSize = 1024
 
 // Checkpointer makes checkpoints.
 type Checkpointer struct {
@@ -67,6 +71,10 @@ type Checkpointer struct {
 	Key ed25519.PrivateKey // signs each checkpoint's hash; nil: unsigned
 	Now func() time.Time
 	Log *slog.Logger
+	// Nice is the scheduling priority of the thread that reads and
+	// hashes (platform/background): 0 is a goroutine like any other; the
+	// service runs its checkpoints at background.Nice, the lowest.
+	Nice int
 }
 
 // CheckpointEvery is the default interval of the periodic checkpoint.
@@ -94,73 +102,19 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 		}
 	}()
 
+	// The reading, encoding and hashing run on a thread of priority Nice
+	// (platform/background): at the lowest, the checkpoint takes the CPU
+	// that the writers leave.
 	var out *Checkpoint
-	err = conn.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, func(ctx context.Context, tx bun.Tx) error {
-		out = nil
-		q := tx.Tx
-		var xmin string
-		// The first statement: it fixes the snapshot.
-		if err := q.QueryRowContext(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&xmin); err != nil {
-			return err
-		}
-		to, err := strconv.ParseUint(xmin, 10, 64)
-		if err != nil {
-			return fmt.Errorf("xmin %q: %w", xmin, err)
-		}
-		prev, err := lastCheckpoint(ctx, q)
-		if err != nil {
-			return err
-		}
-		cp := Checkpoint{Seq: 1, PrevHash: make(Hex, merkle.Size)}
-		if prev != nil {
-			cp.Seq, cp.XidFrom, cp.PrevHash = prev.Seq+1, prev.XidTo, prev.Hash
-		}
-		if to <= cp.XidFrom {
-			return nil
-		}
-		cp.XidTo = to
-		var ids []int64
-		var leaves []merkle.Hash
-		err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
-			ids = append(ids, e.ID)
-			leaves = append(leaves, e.Leaf())
-			return nil
+	err = background.Run(c.Nice, func() error {
+		return db.RawPgx(conn.Conn, func(pc *pgx.Conn) error {
+			return pgx.BeginTxFunc(ctx, pc, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+				out = nil
+				cp, err := c.seal(ctx, tx)
+				out = cp
+				return err
+			})
 		})
-		if err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil // nothing new: the next checkpoint starts at the same place
-		}
-		root := merkle.Root(leaves)
-		cp.EntryCount, cp.Root = int64(len(ids)), root[:]
-		cp.CreatedAt = c.Now().UTC().Truncate(time.Microsecond)
-		h := cp.ComputeHash()
-		cp.Hash = h[:]
-		if c.Key != nil {
-			cp.Signature = ed25519.Sign(c.Key, cp.Hash)
-		}
-		if _, err := q.ExecContext(ctx, `INSERT INTO ledger_checkpoints (seq, xid_from, xid_to, entry_count, root, prev_hash, hash, signature, created_at)
-VALUES ($1, $2::text::xid8, $3::text::xid8, $4, $5, $6, $7, $8, $9)`,
-			cp.Seq, strconv.FormatUint(cp.XidFrom, 10), strconv.FormatUint(cp.XidTo, 10), cp.EntryCount,
-			[]byte(cp.Root), []byte(cp.PrevHash), []byte(cp.Hash), nullBytes(cp.Signature), cp.CreatedAt); err != nil {
-			return fmt.Errorf("store checkpoint %d: %w", cp.Seq, err)
-		}
-		for lo := 0; lo < len(ids); lo += leafBatch {
-			hi := min(lo+leafBatch, len(ids))
-			pos := make([]int32, hi-lo)
-			lv := make([][]byte, hi-lo)
-			for i := lo; i < hi; i++ {
-				pos[i-lo] = int32(i)
-				lv[i-lo] = leaves[i][:]
-			}
-			if _, err := q.ExecContext(ctx, `INSERT INTO ledger_checkpoint_leaves (seq, position, entry_id, leaf)
-SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::bytea[])`, cp.Seq, pos, ids[lo:hi], lv); err != nil {
-				return fmt.Errorf("store checkpoint %d leaves: %w", cp.Seq, err)
-			}
-		}
-		out = &cp
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
@@ -180,6 +134,11 @@ func nullBytes(b []byte) any {
 }
 
 const checkpointColumns = `seq, xid_from::text, xid_to::text, entry_count, root, prev_hash, hash, signature, created_at`
+
+// rowQuerier is a pgx transaction or connection.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
 func scanCheckpoint(row interface{ Scan(...any) error }) (Checkpoint, error) {
 	var c Checkpoint
@@ -202,15 +161,33 @@ func scanCheckpoint(row interface{ Scan(...any) error }) (Checkpoint, error) {
 	return c, nil
 }
 
-func lastCheckpoint(ctx context.Context, q db.Querier) (*Checkpoint, error) {
-	c, err := scanCheckpoint(q.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints ORDER BY seq DESC LIMIT 1`))
-	if db.IsNoRows(err) {
+func lastCheckpoint(ctx context.Context, q rowQuerier) (*Checkpoint, error) {
+	c, err := scanCheckpoint(q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints ORDER BY seq DESC LIMIT 1`))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the last checkpoint: %w", err)
 	}
 	return &c, nil
+}
+
+// listCheckpoints is Checkpoints in a pgx transaction.
+func listCheckpoints(ctx context.Context, q rangeQuerier, from int64) ([]Checkpoint, error) {
+	rows, err := q.Query(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints WHERE seq >= $1 ORDER BY seq`, from)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []Checkpoint
+	for rows.Next() {
+		c, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list checkpoints: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // Checkpoints lists the checkpoints from seq from on, in order.
@@ -235,66 +212,89 @@ func Checkpoints(ctx context.Context, idb bun.IDB, from int64) ([]Checkpoint, er
 	return out, rows.Err()
 }
 
-// readRange calls fn with every entry whose transaction id is in [from,
-// to), in (transaction id, id) order, each with its postings in id order.
-// Entries and postings are read as they are, whatever they are: an entry
-// that lost its postings, or a posting whose account is gone, is encoded
-// as found (so that it fails to match its leaf).
-func readRange(ctx context.Context, q db.Querier, from, to uint64, fn func(SealedEntry) error) error {
-	rows, err := q.QueryContext(ctx, `SELECT e.id, e.created_xact::text, e.kind, e.asset, e.source_ref, e.memo, e.created_at,
-       p.id, p.account_id, a.asset, a.kind, a.owner, p.amount, p.balance_after
-  FROM ledger_entries e
-  LEFT JOIN ledger_postings p ON p.entry_id = e.id
-  LEFT JOIN ledger_accounts a ON a.id = p.account_id
- WHERE e.created_xact >= $1::text::xid8 AND e.created_xact < $2::text::xid8
- ORDER BY e.created_xact, e.id, p.id`, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10))
+// seal makes the checkpoint of the entries committed since the previous
+// one, in tx (repeatable read, nothing run in it yet), or nil when there
+// is nothing to seal.
+func (c *Checkpointer) seal(ctx context.Context, tx pgx.Tx) (*Checkpoint, error) {
+	var to uint64
+	// The first statement: it fixes the snapshot.
+	if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&to); err != nil {
+		return nil, err
+	}
+	// The job reads with one process of the server, not with parallel
+	// workers (whose CPU the writers need more), and does not compile
+	// its statements (JIT costs more here than it saves).
+	if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+		return nil, err
+	}
+	prev, err := lastCheckpoint(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("read ledger range: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	var cur *SealedEntry
-	for rows.Next() {
-		var (
-			e                        SealedEntry
-			xact                     string
-			memo                     sql.NullString
-			pid, acct, amount, after sql.NullInt64
-			aAsset, aKind, aOwner    sql.NullString
-		)
-		if err := rows.Scan(&e.ID, &xact, &e.Kind, &e.Asset, &e.SourceRef, &memo, &e.CreatedAt,
-			&pid, &acct, &aAsset, &aKind, &aOwner, &amount, &after); err != nil {
-			return fmt.Errorf("read ledger range: %w", err)
-		}
-		if cur == nil || cur.ID != e.ID {
-			if cur != nil {
-				if err := fn(*cur); err != nil {
-					return err
-				}
-			}
-			if e.XactID, err = strconv.ParseUint(xact, 10, 64); err != nil {
-				return fmt.Errorf("entry %d: transaction id %q: %w", e.ID, xact, err)
-			}
-			if memo.Valid {
-				e.Memo = &memo.String
-			}
-			e.CreatedAt = e.CreatedAt.UTC()
-			cur = &e
-		}
-		if pid.Valid {
-			p := SealedPosting{ID: pid.Int64, AccountID: acct.Int64, AccountAsset: aAsset.String, AccountKind: aKind.String,
-				AccountOwner: aOwner.String, Amount: amount.Int64}
-			if after.Valid {
-				v := after.Int64
-				p.BalanceAfter = &v
-			}
-			cur.Postings = append(cur.Postings, p)
-		}
+	cp := Checkpoint{Seq: 1, PrevHash: make(Hex, merkle.Size)}
+	if prev != nil {
+		cp.Seq, cp.XidFrom, cp.PrevHash = prev.Seq+1, prev.XidTo, prev.Hash
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read ledger range: %w", err)
+	if to <= cp.XidFrom {
+		return nil, nil
 	}
-	if cur != nil {
-		return fn(*cur)
+	cp.XidTo = to
+	ids, leaves, err := c.leaves(ctx, tx, cp.XidFrom, cp.XidTo)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if len(ids) == 0 {
+		return nil, nil // nothing new: the next checkpoint starts at the same place
+	}
+	root := merkle.Root(leaves)
+	cp.EntryCount, cp.Root = int64(len(ids)), root[:]
+	cp.CreatedAt = c.Now().UTC().Truncate(time.Microsecond)
+	h := cp.ComputeHash()
+	cp.Hash = h[:]
+	if c.Key != nil {
+		cp.Signature = ed25519.Sign(c.Key, cp.Hash)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO ledger_checkpoints (seq, xid_from, xid_to, entry_count, root, prev_hash, hash, signature, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		cp.Seq, cp.XidFrom, cp.XidTo, cp.EntryCount, []byte(cp.Root), []byte(cp.PrevHash), []byte(cp.Hash), nullBytes(cp.Signature), cp.CreatedAt); err != nil {
+		return nil, fmt.Errorf("store checkpoint %d: %w", cp.Seq, err)
+	}
+	block := 0
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_checkpoint_blocks"}, []string{"seq", "block", "entry_ids", "leaves"},
+		pgx.CopyFromFunc(func() ([]any, error) {
+			lo := block * blockSize
+			if lo >= len(ids) {
+				return nil, nil
+			}
+			hi := min(lo+blockSize, len(ids))
+			idb := make([]byte, 0, 8*(hi-lo))
+			lv := make([]byte, 0, merkle.Size*(hi-lo))
+			for i := lo; i < hi; i++ {
+				idb = binary.BigEndian.AppendUint64(idb, uint64(ids[i]))
+				lv = append(lv, leaves[i][:]...)
+			}
+			row := []any{cp.Seq, int32(block), idb, lv}
+			block++
+			return row, nil
+		})); err != nil {
+		return nil, fmt.Errorf("store checkpoint %d leaves: %w", cp.Seq, err)
+	}
+	return &cp, nil
+}
+
+// leaves reads the range [from, to) and returns its entries' ids and leaf
+// hashes in order.
+func (c *Checkpointer) leaves(ctx context.Context, tx pgx.Tx, from, to uint64) ([]int64, []merkle.Hash, error) {
+	var (
+		ids    []int64
+		leaves []merkle.Hash
+	)
+	var buf []byte
+	err := readRange(ctx, tx, from, to, func(e *rangeEntry) error {
+		buf = e.appendEncoding(buf[:0])
+		ids = append(ids, e.id)
+		leaves = append(leaves, merkle.LeafHash(buf))
+		return nil
+	})
+	return ids, leaves, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,12 @@ import (
 
 // BenchmarkCheckpoint times one checkpoint over a ledger of
 // CHECKPOINT_BENCH_ENTRIES deposit entries (default 100,000; the issue's
-// scale is 1,000,000), written in bulk beforehand: reading the range,
-// encoding and hashing every entry with its postings, the Merkle root, and
-// storing the checkpoint and its leaves. Then it times verify over the
-// same checkpoint.
+// scale is 1,000,000), written beforehand set-based with the triggers off
+// (bulkLedger): reading the range, encoding and hashing every entry with
+// its postings, the Merkle root, and storing the checkpoint and its
+// leaves, at normal priority (at the lowest, a shared machine's other work
+// would be timed). Then it times verify over the same checkpoint, three
+// times.
 func BenchmarkCheckpoint(b *testing.B) {
 	n := 100_000
 	if s := os.Getenv("CHECKPOINT_BENCH_ENTRIES"); s != "" {
@@ -31,19 +34,13 @@ func BenchmarkCheckpoint(b *testing.B) {
 		require.NoError(b, err, "CHECKPOINT_BENCH_ENTRIES")
 	}
 	u := dbtest.NewURL(b)
-	o, err := db.Open(context.Background(), dbtest.OwnerURL(u), 4)
+	o, err := db.Open(context.Background(), u, 4)
 	require.NoError(b, err)
 	b.Cleanup(o.Close)
 	d := o.Bun
 	ctx := context.Background()
 	built := time.Now()
-	// In batches of one entry per user: an account's running balances
-	// then never depend on the order of one statement's rows.
-	for left, i := n, 0; left > 0; i++ {
-		k := min(left, 10_000)
-		bulkDeposits(b, d, "BTC", "ck-", 10_000, k, int64(1_000+i))
-		left -= k
-	}
+	bulkLedger(b, u, "BTC", "ck-", 100_000, n)
 	b.Logf("built %d entries in %s", n, time.Since(built).Round(time.Second))
 	dbtest.VacuumAnalyze(b, u)
 	c := &ledger.Checkpointer{DB: d, Now: time.Now}
@@ -65,11 +62,19 @@ func BenchmarkCheckpoint(b *testing.B) {
 	require.GreaterOrEqual(b, sealed, int64(n))
 	b.ReportMetric(took.Seconds(), "checkpoint_s")
 	b.ReportMetric(float64(sealed)/took.Seconds(), "entries/s")
-	vs := time.Now()
-	r, err := ledger.VerifyCheckpoints(ctx, d, 1, nil)
-	require.NoError(b, err)
-	require.True(b, r.OK)
-	b.ReportMetric(time.Since(vs).Seconds(), "verify_s")
+	// Verify reads the same range again, and the leaves: three times, for
+	// the spread on a shared machine.
+	var verify []time.Duration
+	for range 3 {
+		vs := time.Now()
+		r, err := ledger.VerifyCheckpoints(ctx, d, 1, nil)
+		require.NoError(b, err)
+		require.True(b, r.OK)
+		verify = append(verify, time.Since(vs))
+	}
+	b.Logf("checkpoint of %d entries %s; verify %v", n, took.Round(time.Millisecond), verify)
+	b.ReportMetric(slices.Min(verify).Seconds(), "verify_fastest_s")
+	b.ReportMetric(slices.Max(verify).Seconds(), "verify_slowest_s")
 }
 
 // BenchmarkEntryIndexCost measures what the checkpoints cost the write
@@ -125,3 +130,139 @@ func BenchmarkEntryIndexCost(b *testing.B) {
 
 func entriesAdd(p *int64, n int64) { atomic.AddInt64(p, n) }
 func entriesLoad(p *int64) int64   { return atomic.LoadInt64(p) }
+
+// bulkLedger writes n deposit entries of asset (two postings each: the
+// user's, with its running balance, and the custody account's), spread
+// round-robin over users accounts prefix0..prefix(users-1), and sets the
+// users' balances to match. It writes set-based as a superuser with the
+// triggers off (dbtest.ExecBehindTriggers), so that a million entries take
+// about a minute rather than an hour; the rows are those the ledger itself
+// would write, which svc admin ledger check confirms on small sizes
+// (TestBulkLedgerIsConsistent).
+func bulkLedger(tb testing.TB, u, asset, prefix string, users, n int) {
+	tb.Helper()
+	const amount = 1_000
+	dbtest.ExecBehindTriggers(tb, u, `INSERT INTO ledger_accounts (asset, kind, owner, balance)
+SELECT $1, 'user_available', $2 || g, 0 FROM generate_series(0, $3::int - 1) g ON CONFLICT DO NOTHING`, asset, prefix, users)
+	tag := fmt.Sprintf("bulk-%s-%d:", asset, time.Now().UnixNano())
+	dbtest.ExecBehindTriggers(tb, u, `INSERT INTO ledger_entries (kind, asset, source_ref)
+SELECT 'deposit_credit', $1, $2 || g FROM generate_series(0, $3::int - 1) g`, asset, tag, n)
+	dbtest.ExecBehindTriggers(tb, u, `ANALYZE ledger_entries, ledger_accounts`)
+	// Entry k (in id order) credits user k % users; that user's running
+	// balance after it is its balance before plus amount * (k / users + 1).
+	dbtest.ExecBehindTriggers(tb, u, `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 THEN $1::bigint ELSE -$1::bigint END,
+       CASE WHEN s.side = 0 THEN a.balance + $1::bigint * (e.k / $2::int + 1) END
+  FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM ledger_entries WHERE starts_with(source_ref, $3)) e
+  JOIN ledger_accounts a ON a.asset = $4 AND a.kind = 'user_available' AND a.owner = $5 || (e.k % $2::int)
+  JOIN ledger_accounts c ON c.asset = $4 AND c.kind = 'custody' AND c.owner = ''
+ CROSS JOIN (VALUES (0), (1)) s (side)
+ ORDER BY e.id, s.side`, amount, users, tag, asset, prefix)
+	dbtest.ExecBehindTriggers(tb, u, `UPDATE ledger_accounts a SET balance = a.balance + x.total
+  FROM (SELECT p.account_id, sum(p.amount) AS total FROM ledger_postings p JOIN ledger_entries e ON e.id = p.entry_id
+         WHERE starts_with(e.source_ref, $1) GROUP BY p.account_id) x
+ WHERE a.id = x.account_id AND a.balance IS NOT NULL`, tag)
+}
+
+// BenchmarkCheckpointWrites measures what checkpoints cost the ledger's
+// writers: the deposit_spread case of BenchmarkLedger with 8 writers for
+// CHECKPOINT_BENCH_WRITES (default 30s) per run, alternately (dbtest.Alternate,
+// CHECKPOINT_BENCH_ROUNDS rounds, default 2):
+//
+//	alone        no checkpoint
+//	cadence      one checkpoint in the middle of the run, as the service
+//	             takes them (at background.Nice); it seals what was written
+//	             since the previous one: the whole run before (alone) and
+//	             half of this one, one and a half runs of writes
+//	back_to_back checkpoints one after the other for the whole run, at
+//	             background.Nice
+//	back_to_back_normal the same at normal priority
+//
+// The cost of a checkpoint is proportional to the entries it seals, so
+// what the cadence run shows holds for any interval: a 10-minute interval
+// seals 20 times the entries of a 30-second one, 20 times less often.
+func BenchmarkCheckpointWrites(b *testing.B) {
+	dur := 30 * time.Second
+	if s := os.Getenv("CHECKPOINT_BENCH_WRITES"); s != "" {
+		var err error
+		dur, err = time.ParseDuration(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_WRITES")
+	}
+	rounds := 2
+	if s := os.Getenv("CHECKPOINT_BENCH_ROUNDS"); s != "" {
+		var err error
+		rounds, err = strconv.Atoi(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_ROUNDS")
+	}
+	d := newDBAs(b, 20, func(u string) string { return u })
+	ctx := context.Background()
+	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
+	sc := benchScenarios[0]
+	var sealed, runs atomic.Int64
+	checkpoint := func(nice int) func() {
+		c := &ledger.Checkpointer{DB: d, Now: time.Now, Nice: nice}
+		return func() {
+			cp, err := c.Checkpoint(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			runs.Add(1)
+			if cp != nil {
+				sealed.Add(cp.EntryCount)
+			}
+		}
+	}
+	background := checkpoint(19)
+	normal := checkpoint(0)
+	background() // the setup's entries
+	modes := []dbtest.Mode{
+		{Name: "alone"},
+		{Name: "cadence", Job: func(stop <-chan struct{}) { dbtest.Every(stop, dur/2, time.Hour, background) }},
+		{Name: "back_to_back", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, background) }},
+		{Name: "back_to_back_normal", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, normal) }},
+	}
+	round := 0
+	rates := dbtest.Alternate(b, rounds, modes, func() float64 {
+		round++
+		_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_entries, ledger_postings, ledger_accounts")
+		require.NoError(b, err)
+		sealed.Store(0)
+		runs.Store(0)
+		rngs := make([]*rand.Rand, 8)
+		for w := range rngs {
+			rngs[w] = rand.New(rand.NewPCG(uint64(round), uint64(w)))
+		}
+		var entries int64
+		load := dbtest.RunClients(b, 8, dur, func(w int, seq int64) error {
+			n, err := sc.op(ctx, d, rngs[w], fmt.Sprintf("cw-%d-%d-%d", round, seq, time.Now().UnixNano()))
+			if err == nil {
+				entriesAdd(&entries, int64(n))
+			}
+			return err
+		})
+		fmt.Printf("run %d: %d checkpoints sealed %d entries\n", round, runs.Load(), sealed.Load())
+		return float64(entriesLoad(&entries)) / load.Elapsed.Seconds()
+	})
+	fmt.Printf("entries/s with 8 writers, %s per run:\n%s", dur,
+		dbtest.Ratios(b, rates, "alone", []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}))
+}
+
+// TestBulkLedgerIsConsistent: the benchmark's set-based ledger is one the
+// ledger itself could have written: svc admin ledger check finds nothing,
+// and it seals and verifies.
+func TestBulkLedgerIsConsistent(t *testing.T) {
+	t.Parallel()
+	u := dbtest.NewURL(t)
+	bulkLedger(t, u, "BTC", "bulk-", 7, 100)
+	bulkLedger(t, u, "BTC", "bulk-", 7, 50) // on top of balances already there
+	o, err := db.Open(context.Background(), u, 2)
+	require.NoError(t, err)
+	defer o.Close()
+	r, err := ledger.Check(context.Background(), o.Bun)
+	require.NoError(t, err)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	require.Equal(t, int64(150), count(t, o.Bun, `SELECT count(*) FROM ledger_entries`))
+	sealAll(t, checkpointer(o.Bun, nil))
+	requireChain(t, o.Bun, nil)
+}

@@ -71,6 +71,10 @@ func (e *encoder) i64(v int64)  { e.u64(uint64(v)) }
 func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
 func (e *encoder) str(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
 func (e *encoder) raw(b []byte) { e.b = append(e.b, b...) }
+func (e *encoder) bytes(b []byte) {
+	e.u32(uint32(len(b)))
+	e.b = append(e.b, b...)
+}
 func (e *encoder) time(t time.Time) {
 	e.i64(t.UnixMicro())
 }

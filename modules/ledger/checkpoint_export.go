@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"svc/platform/db"
 	"svc/platform/merkle"
 )
 
@@ -44,40 +44,28 @@ var ErrNoCheckpoint = fmt.Errorf("no such checkpoint")
 // shows that (VerifyExport fails on it).
 func ExportCheckpoint(ctx context.Context, d *bun.DB, seq int64) (Export, error) {
 	x := Export{Format: ExportFormat}
-	err := d.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
-		q := tx.Tx
-		cp, err := scanCheckpoint(q.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints WHERE seq = $1`, seq))
-		if db.IsNoRows(err) {
+	err := readOnly(ctx, d, func(q pgx.Tx) error {
+		cp, err := scanCheckpoint(q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints WHERE seq = $1`, seq))
+		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %d", ErrNoCheckpoint, seq)
 		}
 		if err != nil {
 			return err
 		}
 		x.Checkpoint = cp
-		rows, err := q.QueryContext(ctx, `SELECT leaf FROM ledger_checkpoint_leaves WHERE seq = $1 ORDER BY position`, seq)
+		sealed, err := readSealed(ctx, q, seq)
 		if err != nil {
 			return err
 		}
-		var leaves []merkle.Hash
-		for rows.Next() {
-			var b []byte
-			if err := rows.Scan(&b); err != nil {
-				rows.Close()
-				return err
-			}
-			var h merkle.Hash
-			copy(h[:], b)
-			leaves = append(leaves, h)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+		leaves := make([]merkle.Hash, len(sealed))
+		for i, s := range sealed {
+			leaves[i] = s.leaf
 		}
 		proofs := merkle.Proofs(leaves)
 		x.Entries = make([]ExportedEntry, 0, len(leaves))
-		return readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
+		return readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e *rangeEntry) error {
 			i := len(x.Entries)
-			ee := ExportedEntry{Position: i, Entry: e}
+			ee := ExportedEntry{Position: i, Entry: e.sealed()}
 			if i < len(leaves) {
 				ee.Leaf = leaves[i][:]
 				for _, p := range proofs[i] {

@@ -41,7 +41,7 @@ func sealAll(t testing.TB, c *ledger.Checkpointer) {
 		_, err := c.Checkpoint(context.Background())
 		require.NoError(t, err)
 		if count(t, c.DB, `SELECT count(*) FROM ledger_entries e
-  WHERE NOT EXISTS (SELECT 1 FROM ledger_checkpoint_leaves l WHERE l.entry_id = e.id)`) == 0 {
+  WHERE NOT EXISTS (SELECT 1 FROM ledger_checkpoint_leaves() l WHERE l.entry_id = e.id)`) == 0 {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "entries still unsealed after 2 minutes")
@@ -71,11 +71,11 @@ func requireChain(t testing.TB, d *bun.DB, pub ed25519.PublicKey) []ledger.Check
 		sum += cp.EntryCount
 	}
 	last := cps[len(cps)-1]
-	require.Equal(t, sum, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves`))
-	require.Equal(t, sum, count(t, d, `SELECT count(DISTINCT entry_id) FROM ledger_checkpoint_leaves`))
+	require.Equal(t, sum, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves()`))
+	require.Equal(t, sum, count(t, d, `SELECT count(DISTINCT entry_id) FROM ledger_checkpoint_leaves()`))
 	require.Equal(t, sum, count(t, d, `SELECT count(*) FROM ledger_entries WHERE created_xact < ?::text::xid8`, fmt.Sprint(last.XidTo)),
 		"every entry below the last range's end is sealed")
-	require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves l JOIN ledger_checkpoints c USING (seq)
+	require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves() l JOIN ledger_checkpoints c USING (seq)
   JOIN ledger_entries e ON e.id = l.entry_id WHERE e.created_xact < c.xid_from OR e.created_xact >= c.xid_to`), "an entry sealed outside its range")
 	r, err := ledger.VerifyCheckpoints(ctx, d, 1, pub)
 	require.NoError(t, err)
@@ -198,7 +198,7 @@ func TestLateCommitNeverLandsBelowASealedRange(t *testing.T) {
 	for _, cp := range sealedBefore {
 		require.LessOrEqual(t, cp.XidTo, mustUint(t, lateXact), "checkpoint %d sealed past an open transaction", cp.Seq)
 	}
-	require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves l JOIN ledger_entries e ON e.id = l.entry_id
+	require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_checkpoint_leaves() l JOIN ledger_entries e ON e.id = l.entry_id
   WHERE e.source_ref LIKE 'after-%'`), "entries of later transactions wait for the open one")
 
 	require.NoError(t, tx.Commit())
@@ -206,7 +206,7 @@ func TestLateCommitNeverLandsBelowASealedRange(t *testing.T) {
 	cps := requireChain(t, d, nil)
 	require.Equal(t, sealedBefore, cps[:len(sealedBefore)], "the ranges sealed before the commit are unchanged")
 	var seq int64
-	require.NoError(t, d.NewRaw(`SELECT seq FROM ledger_checkpoint_leaves WHERE entry_id = ?`, late.ID).Scan(ctx, &seq))
+	require.NoError(t, d.NewRaw(`SELECT seq FROM ledger_checkpoint_leaves() WHERE entry_id = ?`, late.ID).Scan(ctx, &seq))
 	require.Greater(t, seq, sealedBefore[len(sealedBefore)-1].Seq, "the late entry is sealed after every earlier checkpoint")
 }
 
@@ -264,9 +264,16 @@ func TestVerifyNamesTheTampering(t *testing.T) {
 		}, "the checkpoint was edited"},
 		{"EditedLeafRecord", func(t *testing.T, u string, ids []int64) (int64, int64) {
 			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u,
-				`UPDATE ledger_checkpoint_leaves SET leaf = sha256(leaf) WHERE entry_id = $1`, ids[3]))
+				`UPDATE ledger_checkpoint_blocks b SET leaves = overlay(b.leaves PLACING sha256(l.leaf) FROM 32 * (l.position - 1024 * b.block) + 1 FOR 32)
+  FROM ledger_checkpoint_leaves() l WHERE l.entry_id = $1 AND b.seq = l.seq AND b.block = l.position / 1024`, ids[3]))
 			return ids[3], 0
 		}, "is not the sealed leaf"},
+		{"DroppedLeafBlock", func(t *testing.T, u string, ids []int64) (int64, int64) {
+			// A block moved away from its place: the leaves it held are gone.
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u,
+				`UPDATE ledger_checkpoint_blocks SET block = block + 1 WHERE seq = 1 AND block = 0`))
+			return 0, 1
+		}, "leaf records were edited"},
 		{"InsertedIntoASealedRange", func(t *testing.T, u string, ids []int64) (int64, int64) {
 			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u,
 				`INSERT INTO ledger_entries (id, kind, asset, source_ref, created_xact)
@@ -288,7 +295,7 @@ func TestVerifyNamesTheTampering(t *testing.T) {
 			requireChain(t, d, nil)
 			sealedBy := map[int64]int64{}
 			for _, id := range ids {
-				sealedBy[id] = count(t, d, `SELECT seq FROM ledger_checkpoint_leaves WHERE entry_id = ?`, id)
+				sealedBy[id] = count(t, d, `SELECT seq FROM ledger_checkpoint_leaves() WHERE entry_id = ?`, id)
 			}
 
 			entry, seq := tc.tamper(t, u, ids)
@@ -349,9 +356,9 @@ func TestCheckpointTablesAreAppendOnly(t *testing.T) {
 		`UPDATE ledger_checkpoints SET entry_count = entry_count + 1`,
 		`DELETE FROM ledger_checkpoints`,
 		`TRUNCATE ledger_checkpoints CASCADE`,
-		`UPDATE ledger_checkpoint_leaves SET position = position + 1`,
-		`DELETE FROM ledger_checkpoint_leaves`,
-		`TRUNCATE ledger_checkpoint_leaves`,
+		`UPDATE ledger_checkpoint_blocks SET block = block + 1`,
+		`DELETE FROM ledger_checkpoint_blocks`,
+		`TRUNCATE ledger_checkpoint_blocks`,
 	} {
 		_, err := d.ExecContext(context.Background(), stmt)
 		require.ErrorContains(t, err, "permission denied", "runtime role: %s", stmt)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"database/sql"
+	"encoding/binary"
+	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
@@ -60,10 +62,9 @@ type sealedLeaf struct {
 // not yet sealed are not looked at.
 func VerifyCheckpoints(ctx context.Context, d *bun.DB, from int64, pub ed25519.PublicKey) (VerifyReport, error) {
 	r := VerifyReport{From: max(from, 1), Signatures: "no public key"}
-	err := d.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, func(ctx context.Context, tx bun.Tx) error {
+	err := readOnly(ctx, d, func(q pgx.Tx) error {
 		r = VerifyReport{From: max(from, 1), Signatures: "no public key"}
-		q := tx.Tx
-		cps, err := Checkpoints(ctx, tx, r.From-1)
+		cps, err := listCheckpoints(ctx, q, r.From-1)
 		if err != nil {
 			return err
 		}
@@ -141,29 +142,19 @@ func checkChain(cp Checkpoint, prev *Checkpoint) *Mismatch {
 
 // verifyEntries recomputes the leaves of cp's range and compares them with
 // the leaves it sealed.
-func verifyEntries(ctx context.Context, q db.Querier, cp Checkpoint) (*Mismatch, int64, error) {
-	rows, err := q.QueryContext(ctx, `SELECT entry_id, leaf FROM ledger_checkpoint_leaves WHERE seq = $1 ORDER BY position`, cp.Seq)
+func verifyEntries(ctx context.Context, q rangeQuerier, cp Checkpoint) (*Mismatch, int64, error) {
+	sealed, err := readSealed(ctx, q, cp.Seq)
+	if errors.Is(err, errMalformedBlock) {
+		return &Mismatch{Checkpoint: cp.Seq, Reason: err.Error() + ": its leaf records were edited"}, 0, nil
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read checkpoint %d leaves: %w", cp.Seq, err)
-	}
-	var sealed []sealedLeaf
-	for rows.Next() {
-		var s sealedLeaf
-		var leaf []byte
-		if err := rows.Scan(&s.id, &leaf); err != nil {
-			rows.Close()
-			return nil, 0, err
-		}
-		copy(s.leaf[:], leaf)
-		sealed = append(sealed, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
 	var found []sealedLeaf
-	err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e SealedEntry) error {
-		found = append(found, sealedLeaf{id: e.ID, leaf: e.Leaf()})
+	var buf []byte
+	err = readRange(ctx, q, cp.XidFrom, cp.XidTo, func(e *rangeEntry) error {
+		buf = e.appendEncoding(buf[:0])
+		found = append(found, sealedLeaf{id: e.id, leaf: merkle.LeafHash(buf)})
 		return nil
 	})
 	if err != nil {
@@ -236,4 +227,61 @@ func compareLeaves(seq int64, sealed, found []sealedLeaf) *Mismatch {
 	// Same entries, same leaves, another order: cannot happen while the
 	// order's keys are in the leaves, but say so rather than nothing.
 	return at(found[first].id, first, "the entries are in another order than sealed")
+}
+
+// errMalformedBlock: a block of sealed leaves is not where its number
+// says, or its two columns disagree.
+var errMalformedBlock = errors.New("a block of its sealed leaves is malformed or out of place")
+
+// readSealed reads the ids and leaves checkpoint seq sealed, in position
+// order, from its blocks (migration 0020). A block that is not where its
+// number says, or whose two columns disagree, is an error: the leaf
+// records were edited.
+func readSealed(ctx context.Context, q rangeQuerier, seq int64) ([]sealedLeaf, error) {
+	rows, err := q.Query(ctx, `SELECT block, entry_ids, leaves FROM ledger_checkpoint_blocks WHERE seq = $1 ORDER BY block`, seq)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %d leaves: %w", seq, err)
+	}
+	defer rows.Close()
+	var (
+		sealed      []sealedLeaf
+		block       int32
+		ids, leaves []byte
+	)
+	for rows.Next() {
+		if err := rows.Scan(&block, &ids, &leaves); err != nil {
+			return nil, fmt.Errorf("read checkpoint %d leaves: %w", seq, err)
+		}
+		if int(block)*blockSize != len(sealed) || len(ids)%8 != 0 || len(leaves) != len(ids)/8*merkle.Size {
+			return nil, fmt.Errorf("%w: block %d", errMalformedBlock, block)
+		}
+		for i := 0; i < len(ids)/8; i++ {
+			s := sealedLeaf{id: int64(binary.BigEndian.Uint64(ids[8*i:]))}
+			copy(s.leaf[:], leaves[merkle.Size*i:])
+			sealed = append(sealed, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read checkpoint %d leaves: %w", seq, err)
+	}
+	return sealed, nil
+}
+
+// readOnly runs fn in a read-only repeatable-read transaction on a pgx
+// connection of d's pool, with the settings of a long read (no parallel
+// workers, no JIT: see Checkpointer.seal).
+func readOnly(ctx context.Context, d *bun.DB, fn func(tx pgx.Tx) error) error {
+	conn, err := d.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return db.RawPgx(conn.Conn, func(pc *pgx.Conn) error {
+		return pgx.BeginTxFunc(ctx, pc, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"svc/modules/ledger"
 	"svc/modules/liabilities"
+	"svc/platform/background"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 )
@@ -24,10 +24,12 @@ import (
 // BenchmarkSnapshot times a proof-of-liabilities snapshot over
 // LIABILITIES_BENCH_USERS users of one asset (default 1,000,000), and
 // fails when they take more than 10 seconds on average. Then it measures what a
-// snapshot does to writes: writers post deposits (one entry per
-// transaction) for LIABILITIES_BENCH_WRITES (default 10s) without any
-// snapshot, then as long again while snapshots run back to back, then
-// again without, and reports the rates and the slowest write of each.
+// snapshot does to writes: 8 writers post deposits (one entry per
+// transaction) for LIABILITIES_BENCH_WRITES (default 10s) per run,
+// alternately (dbtest.Alternate, LIABILITIES_BENCH_ROUNDS rounds, default
+// 2): alone; with one snapshot a quarter into the run, as the service
+// takes them (background.Nice, one hashing goroutine); with snapshots back
+// to back, the same way; and back to back at normal priority on every CPU.
 //
 // The users' accounts are inserted with their balances as a superuser with
 // the triggers off, without postings: a snapshot reads only the accounts'
@@ -58,54 +60,63 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 	d, err := db.Open(ctx, u, 20)
 	require.NoError(b, err)
 	b.Cleanup(d.Close)
-	svc := &liabilities.Service{Pool: d.Pool}
 
-	b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) {
-		var worst, total, read, build, store time.Duration
-		for range b.N {
-			t0 := time.Now()
-			r, bu, st, out, err := svc.Phases(ctx)
-			took := time.Since(t0)
-			require.NoError(b, err)
-			b.Logf("snapshot of %d users: %s (read %s, build %s, store %s)", users, took.Round(time.Millisecond),
-				r.Round(time.Millisecond), bu.Round(time.Millisecond), st.Round(time.Millisecond))
-			for _, p := range out {
-				if p.Asset == "BTC" {
-					require.EqualValues(b, users, p.Users)
+	// Workers 0 hashes on every CPU; 1 as the service does (cmd/svc/app).
+	// Both at normal priority: at the lowest, the time measured would be
+	// the other work's on a shared machine.
+	for _, workers := range []int{0, 1} {
+		svc := &liabilities.Service{Pool: d.Pool, Workers: workers}
+		b.Run(fmt.Sprintf("users=%d/workers=%d", users, workers), func(b *testing.B) {
+			var worst, total, read, build, store time.Duration
+			for range b.N {
+				t0 := time.Now()
+				r, bu, st, out, err := svc.Phases(ctx)
+				took := time.Since(t0)
+				require.NoError(b, err)
+				b.Logf("snapshot of %d users: %s (read %s, build %s, store %s)", users, took.Round(time.Millisecond),
+					r.Round(time.Millisecond), bu.Round(time.Millisecond), st.Round(time.Millisecond))
+				for _, p := range out {
+					if p.Asset == "BTC" {
+						require.EqualValues(b, users, p.Users)
+					}
 				}
+				total, worst = total+took, max(worst, took)
+				read, build, store = read+r, build+bu, store+st
 			}
-			total, worst = total+took, max(worst, took)
-			read, build, store = read+r, build+bu, store+st
-		}
-		n := float64(b.N)
-		b.ReportMetric(total.Seconds()/n, "s/snapshot")
-		b.ReportMetric(worst.Seconds(), "worst_s")
-		b.ReportMetric(read.Seconds()/n, "read_s")
-		b.ReportMetric(build.Seconds()/n, "build_s")
-		b.ReportMetric(store.Seconds()/n, "store_s")
-		if mean := total / time.Duration(b.N); mean > 10*time.Second {
-			b.Fatalf("a snapshot of %d users took %s on average (the slowest %s), more than 10 s", users, mean, worst)
-		}
-	})
+			n := float64(b.N)
+			b.ReportMetric(total.Seconds()/n, "s/snapshot")
+			b.ReportMetric(worst.Seconds(), "worst_s")
+			b.ReportMetric(read.Seconds()/n, "read_s")
+			b.ReportMetric(build.Seconds()/n, "build_s")
+			b.ReportMetric(store.Seconds()/n, "store_s")
+			if mean := total / time.Duration(b.N); mean > 10*time.Second {
+				b.Fatalf("a snapshot of %d users took %s on average (the slowest %s), more than 10 s", users, mean, worst)
+			}
+		})
+	}
 
 	b.Run("writes", func(b *testing.B) {
 		const writers = 8
-		write := func(during func(stop <-chan struct{})) (perSec float64, slowest time.Duration) {
+		rounds := 2
+		if s := os.Getenv("LIABILITIES_BENCH_ROUNDS"); s != "" {
+			n, err := strconv.Atoi(s)
+			require.NoError(b, err, "LIABILITIES_BENCH_ROUNDS")
+			rounds = n
+		}
+		var slowest atomic.Int64 // of the current run, in ns
+		write := func() float64 {
 			var (
 				n     atomic.Int64
-				mu    sync.Mutex
-				lat   []time.Duration
 				wg    sync.WaitGroup
-				stop  = make(chan struct{})
 				tag   = time.Now().UnixNano()
 				until = time.Now().Add(writeFor)
 			)
+			slowest.Store(0)
 			for w := range writers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(tag), uint64(w)))
-					var mine []time.Duration
 					for i := 0; time.Now().Before(until); i++ {
 						t0 := time.Now()
 						err := db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
@@ -113,48 +124,52 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 								fmt.Sprintf("bench-%d-%d-%d", tag, w, i), "")
 							return err
 						})
-						require.NoError(b, err)
-						mine = append(mine, time.Since(t0))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						took := int64(time.Since(t0))
+						for {
+							old := slowest.Load()
+							if took <= old || slowest.CompareAndSwap(old, took) {
+								break
+							}
+						}
 						n.Add(1)
 					}
-					mu.Lock()
-					lat = append(lat, mine...)
-					mu.Unlock()
 				}()
 			}
-			done := make(chan struct{})
-			go func() { during(stop); close(done) }()
 			wg.Wait()
-			close(stop)
-			<-done
-			slices.Sort(lat)
-			return float64(n.Load()) / writeFor.Seconds(), lat[len(lat)-1]
+			fmt.Printf("slowest write %s\n", time.Duration(slowest.Load()).Round(time.Millisecond))
+			return float64(n.Load()) / writeFor.Seconds()
+		}
+		var snaps atomic.Int64
+		snapshot := func(s *liabilities.Service) func() {
+			return func() {
+				t0 := time.Now()
+				if _, err := s.Snapshot(ctx, liabilities.TriggerOnDemand, ""); err != nil {
+					b.Error(err)
+					return
+				}
+				snaps.Add(1)
+				fmt.Printf("snapshot (nice %d, workers %d) in %s\n", s.Nice, s.Workers, time.Since(t0).Round(time.Millisecond))
+			}
+		}
+		// As the service takes them (cmd/svc/app): the lowest priority, one
+		// hashing goroutine; and as before, at normal priority on every CPU.
+		bg := snapshot(&liabilities.Service{Pool: d.Pool, Nice: background.Nice, Workers: 1})
+		normal := snapshot(&liabilities.Service{Pool: d.Pool})
+		modes := []dbtest.Mode{
+			{Name: "alone"},
+			{Name: "one_snapshot", Job: func(stop <-chan struct{}) { dbtest.Every(stop, writeFor/4, time.Hour, bg) }},
+			{Name: "back_to_back", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, bg) }},
+			{Name: "back_to_back_normal", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, normal) }},
 		}
 		for range b.N {
-			// Alone before and after the snapshots, so that neither a
-			// cold start nor a grown table favours one side.
-			before, beforePeak := write(func(<-chan struct{}) {})
-			var snaps atomic.Int64
-			with, withPeak := write(func(stop <-chan struct{}) {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_, err := svc.Snapshot(ctx, liabilities.TriggerOnDemand, "")
-					require.NoError(b, err)
-					snaps.Add(1)
-				}
-			})
-			after, afterPeak := write(func(<-chan struct{}) {})
-			alone, alonePeak := (before+after)/2, max(beforePeak, afterPeak)
-			b.Logf("writes/s alone before %.0f, after %.0f; snapshotting %.0f", before, after, with)
-			b.ReportMetric(alone, "writes/s_alone")
-			b.ReportMetric(with, "writes/s_snapshotting")
-			b.ReportMetric(100*with/alone, "%_of_alone")
-			b.ReportMetric(alonePeak.Seconds()*1000, "slowest_ms_alone")
-			b.ReportMetric(withPeak.Seconds()*1000, "slowest_ms_snapshotting")
+			snaps.Store(0)
+			rates := dbtest.Alternate(b, rounds, modes, write)
+			fmt.Printf("writes/s with %d writers, %s per run:\n%s", writers, writeFor,
+				dbtest.Ratios(b, rates, "alone", []string{"alone", "one_snapshot", "back_to_back", "back_to_back_normal"}))
 			b.ReportMetric(float64(snaps.Load()), "snapshots")
 		}
 	})

@@ -14,7 +14,7 @@ func (s *Service) Phases(ctx context.Context) (read, build, store time.Duration,
 		return
 	}
 	t1 := time.Now()
-	if err = buildAll(trees); err != nil {
+	if err = buildAll(trees, s.Workers); err != nil {
 		return
 	}
 	t2 := time.Now()

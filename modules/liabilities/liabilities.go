@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"svc/platform/background"
 	"svc/platform/fault"
 	"svc/platform/sumtree"
 	"svc/platform/timefmt"
@@ -95,6 +96,15 @@ func (s *salter) salt(user string) (salt [sumtree.SaltSize]byte) {
 type Service struct {
 	Pool *pgxpool.Pool
 	Log  *slog.Logger
+	// Nice is the scheduling priority of the thread that reads, hashes
+	// and stores a snapshot (platform/background): 0 is a goroutine like
+	// any other; the service takes its snapshots at background.Nice, the
+	// lowest, so that they take the CPU the writers leave.
+	Nice int
+	// Workers bounds the goroutines that hash the trees: 0 is one per
+	// CPU; the service uses 1, so a snapshot never takes more than one
+	// core from the writers (and all of it runs at Nice).
+	Workers int
 }
 
 func (s *Service) log() *slog.Logger {
@@ -129,14 +139,18 @@ type tree struct {
 // Snapshot takes a snapshot of every asset, stores it and returns what it
 // publishes, by asset code. requestedBy is "" for the hourly job.
 func (s *Service) Snapshot(ctx context.Context, trigger, requestedBy string) ([]Published, error) {
-	takenAt, trees, err := s.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := buildAll(trees); err != nil {
-		return nil, err
-	}
-	out, err := s.store(ctx, takenAt, trigger, requestedBy, trees)
+	var out []Published
+	err := background.Run(s.Nice, func() error {
+		takenAt, trees, err := s.read(ctx)
+		if err != nil {
+			return err
+		}
+		if err := buildAll(trees, s.Workers); err != nil {
+			return err
+		}
+		out, err = s.store(ctx, takenAt, trigger, requestedBy, trees)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +168,12 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 		trees   []*tree
 	)
 	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// One server process reads, without parallel workers (whose CPU
+		// the writers need more), and without compiling the statement
+		// (JIT costs more here than it saves). SET takes no snapshot.
+		if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+			return err
+		}
 		// The first query takes the transaction's snapshot.
 		rows, err := tx.Query(ctx, `SELECT asset, statement_timestamp() FROM assets ORDER BY asset`)
 		if err != nil {
@@ -219,15 +239,16 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 	return takenAt.UTC().Truncate(time.Microsecond), trees, nil
 }
 
-// buildAll salts, hashes, orders and builds every asset's tree.
-func buildAll(trees []*tree) error {
+// buildAll salts, hashes, orders and builds every asset's tree, with at
+// most workers goroutines (0: one per CPU).
+func buildAll(trees []*tree, workers int) error {
 	for _, t := range trees {
 		n := len(t.users)
 		if _, err := rand.Read(t.key[:]); err != nil {
 			return fmt.Errorf("liabilities: salt key: %w", err)
 		}
 		ids := make([]sumtree.Hash, n)
-		if err := parallelRange(n, func(lo, hi int) error {
+		if err := parallelRange(n, workers, func(lo, hi int) error {
 			salts := newSalter(t.key, t.asset)
 			for i := lo; i < hi; i++ {
 				h, err := sumtree.IDHash(salts.salt(t.users[i]), t.asset, t.users[i])
@@ -248,7 +269,7 @@ func buildAll(trees []*tree) error {
 		}
 		t.ids, t.users = ids, nil
 		leaves := make([]sumtree.Node, n)
-		if err := parallel(n, func(i int) error {
+		if err := parallel(n, workers, func(i int) error {
 			l, err := sumtree.Leaf(ids[i], uint64(t.balances[i]))
 			leaves[i] = l
 			return err
@@ -264,9 +285,10 @@ func buildAll(trees []*tree) error {
 	return nil
 }
 
-// parallel runs fn for 0..n-1 on every CPU.
-func parallel(n int, fn func(i int) error) error {
-	return parallelRange(n, func(lo, hi int) error {
+// parallel runs fn for 0..n-1 on at most workers goroutines (0: one per
+// CPU).
+func parallel(n, workers int, fn func(i int) error) error {
+	return parallelRange(n, workers, func(lo, hi int) error {
 		for i := lo; i < hi; i++ {
 			if err := fn(i); err != nil {
 				return err
@@ -276,9 +298,17 @@ func parallel(n int, fn func(i int) error) error {
 	})
 }
 
-// parallelRange splits 0..n-1 into one range per CPU and runs fn on each.
-func parallelRange(n int, fn func(lo, hi int) error) error {
-	workers := min(runtime.GOMAXPROCS(0), max(1, n/4096))
+// parallelRange splits 0..n-1 into one range per worker (0: per CPU) and
+// runs fn on each. With one worker, fn runs in the caller's goroutine
+// (and on its thread, whatever its priority).
+func parallelRange(n, workers int, fn func(lo, hi int) error) error {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, max(1, n/4096))
+	if workers == 1 {
+		return fn(0, n)
+	}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

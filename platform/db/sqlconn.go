@@ -88,3 +88,18 @@ func pipelineOnce(ctx context.Context, pool *bun.DB, b *pgx.Batch, read func(br 
 		return err
 	})
 }
+
+// RawPgx runs fn with the pgx connection under conn, a connection of
+// Open's pool taken from database/sql (bun.DB.Conn): for what database/sql
+// cannot do, or does slowly, such as reading millions of rows in binary
+// or COPY. fn must leave the connection as it found it (no transaction
+// open).
+func RawPgx(conn *sql.Conn, fn func(c *pgx.Conn) error) error {
+	return conn.Raw(func(dc any) error {
+		c, err := pgxConn(dc)
+		if err != nil {
+			return err
+		}
+		return fn(c)
+	})
+}

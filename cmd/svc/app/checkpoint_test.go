@@ -54,7 +54,7 @@ func TestWorkerCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	apptest.Eventually(t, 2*time.Minute, func() bool {
 		var n int
-		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves WHERE entry_id = $1`, p.ID).Scan(&n))
+		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, p.ID).Scan(&n))
 		return n == 1
 	}, "the worker seals the entry")
 	r, err := ledger.VerifyCheckpoints(ctx, e.App.DB.Bun, 1, nil)

@@ -7,6 +7,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"svc/modules/ledger"
+	"svc/platform/background"
 )
 
 // ledgerArea holds the ledger's HTTP API. The ledger's posting functions
@@ -24,7 +25,7 @@ func (a *App) initLedger(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("LEDGER_CHECKPOINT_SIGNING_KEY: %w", err)
 	}
-	a.Checkpointer = &ledger.Checkpointer{DB: a.DB.Bun, Key: key, Now: a.Clock.Now, Log: a.Log}
+	a.Checkpointer = &ledger.Checkpointer{DB: a.DB.Bun, Key: key, Now: a.Clock.Now, Log: a.Log, Nice: background.Nice}
 	return nil
 }
 

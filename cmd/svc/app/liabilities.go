@@ -2,6 +2,7 @@ package app
 
 import (
 	"svc/modules/liabilities"
+	"svc/platform/background"
 )
 
 // liabilitiesArea holds the proof of liabilities: the snapshots (taken by
@@ -15,7 +16,9 @@ type liabilitiesArea struct {
 }
 
 func (a *App) initLiabilities() {
-	a.Liabilities = &liabilities.Service{Pool: a.DB.Pool, Log: a.Log}
+	// Snapshots run at the lowest priority, on one core (the CPU the
+	// writers leave; docs/performance.md).
+	a.Liabilities = &liabilities.Service{Pool: a.DB.Pool, Log: a.Log, Nice: background.Nice, Workers: 1}
 	a.LiabilitiesAPI = &liabilities.API{Service: a.Liabilities, Assets: a.DB.Bun}
 }
 
