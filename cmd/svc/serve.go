@@ -43,7 +43,7 @@ func newAPICmd() *cobra.Command {
 			}
 			defer stopMetrics()
 			srv := a.HTTP()
-			ln, err := a.Listen(a.Cfg.HTTP.ListenAddr())
+			ln, err := a.Listen(srv, a.Cfg.HTTP.ListenAddr())
 			if err != nil {
 				return fmt.Errorf("HTTP_LISTEN_HOST/PORT %s: %w", a.Cfg.HTTP.ListenAddr(), err)
 			}

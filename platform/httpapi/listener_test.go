@@ -78,48 +78,83 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 	}
 }
 
-// At the bound, a new connection waits until one closes; it is not
-// refused and nothing else is opened.
+func rawGet(c net.Conn, path string) error {
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err
+	}
+	return readOK(c)
+}
+
+func readOK(c net.Conn) error {
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if n < 12 || string(buf[:12]) != "HTTP/1.1 200" {
+		return fmt.Errorf("answer %q", buf[:n])
+	}
+	return nil
+}
+
+// At the bound, connections idle between requests are closed to make room
+// for a new one; connections in the middle of a request are not, and the
+// new one waits until one of them closes.
 func TestListenerBoundsConnections(t *testing.T) {
 	t.Parallel()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	serveOn(t, httpapi.Listener(raw, 2, slog.New(slog.DiscardHandler)))
+	ln := httpapi.Listener(raw, 2, slog.New(slog.DiscardHandler))
+	app := httpapi.New(httpapi.Options{Log: slog.New(slog.DiscardHandler)})
+	app.Server().ConnState = ln.ConnState
+	release := make(chan struct{})
+	app.Get("/ok", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	app.Get("/slow", func(c *fiber.Ctx) error { <-release; return c.SendString("ok") })
+	go func() { _ = app.Listener(ln) }()
+	t.Cleanup(func() { _ = app.ShutdownWithTimeout(time.Second) })
 	addr := raw.Addr().String()
-
-	get := func(c net.Conn) error {
-		if _, err := io.WriteString(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			return err
-		}
-		buf := make([]byte, 512)
-		n, err := c.Read(buf)
-		if err != nil {
-			return err
-		}
-		if string(buf[:12]) != "HTTP/1.1 200" {
-			return fmt.Errorf("answer %q", buf[:n])
-		}
-		return nil
-	}
-	var held []net.Conn
-	for range 2 {
+	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
-		require.NoError(t, get(c))
-		held = append(held, c)
+		return c
 	}
 
-	third, err := net.Dial("tcp", addr) // the kernel completes the handshake
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = third.Close() })
-	require.NoError(t, third.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
-	require.Error(t, get(third), "a third connection is served while two are open")
+	// Two idle keep-alive connections take both slots; a third client is
+	// served at once, and the idle ones are closed.
+	idle := []net.Conn{dial(), dial()}
+	for _, c := range idle {
+		require.NoError(t, rawGet(c, "/ok"))
+	}
+	third := dial()
+	require.NoError(t, third.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.NoError(t, rawGet(third, "/ok"), "a new client is not kept out by idle ones")
+	closed := 0
+	for _, c := range idle {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			closed++
+		}
+	}
+	require.Positive(t, closed, "an idle connection was closed to make room")
+	require.NoError(t, third.Close())
 
-	require.NoError(t, held[0].Close())
-	require.NoError(t, third.SetReadDeadline(time.Now().Add(10*time.Second)))
-	buf := make([]byte, 512)
-	n, err := third.Read(buf) // the request written above is served now
-	require.NoError(t, err)
-	require.Equal(t, "HTTP/1.1 200", string(buf[:12]), "%s", buf[:n])
+	// Two connections in the middle of a request are never closed: the
+	// next one waits for one of them to finish and close.
+	busy := []net.Conn{dial(), dial()}
+	for _, c := range busy {
+		_, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		require.NoError(t, err)
+	}
+	time.Sleep(200 * time.Millisecond) // both are being served
+	waiting := dial()
+	require.NoError(t, waiting.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	require.Error(t, rawGet(waiting, "/ok"), "a third connection is served while two requests run")
+	close(release)
+	for _, c := range busy {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		require.NoError(t, readOK(c), "a running request is not cut")
+	}
+	require.NoError(t, waiting.SetReadDeadline(time.Now().Add(5*time.Second)))
+	require.NoError(t, readOK(waiting), "served once a slot is free")
 }

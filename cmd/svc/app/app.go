@@ -156,14 +156,16 @@ func (a *App) HTTP() *fiber.App {
 	return app
 }
 
-// Listen opens the API's listener on addr, bounded and kept serving
-// through accept errors (httpapi.Listener, HTTP_MAX_CONNECTIONS).
-func (a *App) Listen(addr string) (net.Listener, error) {
+// Listen opens the API's listener on addr for srv, bounded and kept
+// serving through accept errors (httpapi.Listener, HTTP_MAX_CONNECTIONS).
+func (a *App) Listen(srv *fiber.App, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return httpapi.Listener(ln, a.Cfg.HTTP.MaxConnections, a.Log), nil
+	l := httpapi.Listener(ln, a.Cfg.HTTP.MaxConnections, a.Log)
+	srv.Server().ConnState = l.ConnState
+	return l, nil
 }
 
 // Jobs collects the workers and periodic jobs of every area.

@@ -128,7 +128,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		t.Fatalf("apptest: %v", err)
 	}
 	srv := a.HTTP()
-	ln, err := a.Listen("127.0.0.1:0")
+	ln, err := a.Listen(srv, "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("apptest: listen: %v", err)
 	}
