@@ -16,7 +16,7 @@ import (
 //
 // At most maxConns connections are served at once: when all are taken and
 // another client connects, the keep-alive connections that sit idle
-// between requests are closed to make room (a client's pool reconnects;
+// between requests are ended to make room (a client's pool reconnects;
 // Go's client retries on a new connection a request that carries an
 // Idempotency-Key), and if none is idle the newcomer waits, with the
 // connections behind it in the kernel's accept queue, until one closes. So file descriptors
@@ -108,7 +108,7 @@ func (l *Limited) ConnState(c net.Conn, s fasthttp.ConnState) {
 	}
 }
 
-// shedIdle closes every idle connection: all slots are taken.
+// shedIdle ends every idle connection: all slots are taken.
 func (l *Limited) shedIdle() {
 	l.mu.Lock()
 	shed := make([]*slotConn, 0, len(l.idle))
@@ -123,8 +123,14 @@ func (l *Limited) shedIdle() {
 	if logIt {
 		l.log.Warn("http: every connection slot is taken; closing idle keep-alive connections", "slots", cap(l.slots), "closed", len(shed))
 	}
+	// Not Close: the server may be taking up the connection for a request
+	// that has just arrived, and fasthttp panics when a deadline cannot be
+	// set on a connection closed under it. A read deadline in the past ends
+	// the idle wait the server's way (it closes the connection itself);
+	// if a request has just started, the server's own deadlines replace it.
+	now := time.Now()
 	for _, c := range shed {
-		_ = c.Close()
+		_ = c.SetReadDeadline(now)
 	}
 }
 
