@@ -101,7 +101,7 @@ func (l *Limited) ConnState(c net.Conn, s fasthttp.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if s == fasthttp.StateIdle && !sc.closed {
+	if s == fasthttp.StateIdle {
 		l.idle[sc] = struct{}{}
 	} else {
 		delete(l.idle, sc)
@@ -114,6 +114,7 @@ func (l *Limited) shedIdle() {
 	shed := make([]*slotConn, 0, len(l.idle))
 	for c := range l.idle {
 		shed = append(shed, c)
+		delete(l.idle, c) // ended once; the server reports it again if it stays
 	}
 	logIt := len(shed) > 0 && time.Since(l.lastShed) > time.Minute
 	if logIt {
@@ -121,7 +122,7 @@ func (l *Limited) shedIdle() {
 	}
 	l.mu.Unlock()
 	if logIt {
-		l.log.Warn("http: every connection slot is taken; closing idle keep-alive connections", "slots", cap(l.slots), "closed", len(shed))
+		l.log.Warn("http: every connection slot is taken; ending idle keep-alive connections", "slots", cap(l.slots), "ended", len(shed))
 	}
 	// Not Close: the server may be taking up the connection for a request
 	// that has just arrived, and fasthttp panics when a deadline cannot be
@@ -137,16 +138,14 @@ func (l *Limited) shedIdle() {
 // slotConn holds one of the listener's slots until it is closed.
 type slotConn struct {
 	net.Conn
-	l      *Limited
-	once   sync.Once
-	closed bool // guarded by l.mu
+	l    *Limited
+	once sync.Once
 }
 
 func (c *slotConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.mu.Lock()
-		c.closed = true
 		delete(c.l.idle, c)
 		c.l.mu.Unlock()
 		<-c.l.slots
