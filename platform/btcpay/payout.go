@@ -184,15 +184,17 @@ func (c *Client) ListPayouts(ctx context.Context, includeCancelled bool) ([]Payo
 // nor filters the list, so it is read as a stream: any number of payouts
 // in constant memory, with no cap on the answer's size.
 func (c *Client) eachPayout(ctx context.Context, includeCancelled bool, fn func(Payout) bool) error {
-	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
-	return each(ctx, c, "list payouts", c.storePath("payouts"), q, fn)
+	return each(ctx, c, "list payouts", c.storePath("payouts"), payoutsQuery(includeCancelled), fn)
 }
 
 // eachPayoutContaining is eachPayout for the payouts whose JSON contains
 // needle (eachContaining): the rest are skipped without being decoded.
 func (c *Client) eachPayoutContaining(ctx context.Context, includeCancelled bool, needle string, fn func(Payout) bool) error {
-	q := url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
-	return eachContaining(ctx, c, "list payouts", c.storePath("payouts"), q, needle, fn)
+	return eachContaining(ctx, c, "list payouts", c.storePath("payouts"), payoutsQuery(includeCancelled), needle, fn)
+}
+
+func payoutsQuery(includeCancelled bool) url.Values {
+	return url.Values{"includeCancelled": {strconv.FormatBool(includeCancelled)}}
 }
 
 // PayoutsByWithdrawalID returns the store's payouts (cancelled ones
