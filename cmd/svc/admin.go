@@ -282,3 +282,14 @@ func operatorName(as string) (string, error) {
 	}
 	return name, nil
 }
+
+// operator is the command-line operator acting (--as, default the login
+// name) as the audit trail records them: "cli:NAME", also what a resolution
+// records as resolved_by.
+func operator(as string) (audit.Actor, error) {
+	name, err := operatorName(as)
+	if err != nil {
+		return audit.Actor{}, err
+	}
+	return audit.CLI(name), nil
+}

@@ -6,7 +6,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"svc/modules/audit"
 	"svc/modules/deposit"
 )
 
@@ -213,15 +212,4 @@ func dashIfNil(s *string) string {
 		return "-"
 	}
 	return *s
-}
-
-// operator is the command-line operator acting (--as, default the login
-// name) as the audit trail records them: "cli:NAME", also what a resolution
-// records as resolved_by.
-func operator(as string) (audit.Actor, error) {
-	name, err := operatorName(as)
-	if err != nil {
-		return audit.Actor{}, err
-	}
-	return audit.CLI(name), nil
 }

@@ -224,7 +224,7 @@ func (c *Checkpointer) seal(ctx context.Context, tx pgx.Tx) (*Checkpoint, error)
 	// The job reads with one process of the server, not with parallel
 	// workers (whose CPU the writers need more), and does not compile
 	// its statements (JIT costs more here than it saves).
-	if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+	if _, err := tx.Exec(ctx, db.SerialReadSettings); err != nil {
 		return nil, err
 	}
 	prev, err := lastCheckpoint(ctx, tx)

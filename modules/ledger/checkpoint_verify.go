@@ -278,7 +278,7 @@ func readOnly(ctx context.Context, d *bun.DB, fn func(tx pgx.Tx) error) error {
 	defer conn.Close()
 	return db.RawPgx(conn.Conn, func(pc *pgx.Conn) error {
 		return pgx.BeginTxFunc(ctx, pc, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+			if _, err := tx.Exec(ctx, db.SerialReadSettings); err != nil {
 				return err
 			}
 			return fn(tx)

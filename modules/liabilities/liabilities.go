@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"svc/platform/background"
+	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/sumtree"
 	"svc/platform/timefmt"
@@ -171,7 +172,7 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 		// One server process reads, without parallel workers (whose CPU
 		// the writers need more), and without compiling the statement
 		// (JIT costs more here than it saves). SET takes no snapshot.
-		if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"); err != nil {
+		if _, err := tx.Exec(ctx, db.SerialReadSettings); err != nil {
 			return err
 		}
 		// The first query takes the transaction's snapshot.

@@ -274,3 +274,9 @@ func IsConnectionLoss(err error) bool {
 	}
 	return false
 }
+
+// SerialReadSettings makes the rest of a transaction run each statement in
+// one server process, without parallel workers or JIT: for the long reads of
+// background jobs (checkpoints, liabilities snapshots), which would
+// otherwise take every core from the writers for no gain on a small server.
+const SerialReadSettings = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"
