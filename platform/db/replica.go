@@ -285,6 +285,7 @@ func (r *Replica) Probe(ctx context.Context) {
 	if s, err := r.primaryPosition(ctx); err == nil {
 		r.mu.Lock()
 		r.samples = append(r.samples, s)
+		r.dropOld(s.at) // also while the replica cannot be read
 		r.mu.Unlock()
 	}
 	replayed, err := r.replayedPosition(ctx)
@@ -325,6 +326,16 @@ func (r *Replica) staleness(now time.Time, replayed uint64) time.Duration {
 		r.samples = r.samples[reached:]
 		return now.Sub(r.samples[0].at)
 	}
+	r.dropOld(now)
+	if len(r.samples) == 0 {
+		return r.maxLag + time.Nanosecond
+	}
+	return max(now.Sub(r.samples[0].at), r.maxLag+time.Nanosecond)
+}
+
+// dropOld drops the samples older than a few times the bound, keeping the
+// newest: the window stays bounded whatever the replica does. r.mu is held.
+func (r *Replica) dropOld(now time.Time) {
 	keep := 0
 	for keep < len(r.samples) && now.Sub(r.samples[keep].at) > 4*r.maxLag+time.Minute {
 		keep++
@@ -333,10 +344,6 @@ func (r *Replica) staleness(now time.Time, replayed uint64) time.Duration {
 		keep--
 	}
 	r.samples = r.samples[keep:]
-	if len(r.samples) == 0 {
-		return r.maxLag + time.Nanosecond
-	}
-	return max(now.Sub(r.samples[0].at), r.maxLag+time.Nanosecond)
 }
 
 func (r *Replica) logChange(prev, next ReplicaState) {

@@ -32,6 +32,18 @@ type PrivateServer struct {
 // StartPrivateServer starts a private server for t.
 func StartPrivateServer(t testing.TB) *PrivateServer {
 	t.Helper()
+	s := newPrivate(t)
+	out := s.run()
+	lines := strings.Split(out, "\n")
+	s.URL = lines[len(lines)-1]
+	t.Cleanup(func() { s.run("stop") })
+	return s
+}
+
+// newPrivate is a private server not started yet: a temporary data folder
+// and a free port.
+func newPrivate(t testing.TB) *PrivateServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("dbtest: free port: %v", err)
@@ -45,10 +57,6 @@ func StartPrivateServer(t testing.TB) *PrivateServer {
 		}
 	}
 	s.env = append(s.env, "SVC_PG_DATA="+s.Data, "SVC_PG_PORT="+port)
-	out := s.run()
-	lines := strings.Split(out, "\n")
-	s.URL = lines[len(lines)-1]
-	t.Cleanup(func() { s.run("stop") })
 	return s
 }
 

@@ -3,10 +3,7 @@ package dbtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,26 +213,6 @@ func (s *PrivateServer) query(f func(*pgx.Conn) error) {
 	if err := f(c); err != nil {
 		s.t.Fatalf("dbtest: on %s: %v", s.Port(), err)
 	}
-}
-
-// newPrivate is a private server not started yet: a temporary data folder
-// and a free port.
-func newPrivate(t testing.TB) *PrivateServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("dbtest: free port: %v", err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	_ = ln.Close()
-	s := &PrivateServer{Data: filepath.Join(t.TempDir(), "pg"), t: t}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") {
-			s.env = append(s.env, kv)
-		}
-	}
-	s.env = append(s.env, "SVC_PG_DATA="+s.Data, "SVC_PG_PORT="+port)
-	return s
 }
 
 func delaySetting(d time.Duration) string {
