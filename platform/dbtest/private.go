@@ -44,12 +44,7 @@ func StartPrivateServer(t testing.TB) *PrivateServer {
 // and a free port.
 func newPrivate(t testing.TB) *PrivateServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("dbtest: free port: %v", err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	_ = ln.Close()
+	port := strconv.Itoa(FreePort(t))
 	s := &PrivateServer{Data: filepath.Join(t.TempDir(), "pg"), t: t}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
@@ -99,7 +94,22 @@ func (s *PrivateServer) run(args ...string) string {
 }
 
 // dbScript is scripts/db.sh of this checkout.
-func dbScript() string {
+func dbScript() string { return filepath.Join(ModuleRoot(), "scripts", "db.sh") }
+
+// ModuleRoot is the checkout the tests run from: for the harnesses that
+// build svc and run scripts/.
+func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "db.sh")
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// FreePort returns a loopback port nothing listens on now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("dbtest: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

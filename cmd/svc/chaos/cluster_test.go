@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,22 +54,6 @@ type cluster struct {
 	db      *db.DB // the oracle's own connection
 	rwKey   string
 	admKey  string
-}
-
-// moduleRoot is the checkout this file is in.
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // scenarioDir is where a scenario test keeps its processes' logs: a
@@ -127,7 +110,7 @@ func startCluster(t testing.TB, dir string, env ...string) *cluster {
 func startClusterOn(t testing.TB, dir string, database database, env ...string) *cluster {
 	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
 	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
-	build.Dir = moduleRoot()
+	build.Dir = dbtest.ModuleRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build svc: %v\n%s", err, out)
 	}
@@ -174,7 +157,7 @@ func startClusterOn(t testing.TB, dir string, database database, env ...string) 
 	c.svc("admin", "assets", "set", "BTC_LN", "--withdrawal-auto-limit", "50000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
 
 	for i := 0; i < 2; i++ {
-		port := freePort(t)
+		port := dbtest.FreePort(t)
 		api := &proc{name: fmt.Sprintf("api-%d", i+1), bin: c.bin, args: []string{"api"},
 			env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(port)), log: filepath.Join(dir, fmt.Sprintf("api-%d.log", i+1)),
 			health: fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}

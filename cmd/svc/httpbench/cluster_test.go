@@ -6,12 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,21 +44,6 @@ type cluster struct {
 	key       string // readwrite
 }
 
-// moduleRoot is the checkout this file is in.
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startCluster builds svc and starts the simulator, the api and the worker
 // on a fresh database. The api and the worker get a metrics listener each
 // (pprof on it).
@@ -68,13 +51,13 @@ func startCluster(t testing.TB) *cluster {
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
 	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
-	build.Dir = moduleRoot()
+	build.Dir = dbtest.ModuleRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build svc: %v\n%s", err, out)
 	}
 	c.dbURL = dbtest.NewURL(t)
 
-	simPort, apiPort := freePort(t), freePort(t)
+	simPort, apiPort := dbtest.FreePort(t), dbtest.FreePort(t)
 	c.simURL = fmt.Sprintf("http://127.0.0.1:%d", simPort)
 	c.apiURL = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
 	simArgs := []string{"simulator", "--addr", fmt.Sprintf("127.0.0.1:%d", simPort), "--platform-secret", platformSecret}
@@ -100,7 +83,7 @@ func startCluster(t testing.TB) *cluster {
 		args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
 			"--auto-complete-payouts"),
 		ready: c.simURL + "/_sim/"}
-	apiMetrics, workerMetrics := freePort(t), freePort(t)
+	apiMetrics, workerMetrics := dbtest.FreePort(t), dbtest.FreePort(t)
 	c.apiPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", apiMetrics)
 	c.workPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", workerMetrics)
 	c.env = append(c.env, "PLATFORM_WEBHOOK_URL="+c.simURL+"/platform/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret)
