@@ -132,6 +132,62 @@ func TestPayoutOnChain(t *testing.T) {
 	require.Equal(t, "0.00000000", b.Held)
 }
 
+// TestPayoutBatchSharesTheNetworkFee: two payouts the processor sent in
+// one transaction share its network fee exactly, the odd satoshi to the
+// lower payout id. The payouts of the transaction are found through the
+// links the payout processor keeps in the wallet's object graph, without
+// reading the store's payout list; when the transaction links none (sent
+// outside the processor), through the list.
+func TestPayoutBatchSharesTheNetworkFee(t *testing.T) {
+	t.Parallel()
+	for _, linked := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Linked", false: "Listed"}[linked], func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.fund(t, "pb", asset.BTC, 10_000_000)
+			require.NoError(t, e.Sim.SetFeeRate("3"))
+			e.Clock.Advance(time.Minute) // past BTC_FEE_RATE_TTL
+			a := e.create(t, "pb", asset.BTC, 100_000, p2wpkh(t, chain.Regtest, "batch a"))
+			b := e.create(t, "pb", asset.BTC, 200_000, p2wpkh(t, chain.Regtest, "batch b"))
+			e.pass(t)
+			pa, pb := e.onePayout(t, a.WithdrawalID), e.onePayout(t, b.WithdrawalID)
+			txid, err := e.Sim.BroadcastPayout(pa.ID, "")
+			require.NoError(t, err)
+			_, err = e.Sim.BroadcastPayout(pb.ID, txid)
+			require.NoError(t, err)
+			if !linked {
+				require.NoError(t, e.Sim.UnlinkTransaction(txid))
+			}
+			listed := e.Sim.PayoutListings()
+			e.pass(t)
+			if linked {
+				require.Equal(t, listed, e.Sim.PayoutListings(), "the payout list is not read when the transaction links its payouts")
+			} else {
+				require.Greater(t, e.Sim.PayoutListings(), listed)
+			}
+			fa, fb := *e.row(t, a.WithdrawalID).NetworkFee, *e.row(t, b.WithdrawalID).NetworkFee
+			require.Equal(t, int64(423), fa+fb, "3 sat/vB x 141 vB, paid once for the batch")
+			if pa.ID < pb.ID {
+				require.Equal(t, []int64{212, 211}, []int64{fa, fb})
+			} else {
+				require.Equal(t, []int64{211, 212}, []int64{fa, fb})
+			}
+			for _, p := range []btcpaysim.PayoutInfo{pa, pb} {
+				_, err = e.Sim.CompletePayout(p.ID, "")
+				require.NoError(t, err)
+			}
+			e.pass(t)
+			e.pass(t)
+			for _, id := range []string{a.WithdrawalID, b.WithdrawalID} {
+				v := e.get(t, id)
+				require.Equal(t, withdrawal.StatusConfirmed, v.Status)
+				require.Equal(t, txid, *v.Txid)
+			}
+			require.Equal(t, "0.09700000", e.balance(t, "pb", asset.BTC).Available)
+		})
+	}
+}
+
 // TestPayoutCompletedBetweenTwoLooks: a payout that went from
 // AwaitingPayment to Completed while nobody looked is broadcast and
 // confirmed in one step.

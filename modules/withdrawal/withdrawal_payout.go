@@ -108,6 +108,7 @@ type Processor interface {
 	CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error)
 	GetPayout(ctx context.Context, id string) (btcpay.Payout, error)
 	PayoutsInTransaction(ctx context.Context, txid string) ([]btcpay.Payout, error)
+	TransactionPayoutIDs(ctx context.Context, txid string) ([]string, error)
 	PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]btcpay.Payout, error)
 	CancelPayout(ctx context.Context, id string) error
 	WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error)
@@ -811,9 +812,9 @@ func (s *Service) networkFee(ctx context.Context, p btcpay.Payout, txid string) 
 	if err != nil || spent >= 0 {
 		return 0, fmt.Errorf("payout %s: wallet transaction %s does not spend from the wallet (amount %s)", p.ID, txid, wtx.Amount)
 	}
-	all, err := s.Processor.PayoutsInTransaction(ctx, txid)
+	all, err := s.payoutsInTransaction(ctx, p, txid)
 	if err != nil {
-		return 0, fmt.Errorf("payout %s: list the payouts of transaction %s: %w", p.ID, txid, err)
+		return 0, err
 	}
 	batch := []string{p.ID}
 	paid, err := payoutUnits(p)
@@ -841,6 +842,43 @@ func (s *Service) networkFee(ctx context.Context, p btcpay.Payout, txid string) 
 		share++
 	}
 	return share, nil
+}
+
+// payoutsInTransaction returns the payouts that transaction txid pays
+// besides p, or some of them and others that it does not pay (the caller
+// keeps those whose proof names txid). It reads the payouts the processor
+// linked to the transaction when it linked p among them: a read per
+// payout of the batch. Otherwise (a transaction sent outside the payout
+// processor, or a server without wallet objects) it lists every payout of
+// the store, which costs in proportion to all the payouts the store ever
+// made.
+func (s *Service) payoutsInTransaction(ctx context.Context, p btcpay.Payout, txid string) ([]btcpay.Payout, error) {
+	ids, err := s.Processor.TransactionPayoutIDs(ctx, txid)
+	if err != nil {
+		return nil, fmt.Errorf("payout %s: read the payouts linked to transaction %s: %w", p.ID, txid, err)
+	}
+	if slices.Contains(ids, p.ID) {
+		out := make([]btcpay.Payout, 0, len(ids)-1)
+		for _, id := range ids {
+			if id == p.ID {
+				continue
+			}
+			o, err := s.Processor.GetPayout(ctx, id)
+			if errors.Is(err, btcpay.ErrNotFound) {
+				continue // not a payout of this store: it pays nothing here
+			}
+			if err != nil {
+				return nil, fmt.Errorf("payout %s: read payout %s of transaction %s: %w", p.ID, id, txid, err)
+			}
+			out = append(out, o)
+		}
+		return out, nil
+	}
+	all, err := s.Processor.PayoutsInTransaction(ctx, txid)
+	if err != nil {
+		return nil, fmt.Errorf("payout %s: list the payouts of transaction %s: %w", p.ID, txid, err)
+	}
+	return all, nil
 }
 
 // payoutLive refuses, with the reason, to release a withdrawal whose

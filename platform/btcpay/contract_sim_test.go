@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,6 +170,14 @@ func simulatedFlows(t *testing.T, tg target) {
 	require.NoError(t, err)
 	require.Equal(t, btcpay.PayoutInProgress, got2.State)
 	require.Equal(t, txid, got2.PaymentProof.TxID())
+	// The payouts the processor linked to the transaction; none for a
+	// transaction the wallet has no object for.
+	linked, err := c.TransactionPayoutIDs(ctx, txid)
+	require.NoError(t, err)
+	require.Equal(t, []string{done.ID}, linked)
+	linked, err = c.TransactionPayoutIDs(ctx, strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	require.Empty(t, linked)
 	_, err = sim.CompletePayout(done.ID, "")
 	require.NoError(t, err)
 	got2, err = c.GetPayout(ctx, done.ID)

@@ -168,6 +168,31 @@ func adjustForServer(doc, schemas obj) {
 	schemas["OnChainWalletOverviewData"].(obj)["properties"].(obj)["label"] = obj{"type": "string", "nullable": true}
 	// 5. Webhooks: `originalDeliveryId` is null on a first delivery.
 	schemas["WebhookEvent"].(obj)["properties"].(obj)["originalDeliveryId"].(obj)["nullable"] = true
+	// 6. The wallet's object graph has a template of its own
+	// (swagger.template.stores-wallet.on-chain.objects.json), not among the
+	// files kept here. The one operation the client uses, the object of a
+	// transaction with its links (the payout processor links each payout
+	// of a batch to the transaction it sent), is described from the
+	// server's model (OnChainWalletObjectData: type, id, data, links of
+	// type, id, linkData and objectData).
+	link := obj{"type": "object", "additionalProperties": false, "required": []any{"type", "id"}, "properties": obj{
+		"type": obj{"type": "string"}, "id": obj{"type": "string"},
+		"linkData":   obj{"type": "object", "nullable": true},
+		"objectData": obj{"type": "object", "nullable": true}}}
+	schemas["OnChainWalletObjectData"] = obj{"type": "object", "additionalProperties": false, "required": []any{"type", "id"}, "properties": obj{
+		"type": obj{"type": "string"}, "id": obj{"type": "string"},
+		"data":  obj{"type": "object", "nullable": true},
+		"links": obj{"type": "array", "nullable": true, "items": link}}}
+	paths["/api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/objects/{objectType}/{objectId}"] = obj{"get": obj{
+		"operationId": "StoreOnChainWallets_GetOnChainWalletObject",
+		"parameters": []any{storeParam, obj{"$ref": "#/components/parameters/PaymentMethodId"},
+			obj{"name": "objectType", "in": "path", "required": true, "schema": obj{"type": "string"}},
+			obj{"name": "objectId", "in": "path", "required": true, "schema": obj{"type": "string"}},
+			obj{"name": "includeNeighbourData", "in": "query", "required": false, "schema": obj{"type": "boolean"}}},
+		"responses": obj{
+			"200": obj{"description": "the object and its links", "content": obj{"application/json": obj{"schema": obj{"$ref": "#/components/schemas/OnChainWalletObjectData"}}}},
+			"404": obj{"description": "no such object"}},
+		"security": []any{obj{"API_Key": []any{"btcpay.store.canmodifystoresettings"}, "Basic": []any{}}}}}
 }
 
 // stubMissingRefs defines, as "any value", the few schemas that the

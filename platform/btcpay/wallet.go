@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 )
 
@@ -136,4 +138,39 @@ func (c *Client) LightningBalance(ctx context.Context) (LightningBalance, error)
 	var out LightningBalance
 	err := c.call(ctx, "lightning balance", "GET", c.storePath("lightning", "BTC", "balance"), nil, nil, &out)
 	return out, err
+}
+
+// TransactionPayoutIDs returns the ids of the payouts that BTCPay's payout
+// processor linked to on-chain transaction txid in the wallet's object
+// graph (GET .../wallet/objects/tx/{txid}: the processor links every payout
+// of the batch it sends as a "payout" neighbour of the transaction). It is
+// the narrow way to the payouts of one transaction; the payout list has no
+// filter and grows with every payout the store ever made. Nil, with no
+// error, when the wallet has no object for txid or the object links no
+// payout: a transaction sent outside the processor (payouts marked by hand),
+// or a server without wallet objects; and nil too when the server refuses
+// the read (BTCPay's template asks canmodifystoresettings for it, which a
+// least-privilege key of 2.4 may not have): the caller then has to list.
+func (c *Client) TransactionPayoutIDs(ctx context.Context, txid string) ([]string, error) {
+	var out struct {
+		Links []struct {
+			Type string `json:"type"`
+			ID   string `json:"id"`
+		} `json:"links"`
+	}
+	q := url.Values{"includeNeighbourData": {"false"}}
+	err := c.call(ctx, "wallet transaction object", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "objects", "tx", txid), q, nil, &out)
+	if errors.Is(err, ErrRefused) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, l := range out.Links {
+		if l.Type == "payout" && l.ID != "" && !slices.Contains(ids, l.ID) {
+			ids = append(ids, l.ID)
+		}
+	}
+	return ids, nil
 }

@@ -141,6 +141,9 @@ func (s *Sim) controlHandler() http.Handler {
 		}
 		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.ConfirmTransaction(r.PathValue("txid"), max(b.Confirmations, 1)))
 	})
+	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/unlink", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.UnlinkTransaction(r.PathValue("txid")))
+	})
 	m.HandleFunc("POST /_sim/lightning", func(w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			LocalMsat int64 `json:"localMsat"`

@@ -230,6 +230,7 @@ func (s *Sim) listPayouts(w http.ResponseWriter, r *http.Request) {
 	withCancelled := r.URL.Query().Get("includeCancelled") == "true"
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.listings++
 	out := []payoutJSON{}
 	for i := len(s.payOrder) - 1; i >= 0; i-- {
 		po := s.payouts[s.payOrder[i]]
@@ -339,10 +340,17 @@ func (s *Sim) broadcastLocked(po *payout, txid string) {
 	}
 	po.txid, po.state = txid, poInProgress
 	po.proof = onChainProof(txid, false)
+	if t := s.wallet.find(txid); t != nil && t.payoutID != "" {
+		// A batch: the payout's output joins a transaction already sent
+		// for another payout, whose miner fee is paid once.
+		t.amount, _ = t.amount.Sub(po.amount)
+		t.payouts = append(t.payouts, po.id)
+		return
+	}
 	// The wallet pays the amount and a miner fee on top.
 	fee, _ := s.feeRate.Mul(decimal.MustNew(141, 8))
 	sent, _ := po.amount.Add(fee.Ceil(8))
-	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payoutID: po.id})
+	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payoutID: po.id, payouts: []string{po.id}})
 }
 
 // CompletePayout completes an approved or in-progress payout: on chain its
@@ -394,7 +402,7 @@ func (s *Sim) FailPayout(id string) error {
 		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
 	}
 	if po.txid != "" && po.method == btcpay.MethodBTCChain {
-		s.wallet.drop(po.txid)
+		s.wallet.unpay(po)
 	}
 	po.state, po.proof, po.stalled = poCancelled, nil, false
 	s.emitPayout(po, btcpay.EventPayoutUpdated)
@@ -435,7 +443,7 @@ func (s *Sim) BouncePayout(id string) error {
 		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
 	}
 	if po.method == btcpay.MethodBTCChain {
-		s.wallet.drop(po.txid)
+		s.wallet.unpay(po)
 		po.txid = ""
 	}
 	po.state, po.proof, po.stalled = poAwaitingPayment, nil, false
@@ -478,6 +486,13 @@ func (s *Sim) Payout(id string) (PayoutInfo, bool) {
 		return PayoutInfo{}, false
 	}
 	return po.info(), true
+}
+
+// PayoutListings is how many times the store's payout list was read.
+func (s *Sim) PayoutListings() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listings
 }
 
 // Payouts returns snapshots of every payout, oldest first.

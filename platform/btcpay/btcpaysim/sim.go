@@ -118,6 +118,7 @@ type Sim struct {
 	invOrder []string
 	payouts  map[string]*payout
 	payOrder []string
+	listings int // GET .../payouts answered
 	wallet   wallet
 	feeRate  decimal.Decimal
 	down     downState
@@ -331,6 +332,7 @@ func (s *Sim) Handler() http.Handler {
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/feerate", s.store(s.walletFeeRate))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/transactions", s.store(s.walletTransactions))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/transactions/{transactionId}", s.store(s.walletTransaction))
+	api.HandleFunc("GET /api/v1/stores/{storeId}/payment-methods/{paymentMethodId}/wallet/objects/{objectType}/{objectId}", s.store(s.walletObject))
 	api.HandleFunc("GET /api/v1/stores/{storeId}/lightning/{cryptoCode}/balance", s.store(s.lightningBalance))
 	api.HandleFunc("/api/", func(w http.ResponseWriter, _ *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "Not found")

@@ -21,7 +21,8 @@ type walletTx struct {
 	height        int64 // 0 while unconfirmed
 	ts            time.Time
 	invoiceID     string
-	payoutID      string
+	payoutID      string   // the first payout it pays (its label)
+	payouts       []string // every payout it pays, linked in the wallet's object graph
 	address       string
 }
 
@@ -74,6 +75,19 @@ func (w *wallet) confirm(hash string, confs int64) {
 
 func (w *wallet) drop(hash string) {
 	w.txs = slices.DeleteFunc(w.txs, func(t *walletTx) bool { return t.hash == hash })
+}
+
+// unpay takes payout po out of the transaction that pays it: the whole
+// transaction is dropped when it pays no other payout, otherwise only
+// po's output leaves the batch.
+func (w *wallet) unpay(po *payout) {
+	t := w.find(po.txid)
+	if t == nil || len(t.payouts) < 2 || !slices.Contains(t.payouts, po.id) {
+		w.drop(po.txid)
+		return
+	}
+	t.amount, _ = t.amount.Add(po.amount)
+	t.payouts = slices.DeleteFunc(t.payouts, func(id string) bool { return id == po.id })
 }
 
 func (w *wallet) balances() (confirmed, unconfirmed decimal.Decimal) {
@@ -262,6 +276,71 @@ func (s *Sim) walletTransaction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, t.view())
+}
+
+// UnlinkTransaction removes the payouts linked to wallet transaction txid
+// from the wallet's object graph, as for a transaction sent outside the
+// payout processor (payouts paid from the wallet and marked by hand), or
+// on a server without wallet objects.
+func (s *Sim) UnlinkTransaction(txid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.wallet.find(txid)
+	if t == nil {
+		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
+	}
+	t.payouts = nil
+	return nil
+}
+
+type objectLinkJSON struct {
+	Type       string         `json:"type"`
+	ID         string         `json:"id"`
+	LinkData   map[string]any `json:"linkData"`
+	ObjectData map[string]any `json:"objectData,omitempty"`
+}
+
+type walletObjectJSON struct {
+	Type  string           `json:"type"`
+	ID    string           `json:"id"`
+	Data  map[string]any   `json:"data"`
+	Links []objectLinkJSON `json:"links"`
+}
+
+// walletObject answers GET .../wallet/objects/{objectType}/{objectId} for
+// transactions: BTCPay's payout processor links every payout of the batch
+// it sends to the transaction, and invoice payments link their invoice.
+// A transaction with neither has no object.
+func (s *Sim) walletObject(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.onChainWallet(w, r) {
+		return
+	}
+	var t *walletTx
+	if r.PathValue("objectType") == "tx" {
+		t = s.wallet.find(r.PathValue("objectId"))
+	}
+	if t == nil || (len(t.payouts) == 0 && t.invoiceID == "") {
+		problem(w, http.StatusNotFound, "wallet-object-not-found", "The wallet object was not found")
+		return
+	}
+	neighbours := r.URL.Query().Get("includeNeighbourData") != "false"
+	link := func(typ, id string) objectLinkJSON {
+		l := objectLinkJSON{Type: typ, ID: id, LinkData: map[string]any{}}
+		if neighbours {
+			l.ObjectData = map[string]any{}
+		}
+		return l
+	}
+	out := walletObjectJSON{Type: "tx", ID: t.hash, Data: map[string]any{}, Links: []objectLinkJSON{}}
+	for _, id := range t.payouts {
+		out.Links = append(out.Links, link("payout", id))
+	}
+	if t.invoiceID != "" {
+		out.Links = append(out.Links, link("invoice", t.invoiceID))
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 type txJSON struct {
