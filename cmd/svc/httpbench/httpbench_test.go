@@ -54,6 +54,9 @@ func loadSettings(tb testing.TB, s settings) settings {
 
 const p99Limit = 50 * time.Millisecond
 
+// balanceP99Limit is the balance reads' own latency target.
+const balanceP99Limit = 10 * time.Millisecond
+
 // searches: where each rate search starts and the most it tries.
 var searches = []struct {
 	only           endpoint
@@ -86,10 +89,25 @@ func BenchmarkHTTP(b *testing.B) {
 	best := map[endpoint]*step{}
 	all := map[endpoint][]*step{}
 	stopPeaks := peakRSS(c.api, c.worker, c.sim)
-	for _, sr := range searches {
+	for i, sr := range searches {
+		if i > 0 {
+			// Each search starts from fresh processes: the overloaded
+			// steps of the one before leave a backlog (queued requests,
+			// thousands of idle connections) that the next search's
+			// first steps would otherwise be measured against.
+			c.api.restart(b)
+			c.worker.restart(b)
+		}
 		steps, bst := search(g, sr.only, sr.start, sr.ceiling, 2, s.step, s.pause, p99Limit, logf)
 		best[sr.only], all[sr.only] = bst, steps
 	}
+	// Balance reads have a target of their own at a tighter p99: a search
+	// at that limit, so that the rates between the 50 ms search's
+	// doublings are tried too.
+	c.api.restart(b)
+	c.worker.restart(b)
+	logf("balance reads, p99 limit %s:", balanceP99Limit)
+	_, best10 := search(g, balances, 4000, 16_000, 3, s.step, s.pause, balanceP99Limit, logf)
 	peaks := stopPeaks()
 	rate := searches[len(searches)-1].start / 4
 	if m := best[""]; m != nil {
@@ -102,7 +120,7 @@ func BenchmarkHTTP(b *testing.B) {
 	c.worker.restart(b)
 	attack(g, "", rate, s.warmup, nil)
 	h := holdMix(b, c, g, rate, s)
-	r := report{targets: true, tpcb: tpcb, best: best, steps: all, hold: h, searchRSS: peaks}
+	r := report{targets: true, tpcb: tpcb, best: best, steps: all, balances10: best10, hold: h, searchRSS: peaks}
 	r.print(logf)
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
 	if m := best[""]; m != nil {
@@ -442,7 +460,10 @@ type report struct {
 	tpcb    float64
 	best    map[endpoint]*step
 	steps   map[endpoint][]*step
-	hold    held
+	// balances10 is the best step of the balance reads' search at
+	// balanceP99Limit (nil when it was not run or nothing met it).
+	balances10 *step
+	hold       held
 	// searchRSS is the largest RSS of the api, the worker and the
 	// simulator during the searches, overloaded steps included.
 	searchRSS []int64
@@ -532,11 +553,14 @@ func (r report) print(logf func(string, ...any)) {
 	if steps, ok := r.steps[balances]; ok {
 		best10 := 0
 		for _, s := range steps {
-			if s.all.failed() == 0 && s.all.quantile(0.99) <= 10*time.Millisecond && s.achieved() >= 0.95*float64(s.rate) {
+			if s.all.failed() == 0 && s.all.quantile(0.99) <= balanceP99Limit && s.achieved() >= 0.95*float64(s.rate) {
 				best10 = max(best10, s.rate)
 			}
 		}
-		logf("  balance reads >= 5000 req/s at p99 <= 10 ms: highest rate tried with p99 <= 10 ms: %d req/s: %s", best10, verdict(best10 >= 5000))
+		if r.balances10 != nil {
+			best10 = max(best10, r.balances10.rate)
+		}
+		logf("  balance reads >= 5000 req/s at p99 <= 10 ms: highest rate met with p99 <= 10 ms: %d req/s: %s", best10, verdict(best10 >= 5000))
 	}
 	if w := r.best[withdrawals]; w != nil && r.tpcb > 0 {
 		logf("  withdrawal creations >= 50%% of TPC-B at 32 clients: %d req/s = %.0f%% of %.0f tps: %s", w.rate,
