@@ -161,13 +161,34 @@ func (r DeadWorkerRescue) rescue(ctx context.Context) (int64, error) {
 }
 
 // rescueUnreceived hands back, as rescue does, the jobs running under this
-// worker's own ClientID that the process never began (Started).
+// worker's own ClientID that the process never began (Started). The
+// database names the candidates (running here past the grace: the jobs
+// working now, a few), and the process picks those it never began, so
+// that the record of every job begun is never copied or sent.
 func (r DeadWorkerRescue) rescueUnreceived(ctx context.Context) (int64, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := r.Pool.Query(qctx, `
+SELECT j.id FROM river_job j
+ WHERE j.state = 'running'
+   AND j.attempted_at < now() - make_interval(secs => $1)
+   AND j.attempted_by[array_length(j.attempted_by, 1)] = $2`, r.Grace.Seconds(), r.ClientID)
+	if err != nil {
+		return 0, err
+	}
+	candidates, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, err
+	}
+	lost := r.Started.Unbegun(candidates)
+	if len(lost) == 0 {
+		return 0, nil
+	}
 	return r.handBack(ctx, `
      AND j.attempted_by[array_length(j.attempted_by, 1)] = $2
-     AND NOT (j.id = ANY($3::bigint[]))`,
+     AND j.id = ANY($3::bigint[])`,
 		"fetched for its worker ' || dead.worker || ', which never received it (the database went away as it answered); rescued",
-		r.ClientID, r.Started.IDs())
+		r.ClientID, lost)
 }
 
 // handBack decides each running job that started more than Grace ago and

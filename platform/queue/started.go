@@ -9,8 +9,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// startedKeep is how long Started remembers a job: far beyond the Grace
-// after which DeadWorkerRescue looks at a job, and beyond any job's run.
+// startedKeep is how long Started remembers a job after its work
+// returned: River records the outcome asynchronously (its completer
+// batches them), so a finished job can still read as running for a
+// while; far beyond that delay.
 const startedKeep = 10 * time.Minute
 
 // Started remembers the jobs this worker process has begun to work, for
@@ -22,43 +24,62 @@ const startedKeep = 10 * time.Minute
 // running under a worker that is alive, holds its liveness lock, and never
 // heard of them. Without this, they would wait for River's time-based
 // rescue (RescueAfter, minutes).
+//
+// A job is remembered for as long as its work runs, however long, and
+// for startedKeep after.
 type Started struct {
-	mu sync.Mutex
-	at map[int64]time.Time
+	mu      sync.Mutex
+	keep    time.Duration
+	running map[int64]int       // begun and not yet returned (a job's attempts share its id)
+	done    map[int64]time.Time // returned, and when
 }
 
 // NewStarted returns an empty record; give it to WorkerParams.Started and
 // DeadWorkerRescue.Started of the same process.
-func NewStarted() *Started { return &Started{at: map[int64]time.Time{}} }
+func NewStarted() *Started {
+	return &Started{keep: startedKeep, running: map[int64]int{}, done: map[int64]time.Time{}}
+}
 
-func (s *Started) add(id int64) {
+func (s *Started) begin(id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.running[id]++
+}
+
+func (s *Started) end(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[id]--; s.running[id] <= 0 {
+		delete(s.running, id)
+	}
 	now := time.Now()
-	s.at[id] = now
-	if len(s.at)%1024 == 0 {
-		for k, t := range s.at {
-			if now.Sub(t) > startedKeep {
-				delete(s.at, k)
+	s.done[id] = now
+	if len(s.done)%1024 == 0 {
+		for k, t := range s.done {
+			if now.Sub(t) > s.keep {
+				delete(s.done, k)
 			}
 		}
 	}
 }
 
-// IDs returns the jobs begun within startedKeep.
-func (s *Started) IDs() []int64 {
+// Unbegun returns the ids of jobs this process never began, of those
+// given: every id neither running here nor returned within startedKeep.
+func (s *Started) Unbegun(ids []int64) []int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	ids := make([]int64, 0, len(s.at))
-	for k, t := range s.at {
-		if now.Sub(t) > startedKeep {
-			delete(s.at, k)
+	var out []int64
+	for _, id := range ids {
+		if s.running[id] > 0 {
 			continue
 		}
-		ids = append(ids, k)
+		if t, ok := s.done[id]; ok && now.Sub(t) <= s.keep {
+			continue
+		}
+		out = append(out, id)
 	}
-	return ids
+	return out
 }
 
 // startedJobs is the worker middleware that fills a Started.
@@ -68,6 +89,7 @@ type startedJobs struct {
 }
 
 func (m *startedJobs) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	m.s.add(job.ID)
+	m.s.begin(job.ID)
+	defer m.s.end(job.ID)
 	return doInner(ctx)
 }
