@@ -320,6 +320,9 @@ func BenchmarkLedgerScale(b *testing.B) {
 			t0 := time.Now()
 			u := dbtest.Clone(b, kept)
 			b.Logf("cloned the kept book in %s", time.Since(t0).Round(time.Millisecond))
+			if os.Getenv("LEDGER_SCALE_PREWARM") != "" {
+				prewarmLedger(b, u)
+			}
 			res := measureScale(b, u, book, dur)
 			b.ReportMetric(float64(res.sizeBytes)/(1<<20), "db_MB")
 			b.ReportMetric(res.balance.P99, "balance_p99_ms")
@@ -341,6 +344,29 @@ func BenchmarkLedgerScale(b *testing.B) {
 				res.check.Round(time.Millisecond), res.recon.Round(time.Millisecond), res.credits, scaleWriters, res.tpcb)
 		})
 	}
+}
+
+// prewarmLedger reads the ledger's tables and indexes into the server's
+// buffers (pg_prewarm), so that a run measures the book with its working
+// set cached, as on a server whose shared_buffers hold it
+// (LEDGER_SCALE_PREWARM=1; docs/performance.md).
+func prewarmLedger(b *testing.B, u string) {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(b, u))
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	t0 := time.Now()
+	_, err = conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_prewarm`)
+	require.NoError(b, err, "pg_prewarm (in PostgreSQL's contrib)")
+	var blocks, buffers int64
+	require.NoError(b, conn.QueryRow(ctx, `
+SELECT coalesce(sum(pg_prewarm(c.oid)), 0)::bigint
+  FROM pg_class c
+ WHERE c.relkind IN ('r', 'i') AND c.relnamespace = 'public'::regnamespace AND c.relname LIKE 'ledger\_%'`).Scan(&blocks))
+	require.NoError(b, conn.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'shared_buffers'`).Scan(&buffers))
+	b.Logf("prewarmed %d MB of ledger tables and indexes in %s (shared_buffers %d MB)",
+		blocks*8/1024, time.Since(t0).Round(time.Millisecond), buffers*8/1024)
 }
 
 // TestLedgerScaleShort runs the scale benchmark's generator and every
