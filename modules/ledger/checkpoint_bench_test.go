@@ -272,6 +272,8 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 				return float64(cp.EntryCount)
 			})
 			if measured {
+				fmt.Printf("a checkpoint of %.0f entries in %s under the writers' load: thread %s, server process %s\n",
+					cost.Units, cost.Took.Round(time.Millisecond), cost.Thread.Round(time.Millisecond), cost.Server.Round(time.Millisecond))
 				mu.Lock()
 				loaded = append(loaded, cost)
 				mu.Unlock()
@@ -341,11 +343,20 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 		jc := dbtest.MeasureJob(pid, func() float64 {
 			cp, err := c.Checkpoint(ctx)
 			require.NoError(b, err)
-			require.NotNil(b, cp)
+			if cp == nil {
+				return 0
+			}
 			return float64(cp.EntryCount)
 		})
-		fmt.Printf("a checkpoint of %.0f entries with the writers stopped: thread %s, process %s, server process %s\n",
-			jc.Units, jc.Thread.Round(time.Millisecond), jc.Process.Round(time.Millisecond), jc.Server.Round(time.Millisecond))
+		if jc.Units == 0 {
+			// A checkpoint seals up to the oldest transaction still open
+			// on the server, in any database: another client's can hold
+			// it back.
+			fmt.Printf("a checkpoint with the writers stopped found nothing to seal yet\n")
+			continue
+		}
+		fmt.Printf("a checkpoint of %.0f entries in %s with the writers stopped: thread %s, process %s, server process %s\n",
+			jc.Units, jc.Took.Round(time.Millisecond), jc.Thread.Round(time.Millisecond), jc.Process.Round(time.Millisecond), jc.Server.Round(time.Millisecond))
 		still = append(still, jc)
 	}
 	require.Equal(b, pid, dbtest.BackendPID(b, job.Pool), "the checkpoints' connection was replaced: its server process's CPU is not all counted")

@@ -206,6 +206,8 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 			return func() {
 				cost := dbtest.MeasureJob(pid, func() float64 { return run(s) })
 				if measured {
+					fmt.Printf("a snapshot of %.0f users under the writers' load: thread %s, server process %s\n",
+						cost.Units, cost.Thread.Round(time.Millisecond), cost.Server.Round(time.Millisecond))
 					mu.Lock()
 					loaded = append(loaded, cost)
 					mu.Unlock()

@@ -31,6 +31,8 @@ type JobCost struct {
 	// when that process cannot be read.
 	Server   time.Duration
 	ServerOK bool
+	// Took is the run's wall-clock time.
+	Took time.Duration
 }
 
 // MeasureJob runs job, which runs on the connection whose server process
@@ -38,8 +40,9 @@ type JobCost struct {
 func MeasureJob(pid int, job func() float64) JobCost {
 	thread, self := background.CPU(), SelfCPU()
 	server, ok := ProcessCPU(pid)
+	start := time.Now()
 	units := job()
-	c := JobCost{Units: units, Thread: background.CPU() - thread, Process: SelfCPU() - self}
+	c := JobCost{Units: units, Thread: background.CPU() - thread, Process: SelfCPU() - self, Took: time.Since(start)}
 	if after, ok2 := ProcessCPU(pid); ok && ok2 {
 		c.Server, c.ServerOK = after-server, true
 	}
