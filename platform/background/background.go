@@ -30,7 +30,8 @@ var spent atomic.Int64
 // spent running their fn so far, in this process: the kernel's accounting
 // of each thread, read when fn starts and when it ends, so it counts the
 // job's own work whatever else the machine runs, and nothing of the
-// process's other goroutines (the garbage collector's workers among them).
+// process's other goroutines: neither those fn starts (pgx encodes a
+// COPY's rows in one) nor the garbage collector's workers.
 // fn run at nice 0, in the caller's goroutine, is not counted; nor is
 // anything where per-thread accounting is not available (systems other
 // than Linux). A benchmark reads it before and after a job.
