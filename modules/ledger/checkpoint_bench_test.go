@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/modules/ledger"
+	"svc/platform/background"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 )
@@ -24,8 +27,8 @@ import (
 // (bulkLedger): reading the range, encoding and hashing every entry with
 // its postings, the Merkle root, and storing the checkpoint and its
 // leaves, at normal priority (at the lowest, a shared machine's other work
-// would be timed). Then it times verify over the same checkpoint, three
-// times.
+// would be timed), and the CPU it takes: this process's and its server
+// process's. Then it times verify over the same checkpoint, three times.
 func BenchmarkCheckpoint(b *testing.B) {
 	n := 100_000
 	if s := os.Getenv("CHECKPOINT_BENCH_ENTRIES"); s != "" {
@@ -43,25 +46,42 @@ func BenchmarkCheckpoint(b *testing.B) {
 	bulkLedger(b, u, "BTC", "ck-", 100_000, n)
 	b.Logf("built %d entries in %s", n, time.Since(built).Round(time.Second))
 	dbtest.VacuumAnalyze(b, u)
-	c := &ledger.Checkpointer{DB: d, Now: time.Now}
+	// The checkpoint's own connection, whose server process is measured.
+	job, err := db.Open(ctx, u, 1)
+	require.NoError(b, err)
+	b.Cleanup(job.Close)
+	pid := dbtest.BackendPID(b, job.Pool)
+	c := &ledger.Checkpointer{DB: job.Bun, Now: time.Now}
+	runtime.GC() // the build's garbage, collected before the checkpoint is measured
 	b.ResetTimer()
 	var sealed int64
 	start := time.Now()
-	for time.Since(start) < time.Minute {
-		cp, err := c.Checkpoint(ctx)
-		require.NoError(b, err)
-		if cp != nil {
-			sealed += cp.EntryCount
+	cost := dbtest.MeasureJob(pid, func() float64 {
+		for time.Since(start) < time.Minute {
+			cp, err := c.Checkpoint(ctx)
+			require.NoError(b, err)
+			if cp != nil {
+				sealed += cp.EntryCount
+			}
+			if sealed >= int64(n) {
+				break
+			}
 		}
-		if sealed >= int64(n) {
-			break
-		}
-	}
+		return float64(sealed)
+	})
 	took := time.Since(start)
 	b.StopTimer()
 	require.GreaterOrEqual(b, sealed, int64(n))
 	b.ReportMetric(took.Seconds(), "checkpoint_s")
 	b.ReportMetric(float64(sealed)/took.Seconds(), "entries/s")
+	// CPU, whatever else the machine runs: the process's (nothing else of
+	// it runs meanwhile) and the checkpoint's server process's.
+	fmt.Printf("a checkpoint of %d entries took %s of this process's CPU and %s of its server process's (readable: %v)\n",
+		sealed, cost.Process.Round(time.Millisecond), cost.Server.Round(time.Millisecond), cost.ServerOK)
+	b.ReportMetric(cost.Process.Seconds()*1e6/float64(sealed), "process_cpu_s/1M_entries")
+	if cost.ServerOK {
+		b.ReportMetric(cost.Server.Seconds()*1e6/float64(sealed), "server_cpu_s/1M_entries")
+	}
 	// Verify reads the same range again, and the leaves: three times, for
 	// the spread on a shared machine.
 	var verify []time.Duration
@@ -167,7 +187,8 @@ SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 
 // BenchmarkCheckpointWrites measures what checkpoints cost the ledger's
 // writers: the deposit_spread case of BenchmarkLedger with 8 writers for
 // CHECKPOINT_BENCH_WRITES (default 30s) per run, alternately (dbtest.Alternate,
-// CHECKPOINT_BENCH_ROUNDS rounds, default 2):
+// CHECKPOINT_BENCH_ROUNDS rounds, default 2) in the conditions named by
+// CHECKPOINT_BENCH_CONDITIONS (default all four, in this order):
 //
 //	alone        no checkpoint
 //	cadence      one checkpoint in the middle of the run, as the service
@@ -181,6 +202,18 @@ SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 
 // The cost of a checkpoint is proportional to the entries it seals, so
 // what the cadence run shows holds for any interval: a 10-minute interval
 // seals 20 times the entries of a 30-second one, 20 times less often.
+//
+// Since the machine's speed varies between runs, it also accounts the
+// CPU, which does not depend on what else the machine runs: the
+// checkpoints take theirs on a connection of their own (one server
+// process) and on their thread (background.CPU); every run reports the
+// writers' CPU per entry (this process's and their server processes').
+// Then CHECKPOINT_BENCH_QUIET times (default 3) the writers run for half a
+// run and stop, and a checkpoint seals what they wrote with nothing else
+// of the process running, so that the whole process's CPU is its own (the
+// garbage collector's share of it included). The summary gives the
+// checkpoint's CPU per million entries and what that is, at the service's
+// interval, of the machine's CPUs (docs/performance.md).
 func BenchmarkCheckpointWrites(b *testing.B) {
 	dur := 30 * time.Second
 	if s := os.Getenv("CHECKPOINT_BENCH_WRITES"); s != "" {
@@ -194,46 +227,82 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 		rounds, err = strconv.Atoi(s)
 		require.NoError(b, err, "CHECKPOINT_BENCH_ROUNDS")
 	}
-	d := newDBAs(b, 20, func(u string) string { return u })
+	quiet := 3
+	if s := os.Getenv("CHECKPOINT_BENCH_QUIET"); s != "" {
+		var err error
+		quiet, err = strconv.Atoi(s)
+		require.NoError(b, err, "CHECKPOINT_BENCH_QUIET")
+	}
 	ctx := context.Background()
+	u := dbtest.NewURL(b)
+	writers, err := db.Open(ctx, u, 20)
+	require.NoError(b, err)
+	b.Cleanup(writers.Close)
+	d := writers.Bun
+	// The checkpoints' own connection, whose server process is measured.
+	job, err := db.Open(ctx, u, 1)
+	require.NoError(b, err)
+	b.Cleanup(job.Close)
+	pid := dbtest.BackendPID(b, job.Pool)
+	if _, ok := dbtest.ProcessCPU(pid); !ok {
+		fmt.Printf("the server's process %d cannot be read (/proc): the server's CPU is not measured\n", pid)
+	}
+	meter := dbtest.NewLoadMeter(b, writers, pid)
 	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
 	sc := benchScenarios[0]
-	var sealed, runs atomic.Int64
-	checkpoint := func(nice int) func() {
-		c := &ledger.Checkpointer{DB: d, Now: time.Now, Nice: nice}
+	var (
+		sealed, runs atomic.Int64
+		mu           sync.Mutex
+		loaded       []dbtest.JobCost // the cadence's checkpoints, under the writers' load
+	)
+	checkpoint := func(nice int, measured bool) func() {
+		c := &ledger.Checkpointer{DB: job.Bun, Now: time.Now, Nice: nice}
 		return func() {
-			cp, err := c.Checkpoint(ctx)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			runs.Add(1)
-			if cp != nil {
+			cost := dbtest.MeasureJob(pid, func() float64 {
+				cp, err := c.Checkpoint(ctx)
+				if err != nil {
+					b.Error(err)
+					return 0
+				}
+				runs.Add(1)
+				if cp == nil {
+					return 0
+				}
 				sealed.Add(cp.EntryCount)
+				return float64(cp.EntryCount)
+			})
+			if measured {
+				fmt.Printf("a checkpoint of %.0f entries in %s under the writers' load: thread %s, server process %s\n",
+					cost.Units, cost.Took.Round(time.Millisecond), cost.Thread.Round(time.Millisecond), cost.Server.Round(time.Millisecond))
+				mu.Lock()
+				loaded = append(loaded, cost)
+				mu.Unlock()
 			}
 		}
 	}
-	background := checkpoint(19)
-	normal := checkpoint(0)
-	background() // the setup's entries
-	modes := []dbtest.Mode{
+	cadence := checkpoint(background.Nice, true)
+	lowest := checkpoint(background.Nice, false)
+	normal := checkpoint(0, false)
+	lowest() // the setup's entries
+	modes := dbtest.Conditions(b, "CHECKPOINT_BENCH_CONDITIONS", []dbtest.Mode{
 		{Name: "alone"},
-		{Name: "cadence", Job: func(stop <-chan struct{}) { dbtest.Every(stop, dur/2, time.Hour, background) }},
-		{Name: "back_to_back", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, background) }},
+		{Name: "cadence", Job: func(stop <-chan struct{}) { dbtest.Every(stop, dur/2, time.Hour, cadence) }},
+		{Name: "back_to_back", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, lowest) }},
 		{Name: "back_to_back_normal", Job: func(stop <-chan struct{}) { dbtest.Loop(stop, normal) }},
-	}
+	})
 	round := 0
-	rates := dbtest.Alternate(b, rounds, modes, func() float64 {
+	// write runs the writers for dur and returns their entries/s, what
+	// they cost, and the slowest write in ms.
+	write := func(dur time.Duration) (float64, dbtest.LoadCost, float64) {
 		round++
 		_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_entries, ledger_postings, ledger_accounts")
 		require.NoError(b, err)
-		sealed.Store(0)
-		runs.Store(0)
 		rngs := make([]*rand.Rand, 8)
 		for w := range rngs {
 			rngs[w] = rand.New(rand.NewPCG(uint64(round), uint64(w)))
 		}
 		var entries int64
+		end := meter.Start()
 		load := dbtest.RunClients(b, 8, dur, func(w int, seq int64) error {
 			n, err := sc.op(ctx, d, rngs[w], fmt.Sprintf("cw-%d-%d-%d", round, seq, time.Now().UnixNano()))
 			if err == nil {
@@ -241,11 +310,97 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 			}
 			return err
 		})
-		fmt.Printf("run %d: %d checkpoints sealed %d entries\n", round, runs.Load(), sealed.Load())
-		return float64(entriesLoad(&entries)) / load.Elapsed.Seconds()
+		cost := end(float64(entriesLoad(&entries)))
+		return float64(entriesLoad(&entries)) / load.Elapsed.Seconds(), cost, load.Max
+	}
+	// By run, in Alternate's order: round by round, the modes in order.
+	var costs []dbtest.LoadCost
+	var slowest []float64
+	rates := dbtest.Alternate(b, rounds, modes, func() float64 {
+		sealed.Store(0)
+		runs.Store(0)
+		rate, cost, slow := write(dur)
+		costs, slowest = append(costs, cost), append(slowest, slow)
+		fmt.Printf("run %d: %d checkpoints sealed %d entries; slowest write %.0f ms; writers' %s\n", round, runs.Load(), sealed.Load(), slow, cost)
+		return rate
 	})
-	fmt.Printf("entries/s with 8 writers, %s per run:\n%s", dur,
-		dbtest.Ratios(b, rates, "alone", []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}))
+	names := []string{"alone", "cadence", "back_to_back", "back_to_back_normal"}
+	fmt.Printf("entries/s with 8 writers, %s per run:\n%s", dur, dbtest.Ratios(b, rates, "alone", names))
+
+	// The checkpoint with the writers stopped, the process to itself.
+	var alone []dbtest.LoadCost
+	for i, c := range costs {
+		if modes[i%len(modes)].Name == "alone" {
+			alone = append(alone, c)
+		}
+	}
+	var still []dbtest.JobCost
+	for range quiet {
+		_, cost, _ := write(dur / 2)
+		alone = append(alone, cost)
+		runtime.GC() // the writers' garbage, collected before the checkpoint is measured
+		c := &ledger.Checkpointer{DB: job.Bun, Now: time.Now, Nice: background.Nice}
+		jc := dbtest.MeasureJob(pid, func() float64 {
+			cp, err := c.Checkpoint(ctx)
+			require.NoError(b, err)
+			if cp == nil {
+				return 0
+			}
+			return float64(cp.EntryCount)
+		})
+		if jc.Units == 0 {
+			// A checkpoint seals up to the oldest transaction still open
+			// on the server, in any database: another client's can hold
+			// it back.
+			fmt.Printf("a checkpoint with the writers stopped found nothing to seal yet\n")
+			continue
+		}
+		fmt.Printf("a checkpoint of %.0f entries in %s with the writers stopped: thread %s, process %s, server process %s\n",
+			jc.Units, jc.Took.Round(time.Millisecond), jc.Thread.Round(time.Millisecond), jc.Process.Round(time.Millisecond), jc.Server.Round(time.Millisecond))
+		still = append(still, jc)
+	}
+	require.Equal(b, pid, dbtest.BackendPID(b, job.Pool), "the checkpoints' connection was replaced: its server process's CPU is not all counted")
+
+	// The slowest write of a run, by condition: a write that waited for a
+	// checkpoint would have waited for the whole of it.
+	for _, m := range modes {
+		var v []float64
+		for i, s := range slowest {
+			if modes[i%len(modes)].Name == m.Name {
+				v = append(v, s)
+			}
+		}
+		if len(v) == 0 {
+			continue
+		}
+		fmt.Printf("slowest write, %s: %.0f ms (by run %.0f)\n", m.Name, slices.Max(v), v)
+	}
+	fmt.Printf("a checkpoint's CPU, writers stopped:\n%s", dbtest.JobSummary(still, 1e6, "entries", true))
+	fmt.Printf("a checkpoint's CPU at cadence, under the writers' load:\n%s", dbtest.JobSummary(loaded, 1e6, "entries", false))
+	var perEntry []float64
+	for _, c := range alone {
+		perEntry = append(perEntry, c.PerOp())
+	}
+	writerCPU, lo, hi := dbtest.Spread(perEntry)
+	jobCPU := dbtest.JobPerUnit(still, true)
+	if len(still) == 0 {
+		jobCPU = dbtest.JobPerUnit(loaded, false)
+	}
+	fmt.Printf("the writers' CPU (client + their backends) per entry, alone: %.0f µs (median of %d; %.0f to %.0f)\n",
+		1e6*writerCPU, len(perEntry), 1e6*lo, 1e6*hi)
+	if writerCPU > 0 && jobCPU > 0 {
+		rate := 0.0
+		if v := rates["alone"]; len(v) > 0 {
+			rate, _, _ = dbtest.Spread(v)
+		}
+		interval := ledger.CheckpointEvery
+		perInterval := jobCPU * rate * interval.Seconds()
+		fmt.Printf("a checkpoint costs %.2f%% of the CPU of the writes it seals; every %s at %.0f entries/s (the median alone): %.2f CPU-s, %.3f%% of %d CPUs\n",
+			100*jobCPU/writerCPU, interval, rate, perInterval, 100*perInterval/(interval.Seconds()*float64(runtime.NumCPU())), runtime.NumCPU())
+		b.ReportMetric(1e6*jobCPU, "checkpoint_cpu_s/1M_entries")
+		b.ReportMetric(1e6*writerCPU, "writer_cpu_us/entry")
+		b.ReportMetric(100*jobCPU/writerCPU, "checkpoint_cpu_pct_of_writes")
+	}
 }
 
 // TestBulkLedgerIsConsistent: the benchmark's set-based ledger is one the

@@ -16,10 +16,26 @@ package background
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
+	"time"
 )
 
 // Nice is the lowest priority, the one the service's jobs run at.
 const Nice = 19
+
+// spent is the CPU time of Run's threads, in nanoseconds (CPU).
+var spent atomic.Int64
+
+// CPU returns the CPU time (user and system) that the threads of Run have
+// spent running their fn so far, in this process: the kernel's accounting
+// of each thread, read when fn starts and when it ends, so it counts the
+// job's own work whatever else the machine runs, and nothing of the
+// process's other goroutines: neither those fn starts (pgx encodes a
+// COPY's rows in one) nor the garbage collector's workers.
+// fn run at nice 0, in the caller's goroutine, is not counted; nor is
+// anything where per-thread accounting is not available (systems other
+// than Linux). A benchmark reads it before and after a job.
+func CPU() time.Duration { return time.Duration(spent.Load()) }
 
 // Run runs fn on a thread of its own at priority nice (0 to 19; 0 runs fn
 // in the caller's goroutine, as if called directly) and returns what fn
@@ -43,6 +59,8 @@ func Run(nice int, fn func() error) error {
 			done <- r
 		}()
 		_ = lowerPriority(min(nice, Nice)) // should it fail, the job runs at normal priority
+		start := threadCPU()
+		defer func() { spent.Add(int64(threadCPU() - start)) }()
 		r.err = fn()
 	}()
 	r := <-done

@@ -1,6 +1,11 @@
 package background
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // lowerPriority sets the calling thread's nice value: on Linux,
 // setpriority(PRIO_PROCESS, tid) applies to that thread alone. Raising it
@@ -16,4 +21,14 @@ func priority() (int, error) {
 		return 0, err
 	}
 	return 20 - p, nil
+}
+
+// threadCPU returns the calling thread's CPU time so far (getrusage
+// RUSAGE_THREAD), 0 should it fail.
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

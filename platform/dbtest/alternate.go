@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -44,9 +45,47 @@ func Alternate(b *testing.B, rounds int, modes []Mode, load func() float64) map[
 	return rates
 }
 
+// Conditions returns the modes named in the environment variable env, a
+// comma-separated list (alone,cadence), in the order of modes, or all of
+// them when env is not set; a name that is not a mode fails the benchmark.
+func Conditions(tb testing.TB, env string, modes []Mode) []Mode {
+	tb.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		return modes
+	}
+	want := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.ContainsFunc(modes, func(m Mode) bool { return m.Name == name }) {
+			tb.Fatalf("%s: no condition %q", env, name)
+		}
+		want[name] = true
+	}
+	return slices.DeleteFunc(slices.Clone(modes), func(m Mode) bool { return !want[m.Name] })
+}
+
+// Spread returns the median, the lowest and the highest of v (0s when v
+// is empty).
+func Spread(v []float64) (median, lo, hi float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	median = s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return median, s[0], s[len(s)-1]
+}
+
 // Ratios reports every mode's mean rate and its ratio to base's mean (the
 // load alone), as metrics named NAME_per_s and NAME_pct, and returns a
-// line per mode with each run.
+// line per mode with each run. For each other mode it also pairs every
+// run with base's run of the same round (the run just before it when base
+// comes just before it in the order: the machine then changed least
+// between the two) and reports those ratios and their median, as the
+// metric NAME_paired_pct. Modes without runs (not selected) are skipped.
 func Ratios(b *testing.B, rates map[string][]float64, base string, order []string) string {
 	mean := func(v []float64) float64 {
 		s := 0.0
@@ -59,6 +98,9 @@ func Ratios(b *testing.B, rates map[string][]float64, base string, order []strin
 	var out strings.Builder
 	for _, name := range order {
 		v := rates[name]
+		if len(v) == 0 {
+			continue
+		}
 		m := mean(v)
 		b.ReportMetric(m, name+"_per_s")
 		if name != base && ref > 0 {
@@ -66,6 +108,20 @@ func Ratios(b *testing.B, rates map[string][]float64, base string, order []strin
 		}
 		runs := slices.Clone(v)
 		fmt.Fprintf(&out, "%s: mean %.0f/s (%.1f%% of %s); runs %.0f\n", name, m, 100*m/ref, base, runs)
+		if name == base || len(rates[base]) != len(v) {
+			continue
+		}
+		var paired []float64
+		for i, x := range v {
+			if rates[base][i] > 0 {
+				paired = append(paired, 100*x/rates[base][i])
+			}
+		}
+		if len(paired) > 0 {
+			med, _, _ := Spread(paired)
+			b.ReportMetric(med, name+"_paired_pct")
+			fmt.Fprintf(&out, "  each run of %s over the %s run of its round: %.1f%%; median %.1f%%\n", name, base, paired, med)
+		}
 	}
 	return out.String()
 }

@@ -9,10 +9,11 @@ import (
 )
 
 // Load is what RunClients measured: how long the run took, operations per
-// second, and the latency percentiles of one operation in milliseconds.
+// second, and the latency percentiles of one operation in milliseconds,
+// and the slowest operation's.
 type Load struct {
-	Elapsed        time.Duration
-	Rate, P50, P99 float64
+	Elapsed             time.Duration
+	Rate, P50, P99, Max float64
 }
 
 // Report adds the measurement to the benchmark's output (ops/s, p50_ms,
@@ -78,5 +79,5 @@ func RunClients(b testing.TB, clients int, dur time.Duration, op func(client int
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
 	}
-	return Load{Elapsed: elapsed, Rate: float64(len(lat)) / elapsed.Seconds(), P50: pct(0.50), P99: pct(0.99)}
+	return Load{Elapsed: elapsed, Rate: float64(len(lat)) / elapsed.Seconds(), P50: pct(0.50), P99: pct(0.99), Max: float64(lat[len(lat)-1].Microseconds()) / 1000}
 }
