@@ -50,6 +50,13 @@ type cluster struct {
 func startCluster(t testing.TB) *cluster {
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
+	logs := dir
+	if d := os.Getenv("HTTPBENCH_LOG_DIR"); d != "" { // keep the processes' logs
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("HTTPBENCH_LOG_DIR: %v", err)
+		}
+		logs = d
+	}
 	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
 	build.Dir = dbtest.ModuleRoot()
 	if out, err := build.CombinedOutput(); err != nil {
@@ -76,7 +83,7 @@ func startCluster(t testing.TB) *cluster {
 		c.env = append(c.env, name+"="+strings.Trim(val, "'"))
 	}
 
-	c.sim = &proc{name: "simulator", bin: c.bin, env: c.env, log: filepath.Join(dir, "simulator.log"),
+	c.sim = &proc{name: "simulator", bin: c.bin, env: c.env, log: filepath.Join(logs, "simulator.log"),
 		// Every approved payout completes at once, as a payout processor's
 		// eventually do: otherwise the worker's payout tracking reads every
 		// open payout at each poll, a set that only grows during the run.
@@ -87,9 +94,9 @@ func startCluster(t testing.TB) *cluster {
 	c.apiPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", apiMetrics)
 	c.workPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", workerMetrics)
 	c.env = append(c.env, "PLATFORM_WEBHOOK_URL="+c.simURL+"/platform/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret)
-	c.api = &proc{name: "api", bin: c.bin, args: []string{"api"}, log: filepath.Join(dir, "api.log"), ready: c.apiURL + "/healthz",
+	c.api = &proc{name: "api", bin: c.bin, args: []string{"api"}, log: filepath.Join(logs, "api.log"), ready: c.apiURL + "/healthz",
 		env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics))}
-	c.worker = &proc{name: "worker", bin: c.bin, args: []string{"worker"}, log: filepath.Join(dir, "worker.log"),
+	c.worker = &proc{name: "worker", bin: c.bin, args: []string{"worker"}, log: filepath.Join(logs, "worker.log"),
 		env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
 		ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
 
@@ -235,6 +242,32 @@ func (p *proc) restart(t testing.TB) {
 	}
 	if err := p.waitReady(30 * time.Second); err != nil {
 		t.Fatalf("%s: %v\n%s", p.name, err, tail(p.log))
+	}
+}
+
+// restart restarts the api and the worker with the processor's webhooks
+// held meanwhile, as a load balancer drains an instance: a delivery that
+// found the api down would hold back every later one at the processor
+// (BTCPay retries it 10 s, then 1 min, then 10 min later, and sends
+// nothing else meanwhile).
+func (c *cluster) restart(t testing.TB) {
+	t.Helper()
+	c.simControl(t, "webhooks/hold")
+	c.api.restart(t)
+	c.worker.restart(t)
+	c.simControl(t, "webhooks/release")
+}
+
+// simControl posts an empty request to the simulator's control API.
+func (c *cluster) simControl(t testing.TB, path string) {
+	t.Helper()
+	resp, err := http.Post(c.simURL+"/_sim/"+path, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatalf("simulator %s: %v", path, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("simulator %s: %s", path, resp.Status)
 	}
 }
 

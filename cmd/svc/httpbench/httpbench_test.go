@@ -95,8 +95,7 @@ func BenchmarkHTTP(b *testing.B) {
 			// steps of the one before leave a backlog (queued requests,
 			// thousands of idle connections) that the next search's
 			// first steps would otherwise be measured against.
-			c.api.restart(b)
-			c.worker.restart(b)
+			c.restart(b)
 		}
 		steps, bst := search(g, sr.only, sr.start, sr.ceiling, 2, s.step, s.pause, p99Limit, logf)
 		best[sr.only], all[sr.only] = bst, steps
@@ -104,8 +103,7 @@ func BenchmarkHTTP(b *testing.B) {
 	// Balance reads have a target of their own at a tighter p99: a search
 	// at that limit, so that the rates between the 50 ms search's
 	// doublings are tried too.
-	c.api.restart(b)
-	c.worker.restart(b)
+	c.restart(b)
 	logf("balance reads, p99 limit %s:", balanceP99Limit)
 	_, best10 := search(g, balances, 4000, 16_000, 3, s.step, s.pause, balanceP99Limit, logf)
 	peaks := stopPeaks()
@@ -116,8 +114,7 @@ func BenchmarkHTTP(b *testing.B) {
 	// The overloaded steps of the searches leave thousands of connections'
 	// worth of memory in the api, which the Go runtime returns only
 	// slowly: the hold starts from fresh processes, warmed up at its rate.
-	c.api.restart(b)
-	c.worker.restart(b)
+	c.restart(b)
 	attack(g, "", rate, s.warmup, nil)
 	h := holdMix(b, c, g, rate, s)
 	r := report{targets: true, tpcb: tpcb, best: best, steps: all, balances10: best10, hold: h, searchRSS: peaks}
@@ -183,11 +180,17 @@ type held struct {
 	eventP50        time.Duration
 	eventP99        time.Duration
 	received        map[string]int // every event the receiver has, by type
-	procs           []procUse
-	machineBusy     float64 // share of all cores busy, from /proc/stat
-	pgCPU           float64 // cores, the PostgreSQL backends of the database
-	pgBackends      int
-	profiles        []string
+	// backlog0 and backlog1: jobs not finished, by kind, as the hold
+	// starts and as it ends.
+	backlog0, backlog1 map[string]int
+	// hooks0 and hooks1: the processor's webhooks, queued and failed, as
+	// the hold starts and as it ends.
+	hooks0, hooks1 simHookState
+	procs          []procUse
+	machineBusy    float64 // share of all cores busy, from /proc/stat
+	pgCPU          float64 // cores, the PostgreSQL backends of the database
+	pgBackends     int
+	profiles       []string
 }
 
 type procUse struct {
@@ -221,6 +224,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 		}
 		first[i] = st
 	}
+	h.backlog0, h.hooks0 = jobBacklog(tb, c.dbURL), simHooks(tb, c)
 	pg0 := pgBackends(tb, c.dbURL)
 	busy0, total0 := machineCPU()
 	done := make(chan struct{})
@@ -311,6 +315,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	if e, ok := pay.lastErr.Load().(string); ok {
 		h.payErr = e
 	}
+	h.backlog1, h.hooks1 = jobBacklog(tb, c.dbURL), simHooks(tb, c)
 	h.events, h.received = settledLatencies(tb, c, start, end, int(h.paid))
 	if len(h.events) > 0 {
 		slices.Sort(h.events)
@@ -381,6 +386,54 @@ func settledLatencies(tb testing.TB, c *cluster, from, to time.Time, paid int) (
 
 // pgBackends returns the CPU time so far of each server process connected
 // to the database of u (PostgreSQL runs on this machine), by pid.
+// simHookState is the simulator's webhook sender: deliveries queued, and
+// deliveries that failed so far (each held back those after it until its
+// retry, 10 s, then 1 min, then 10 min later).
+type simHookState struct {
+	Pending  int `json:"pendingWebhooks"`
+	Failures int `json:"webhookFailures"`
+}
+
+func simHooks(tb testing.TB, c *cluster) simHookState {
+	var st simHookState
+	resp, err := http.Get(c.simURL + "/_sim/")
+	if err != nil {
+		tb.Fatalf("simulator: %v", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		tb.Fatalf("simulator: %v", err)
+	}
+	return st
+}
+
+// jobBacklog counts the jobs not yet finished (available, scheduled,
+// retryable or running), by kind.
+func jobBacklog(tb testing.TB, u string) map[string]int {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
+	if err != nil {
+		tb.Fatalf("jobs: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT kind, count(*) FROM river_job
+ WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY kind`)
+	if err != nil {
+		tb.Fatalf("jobs: %v", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			tb.Fatalf("jobs: %v", err)
+		}
+		out[k] = n
+	}
+	return out
+}
+
 func pgBackends(tb testing.TB, u string) map[int]time.Duration {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
@@ -514,6 +567,9 @@ func (r report) print(logf func(string, ...any)) {
 	logf("  deposits paid at the simulator: %d (%d payments failed %s); deposit.settled events emitted during the hold and received: %d",
 		h.paid, h.payFailed, h.payErr, len(h.events))
 	logf("  events the receiver has from the whole run, by type: %v", h.received)
+	logf("  jobs not finished, by kind: as the hold started %v; as it ended %v", h.backlog0, h.backlog1)
+	logf("  processor webhooks queued at the simulator / failed deliveries so far: as the hold started %d / %d; as it ended %d / %d",
+		h.hooks0.Pending, h.hooks0.Failures, h.hooks1.Pending, h.hooks1.Failures)
 	logf("  event latency, settlement commit to the receiver's 2xx: p50 %.1f ms, p99 %.1f ms", ms(h.eventP50), ms(h.eventP99))
 	logf("  CPU (cores, of 2) and largest RSS during the hold; all cores %.0f%% busy:", 100*h.machineBusy)
 	var apiRSS int64

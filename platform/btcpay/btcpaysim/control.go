@@ -19,7 +19,8 @@ func (s *Sim) controlHandler() http.Handler {
 		hook := s.hooks.url
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]any{"url": s.url, "apiKey": s.o.APIKey, "storeId": s.o.StoreID,
-			"network": s.o.Network, "paymentMethods": s.PaymentMethods(), "tronPool": s.o.TronPool, "webhookUrl": hook})
+			"network": s.o.Network, "paymentMethods": s.PaymentMethods(), "tronPool": s.o.TronPool, "webhookUrl": hook,
+			"pendingWebhooks": s.PendingWebhooks(), "webhookFailures": s.WebhookFailures()})
 	})
 	m.HandleFunc("GET /_sim/invoices", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Invoices())

@@ -60,11 +60,15 @@ func (s *Sim) SetWebhook(url, secret string) {
 	s.hooks.url, s.hooks.secret = url, secret
 }
 
-// HoldWebhooks keeps new deliveries back until ReleaseWebhooks.
+// HoldWebhooks keeps deliveries back until ReleaseWebhooks: the new ones
+// and those queued and not yet sent (a delivery being sent, or waiting for
+// its retry, goes on).
 func (s *Sim) HoldWebhooks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hooks.held = true
+	s.hooks.heldQ = append(s.hooks.heldQ, s.hooks.queue...)
+	s.hooks.queue = nil
 }
 
 // ReleaseWebhooks sends the held deliveries, in reverse order when asked
@@ -113,6 +117,21 @@ func (s *Sim) Deliveries() []Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Delivery(nil), s.hooks.sent...)
+}
+
+// WebhookFailures counts the deliveries that got no answer or an answer
+// BTCPay retries (5xx, 408, 429): each holds back the deliveries after it
+// until its retry.
+func (s *Sim) WebhookFailures() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, d := range s.hooks.sent {
+		if d.Status == 0 || d.Status >= 500 || d.Status == http.StatusRequestTimeout || d.Status == http.StatusTooManyRequests {
+			n++
+		}
+	}
+	return n
 }
 
 // PendingWebhooks is the number of deliveries queued or held.
