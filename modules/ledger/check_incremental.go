@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
+	"svc/platform/timefmt"
 )
 
 // # The incremental check
@@ -90,8 +91,8 @@ type Coverage struct {
 	// SinceCheck is the recorded consistent check an incremental check
 	// continued, and SinceCheckedAt when that one ran; null for a full
 	// check.
-	SinceCheck     *int64     `json:"since_check"`
-	SinceCheckedAt *time.Time `json:"since_checked_at"`
+	SinceCheck     *int64  `json:"since_check"`
+	SinceCheckedAt *string `json:"since_checked_at"`
 	// FromXid is the transaction id from which entries were read (0 for a
 	// full check: all of them); ToXid is this check's boundary, the
 	// oldest transaction still running when its snapshot was taken. Every
@@ -122,7 +123,7 @@ func (c Coverage) String() string {
 	if c.SinceCheck != nil {
 		s += fmt.Sprintf(", since check %d", *c.SinceCheck)
 		if c.SinceCheckedAt != nil {
-			s += " of " + c.SinceCheckedAt.UTC().Format(time.RFC3339)
+			s += " of " + *c.SinceCheckedAt
 		}
 	}
 	return s + ", and every account"
@@ -171,7 +172,7 @@ func lastConsistentCheck(ctx context.Context, q db.Querier) (*recordedCheck, err
 // checkSince is the incremental check of q's snapshot from since's
 // boundary on (1 to 4 above).
 func checkSince(ctx context.Context, q db.Querier, amt amounts, since recordedCheck) (Report, error) {
-	at := since.checkedAt.UTC()
+	at := timefmt.Format(since.checkedAt)
 	r := Report{Coverage: Coverage{Scope: ScopeIncremental, SinceCheck: &since.id, SinceCheckedAt: &at, FromXid: since.xidTo}}
 	var drifts, unbalanced, negative findings
 	from := strconv.FormatUint(since.xidTo, 10)
