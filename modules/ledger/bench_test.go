@@ -217,11 +217,14 @@ func bulkDeposits(b testing.TB, d *bun.DB, asset, prefix string, users, n int, a
 			// The postings (a user posting with its running balance, in id
 			// order) and the balances they move, in one statement: the
 			// database refuses a balance that differs from its postings at
-			// the end of any statement (migration 0014).
+			// the end of any statement (migration 0014). The rank counts the
+			// user's entries, not its rows: each entry is two rows (sides) of
+			// the same user here, and row_number numbered them 1 and 2 in
+			// either order, which failed on a million postings.
 			{`WITH p AS (
 			  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
 			  SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN ?::bigint ELSE -?::bigint END,
-			         CASE WHEN side = 0 THEN u.balance + ?::bigint * row_number() OVER (PARTITION BY u.id ORDER BY e.id) END
+			         CASE WHEN side = 0 THEN u.balance + ?::bigint * dense_rank() OVER (PARTITION BY u.id ORDER BY e.id) END
 			    FROM (SELECT id, ? || (split_part(source_ref, ':', 2)::int % ?) AS owner
 			            FROM ledger_entries WHERE starts_with(source_ref, ?)) e
 			    JOIN ledger_accounts u ON u.owner = e.owner AND u.asset = ? AND u.kind = 'user_available'

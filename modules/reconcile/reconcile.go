@@ -311,6 +311,9 @@ func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, e
 // check.
 func (s *Service) Compute(ctx context.Context) (Report, error) { return s.compute(ctx, nil, false) }
 
+// ComputeFull is Compute with the full ledger check.
+func (s *Service) ComputeFull(ctx context.Context) (Report, error) { return s.compute(ctx, nil, true) }
+
 // compute is Compute, with the error of the liabilities snapshot the run
 // took (an alert), and the full ledger check when full is set.
 func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report, error) {
