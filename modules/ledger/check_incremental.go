@@ -187,8 +187,10 @@ func checkSince(ctx context.Context, q db.Querier, amt amounts, since recordedCh
 	}
 
 	// (3) Every user account against its newest posting: one probe of the
-	// (account_id, id) index each (a join with the newest posting of
-	// every account would read every posting).
+	// (account_id, id) index each. A join with the newest posting of every
+	// account (DISTINCT ON over the postings) reads every posting: 0.59 s
+	// against 0.16 s for the probes at a million postings and 100,015
+	// accounts (BenchmarkCheck, NewestJoin and NewestLateral).
 	rows, err := q.QueryContext(ctx, `
 SELECT a.id, a.asset, a.kind, a.owner, a.balance, n.id, n.balance_after
   FROM ledger_accounts a
