@@ -18,14 +18,17 @@ func adminReconciliationCmd() *cobra.Command {
 	var (
 		history bool
 		limit   int
+		full    bool
 	)
 	c := &cobra.Command{
-		Use:   "reconciliation [--history [--limit 24]]",
+		Use:   "reconciliation [--full] [--history [--limit 24]]",
 		Short: "Reconcile the ledger and custody now, or list the last reports (--history)",
 		Long: `Without flags: computes the reconciliation report now (the hourly job's computation), stores it
 in the history and acts on it as the job does (an insolvent asset's withdrawals are halted, a
-solvent one's halt lifted), and prints it. --history lists the last stored reports, newest first.
-docs/reconciliation.md explains every field and what to do when it is red.`,
+solvent one's halt lifted), and prints it. Its ledger check is incremental, as the hourly job's (what
+was committed since the last consistent check, and every account); --full checks the whole ledger.
+--history lists the last stored reports, newest first. docs/reconciliation.md explains every field
+and what to do when it is red.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > 1000 {
@@ -52,7 +55,11 @@ docs/reconciliation.md explains every field and what to do when it is red.`,
 				}
 				return tw.Flush()
 			}
-			rep, err := a.Reconcile.Run(cmd.Context(), reconcile.TriggerOnDemand)
+			run := a.Reconcile.Run
+			if full {
+				run = a.Reconcile.RunFull
+			}
+			rep, err := run(cmd.Context(), reconcile.TriggerOnDemand)
 			if err != nil {
 				return err
 			}
@@ -60,6 +67,7 @@ docs/reconciliation.md explains every field and what to do when it is red.`,
 				return printJSON(out, rep)
 			}
 			fmt.Fprintf(out, "healthy %t, ledger consistent %t (at %s)\n", rep.Healthy, rep.LedgerConsistent, rep.GeneratedAt)
+			fmt.Fprintf(out, "ledger check: %s\n", rep.LedgerCheck)
 			tw := table(out)
 			fmt.Fprintln(tw, "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tCHAIN\tDIFFERENCE\tINSOLVENT\tSOURCE")
 			for _, l := range rep.Custody {
@@ -90,6 +98,7 @@ docs/reconciliation.md explains every field and what to do when it is red.`,
 	}
 	c.Flags().BoolVar(&history, "history", false, "list the last stored reports instead of computing one")
 	c.Flags().IntVar(&limit, "limit", 24, "how many reports --history lists")
+	c.Flags().BoolVar(&full, "full", false, "check the whole ledger rather than what was committed since the last consistent check")
 
 	var as, asset, note string
 	ack := &cobra.Command{

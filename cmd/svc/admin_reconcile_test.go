@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/ledger"
 	"svc/modules/reconcile"
 )
 
@@ -23,6 +24,7 @@ func TestAdminReconciliation(t *testing.T) {
 	require.Contains(t, out, "healthy false, ledger consistent true")
 	require.Contains(t, out, "BTC: chain balance unknown")
 	require.Contains(t, out, "null")
+	require.Contains(t, out, "ledger check: full", "the first check, with none recorded before it")
 
 	out, err = run(t, "admin", "reconciliation", "--json")
 	require.NoError(t, err, out)
@@ -31,6 +33,13 @@ func TestAdminReconciliation(t *testing.T) {
 	require.True(t, rep.LedgerConsistent)
 	require.NotEmpty(t, rep.Custody)
 	require.Nil(t, rep.Custody[0].ChainBalance)
+	require.Equal(t, ledger.ScopeIncremental, rep.LedgerCheck.Scope, "it continues the first")
+	require.NotNil(t, rep.LedgerCheck.SinceCheck)
+
+	out, err = run(t, "admin", "reconciliation", "--full", "--json")
+	require.NoError(t, err, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Equal(t, ledger.ScopeFull, rep.LedgerCheck.Scope)
 
 	out, err = run(t, "admin", "reconciliation", "--history")
 	require.NoError(t, err, out)

@@ -120,6 +120,15 @@ func TestAdminLedgerCheck(t *testing.T) {
 
 	out, err := run(t, "admin", "ledger", "check")
 	require.NoError(t, err, out)
+	require.Contains(t, out, "covered: full: every entry and posting")
+
+	// Incremental: it continues the consistent check just recorded.
+	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 1000, "deposit:test:payment:2", "test")
+	require.NoError(t, err)
+	out, err = run(t, "admin", "ledger", "check", "--incremental")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "covered: incremental: entries of transactions from")
+	require.Contains(t, out, "ledger consistent")
 
 	// Corrupt one materialized balance by hand, as an operator might fear
 	// (only a superuser with the triggers off can: migration 0014).
@@ -131,6 +140,10 @@ func TestAdminLedgerCheck(t *testing.T) {
 	out, err = run(t, "admin", "ledger", "check")
 	require.ErrorIs(t, err, errLedgerInconsistent)
 	require.Contains(t, out, "alice", "the report names the drifted account")
+	out, err = run(t, "admin", "ledger", "check", "--incremental")
+	require.ErrorIs(t, err, errLedgerInconsistent)
+	require.Contains(t, out, "covered: incremental")
+	require.Contains(t, out, `BTC user_available of "alice"`, "the incremental check names it too")
 }
 
 func TestAdminAudit(t *testing.T) {

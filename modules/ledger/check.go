@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/db"
 	"svc/platform/money"
 )
 
@@ -19,10 +20,12 @@ const maxFindings = 1000
 
 // Report is the ledger half of the reconciliation report.
 type Report struct {
-	// LedgerConsistent is true when all three lists are empty.
+	// LedgerConsistent is true when all four lists are empty.
 	LedgerConsistent bool `json:"ledger_consistent"`
 	// MaterializedVsDerivedDrifts: user accounts whose stored balance is
-	// not the sum of their postings.
+	// not the sum of their postings, or not the running balance
+	// (balance_after) of their newest posting, and user postings whose
+	// balance_after does not continue their account's chain.
 	MaterializedVsDerivedDrifts []string `json:"materialized_vs_derived_drifts"`
 	// UnbalancedEntries: entries whose postings do not sum to zero, that
 	// have fewer than two postings, that post to a missing account or one
@@ -35,13 +38,27 @@ type Report struct {
 	// their status (filled by the WithdrawalCheck given to Check).
 	HoldMismatches []string `json:"hold_mismatches"`
 
+	// Coverage is what the check read: the whole ledger, or what was
+	// committed since an earlier consistent check (CheckIncremental).
+	Coverage Coverage `json:"coverage"`
+
 	// Totals are every asset's balances from the same snapshot (for the
 	// custody half of reconciliation).
-	Totals   []Totals      `json:"-"`
+	Totals []Totals `json:"-"`
+	// Accounts is the number of accounts checked (always all of them).
+	// Entries and Postings are the numbers of entries and postings read:
+	// the whole ledger for a full check, those of Coverage's range for an
+	// incremental one.
 	Accounts int64         `json:"accounts"`
 	Entries  int64         `json:"entries"`
 	Postings int64         `json:"postings"`
 	Took     time.Duration `json:"-"`
+
+	// found counts the findings of the ledger's own checks (the first
+	// three lists, before they are capped); lastPosting is the largest
+	// posting id of the snapshot. Both are recorded (ledger_checks).
+	found       int64
+	lastPosting int64
 }
 
 // WithdrawalCheck compares the ledger's holds with the withdrawals that own
@@ -49,18 +66,66 @@ type Report struct {
 // import the withdrawal module, so the caller hands it in.
 type WithdrawalCheck func(ctx context.Context, idb bun.IDB) ([]string, error)
 
-// Check recomputes every user balance from its postings and every entry's
-// sum, and runs the withdrawal checks given, from one consistent snapshot (a read-only repeatable-read
-// transaction when idb is a *bun.DB; the caller's snapshot when it is a
-// transaction). It reports problems; it never repairs anything.
+// Check is the full check: it recomputes every user balance from its
+// postings and every entry's sum, and runs the withdrawal checks given,
+// from one consistent snapshot (a read-only repeatable-read transaction
+// when idb is a *bun.DB; the caller's snapshot when it is a transaction).
+// It reports problems; it never repairs anything. When it took the
+// snapshot itself it records its result (ledger_checks), and a consistent
+// one is where the next CheckIncremental starts.
 func Check(ctx context.Context, idb bun.IDB, withdrawals ...WithdrawalCheck) (Report, error) {
+	return runCheck(ctx, idb, false, withdrawals)
+}
+
+// runCheck runs the full check, or the incremental one (check_incremental.go)
+// when incremental is set and a consistent check was recorded before.
+func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []WithdrawalCheck) (Report, error) {
 	start := time.Now()
 	var r Report
-	run := func(ctx context.Context, tx bun.IDB) error {
-		var err error
-		if r, err = check(ctx, tx); err != nil {
+	run := func(ctx context.Context, tx bun.IDB, settings bool) error {
+		q, err := sqlOf(tx)
+		if err != nil {
 			return err
 		}
+		// The first statement: it fixes the snapshot, and its xmin is the
+		// check's boundary.
+		to, last, err := snapshotBoundary(ctx, q)
+		if err != nil {
+			return err
+		}
+		if settings {
+			// Grouping postings straight off their (entry_id) and
+			// (account_id) indexes streams; hashing half a million
+			// groups was twice as slow at a million postings. The
+			// joins get room instead of spilling to disk. JIT compilation
+			// is off: the withdrawal check's per-row EXISTS makes the
+			// planner's estimate large enough to compile, which took 0.7 s
+			// of that query's 1.0 s at 50,000 withdrawals, on every check.
+			for _, set := range []string{"SET LOCAL enable_hashagg = off", "SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"} {
+				if _, err := q.ExecContext(ctx, set); err != nil {
+					return err
+				}
+			}
+		}
+		fmtr, err := newAmounts(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var since *recordedCheck
+		if incremental {
+			if since, err = lastConsistentCheck(ctx, q); err != nil {
+				return err
+			}
+		}
+		if since != nil {
+			r, err = checkSince(ctx, q, fmtr, *since)
+		} else {
+			r, err = check(ctx, q, fmtr)
+		}
+		if err != nil {
+			return err
+		}
+		r.Coverage.ToXid, r.lastPosting = to, last
 		var holds findings
 		for _, wc := range withdrawals {
 			list, err := wc(ctx, tx)
@@ -77,66 +142,91 @@ func Check(ctx context.Context, idb bun.IDB, withdrawals ...WithdrawalCheck) (Re
 		return err
 	}
 	var err error
-	if d, ok := idb.(*bun.DB); ok {
+	d, own := idb.(*bun.DB)
+	if own {
 		err = d.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
-			func(ctx context.Context, tx bun.Tx) error {
-				// Grouping postings straight off their (entry_id) and
-				// (account_id) indexes streams; hashing half a million
-				// groups was twice as slow at a million postings. The
-				// joins get room instead of spilling to disk. JIT compilation
-				// is off: the withdrawal check's per-row EXISTS makes the
-				// planner's estimate large enough to compile, which took 0.7 s
-				// of that query's 1.0 s at 50,000 withdrawals, on every check.
-				for _, set := range []string{"SET LOCAL enable_hashagg = off", "SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"} {
-					if _, err := tx.ExecContext(ctx, set); err != nil {
-						return err
-					}
-				}
-				return run(ctx, tx)
-			})
+			func(ctx context.Context, tx bun.Tx) error { return run(ctx, tx, true) })
 	} else {
-		err = run(ctx, idb)
+		err = run(ctx, idb, false)
 	}
 	if err != nil {
 		return Report{}, fmt.Errorf("ledger: check: %w", err)
 	}
 	r.Took = time.Since(start)
+	if own {
+		// Recorded after the snapshot's transaction ended (it is
+		// read-only); a check that fails to record is still a check, but
+		// the caller hears of it, since the next one would start earlier.
+		if err := recordCheck(ctx, d, &r, time.Now()); err != nil {
+			return r, fmt.Errorf("ledger: check: %w", err)
+		}
+	}
 	return r, nil
 }
 
-func check(ctx context.Context, idb bun.IDB) (Report, error) {
-	var r Report
-	var drifts, unbalanced, negative findings
+// snapshotBoundary reads the xmin of the transaction's snapshot and the
+// largest posting id in it. Every transaction with an id below xmin had
+// ended when the snapshot was taken, and every one that commits later has
+// an id at or above it (checkpoint.go has the argument).
+func snapshotBoundary(ctx context.Context, q db.Querier) (uint64, int64, error) {
+	var xmin string
+	var last int64
+	if err := q.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text,
+       (SELECT coalesce(max(id), 0) FROM ledger_postings)`).Scan(&xmin, &last); err != nil {
+		return 0, 0, fmt.Errorf("read the snapshot's boundary: %w", err)
+	}
+	to, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the snapshot's boundary: %w", err)
+	}
+	return to, last, nil
+}
+
+// amounts formats amounts in their asset's display units.
+type amounts map[string]int
+
+func newAmounts(ctx context.Context, idb bun.IDB) (amounts, error) {
 	all, err := (&asset.Store{DB: idb}).All(ctx)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	decimals := map[string]int{}
+	decimals := amounts{}
 	for _, a := range all {
 		decimals[a.Code] = a.Decimals
 	}
-	format := func(code string, units int64) string {
-		if d, ok := decimals[code]; ok {
-			return money.Format(units, d)
-		}
-		return strconv.FormatInt(units, 10) + " units"
+	return decimals, nil
+}
+
+func (a amounts) format(code string, units int64) string {
+	if d, ok := a[code]; ok {
+		return money.Format(units, d)
 	}
-	q, err := sqlOf(idb)
-	if err != nil {
-		return r, err
-	}
+	return strconv.FormatInt(units, 10) + " units"
+}
+
+// check is the full check of the ledger's rows, in q's snapshot.
+func check(ctx context.Context, q db.Querier, amt amounts) (Report, error) {
+	r := Report{Coverage: Coverage{Scope: ScopeFull}}
+	var drifts, unbalanced, negative findings
+	format := amt.format
 	if err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM ledger_accounts), (SELECT count(*) FROM ledger_entries),
-       (SELECT count(*) FROM ledger_postings)`).Scan(&r.Accounts, &r.Entries, &r.Postings); err != nil {
+       (SELECT count(*) FROM ledger_postings), (SELECT min(id) FROM ledger_entries), (SELECT max(id) FROM ledger_entries)`).
+		Scan(&r.Accounts, &r.Entries, &r.Postings, &r.Coverage.FirstEntry, &r.Coverage.LastEntry); err != nil {
 		return r, err
 	}
 
-	// Accounts: the materialized balance against the sum of the postings,
-	// and any user account below zero by either measure.
+	// Accounts: the materialized balance against the sum of the postings
+	// and against the running balance of the newest posting (which the
+	// next incremental check continues from), and any user account below
+	// zero by either measure.
 	rows, err := q.QueryContext(ctx, `
-SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0)
+SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0), n.id, n.balance_after
   FROM ledger_accounts a
   LEFT JOIN (SELECT account_id, sum(amount) AS total FROM ledger_postings GROUP BY account_id) s ON s.account_id = a.id
- WHERE (a.balance IS NOT NULL AND (a.balance <> coalesce(s.total, 0) OR a.balance < 0))
+  LEFT JOIN LATERAL (SELECT p.id, p.balance_after FROM ledger_postings p WHERE p.account_id = a.id
+                      ORDER BY p.id DESC LIMIT 1) n ON a.balance IS NOT NULL
+ WHERE (a.balance IS NOT NULL AND (a.balance <> coalesce(s.total, 0) OR a.balance < 0
+                                   OR a.balance IS DISTINCT FROM CASE WHEN n.id IS NULL THEN 0 ELSE n.balance_after END))
     OR (a.kind IN ('user_available', 'user_hold') AND coalesce(s.total, 0) < 0)
  ORDER BY a.id`)
 	if err != nil {
@@ -149,8 +239,10 @@ SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0)
 			kind         AccountKind
 			materialized sql.NullInt64
 			derived      int64
+			newest       sql.NullInt64
+			after        sql.NullInt64
 		)
-		if err := rows.Scan(&id, &code, &kind, &owner, &materialized, &derived); err != nil {
+		if err := rows.Scan(&id, &code, &kind, &owner, &materialized, &derived, &newest, &after); err != nil {
 			rows.Close()
 			return r, err
 		}
@@ -160,6 +252,8 @@ SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0)
 		}
 		if materialized.Int64 != derived {
 			drifts.add(fmt.Sprintf("%s: materialized %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
+		} else if s, ok := newestDrift(amt, code, materialized.Int64, newest, after); !ok {
+			drifts.add(fmt.Sprintf("%s: materialized %s, postings sum %s, %s", name, format(code, materialized.Int64), format(code, derived), s))
 		}
 		if materialized.Int64 < 0 || derived < 0 {
 			negative.add(fmt.Sprintf("%s: balance %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
@@ -182,27 +276,7 @@ SELECT coalesce(e.id, x.entry_id), e.id IS NOT NULL, coalesce(e.kind, ''), coale
 	if err != nil {
 		return r, err
 	}
-	for rows.Next() {
-		var (
-			id, n           int64
-			total           string // numeric: a sum may exceed int64
-			exists          bool
-			kind, code, ref string
-		)
-		if err := rows.Scan(&id, &exists, &kind, &code, &ref, &n, &total); err != nil {
-			rows.Close()
-			return r, err
-		}
-		switch {
-		case !exists:
-			unbalanced.add(fmt.Sprintf("entry %d does not exist but has %d postings summing to %s units", id, n, total))
-		case n == 0:
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s) has no postings", id, kind, ref, code))
-		default:
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): %d postings sum to %s", id, kind, ref, code, n, formatNumeric(format, code, total)))
-		}
-	}
-	if err := closeRows(rows); err != nil {
+	if err := scanEntrySums(rows, amt, &unbalanced); err != nil {
 		return r, err
 	}
 
@@ -218,6 +292,60 @@ SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NO
 	if err != nil {
 		return r, err
 	}
+	if err := scanForeignPostings(rows, &unbalanced); err != nil {
+		return r, err
+	}
+	r.setFindings(&drifts, &unbalanced, &negative)
+	return r, nil
+}
+
+// newestDrift says, when a materialized balance is not the running
+// balance its newest posting left (0 with no posting), what that posting
+// says; ok when they agree.
+func newestDrift(amt amounts, code string, materialized int64, newest, after sql.NullInt64) (string, bool) {
+	switch {
+	case !newest.Valid && materialized == 0:
+		return "", true
+	case !newest.Valid:
+		return "but it has no postings", false
+	case !after.Valid:
+		return fmt.Sprintf("its newest posting %d carries no running balance", newest.Int64), false
+	case after.Int64 != materialized:
+		return fmt.Sprintf("its newest posting %d left %s", newest.Int64, amt.format(code, after.Int64)), false
+	}
+	return "", true
+}
+
+// scanEntrySums lists the entries of rows (id, exists, kind, asset, ref,
+// postings, sum) that do not balance, and closes rows.
+func scanEntrySums(rows *sql.Rows, amt amounts, unbalanced *findings) error {
+	for rows.Next() {
+		var (
+			id, n           int64
+			total           string // numeric: a sum may exceed int64
+			exists          bool
+			kind, code, ref string
+		)
+		if err := rows.Scan(&id, &exists, &kind, &code, &ref, &n, &total); err != nil {
+			rows.Close()
+			return err
+		}
+		switch {
+		case !exists:
+			unbalanced.add(fmt.Sprintf("entry %d does not exist but has %d postings summing to %s units", id, n, total))
+		case n == 0:
+			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s) has no postings", id, kind, ref, code))
+		default:
+			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): %d postings sum to %s", id, kind, ref, code, n, formatNumeric(amt.format, code, total)))
+		}
+	}
+	return closeRows(rows)
+}
+
+// scanForeignPostings lists the postings of rows (entry, kind, asset,
+// ref, posting, account, account exists, account's asset) on a missing
+// account or one of another asset, and closes rows.
+func scanForeignPostings(rows *sql.Rows, unbalanced *findings) error {
 	for rows.Next() {
 		var (
 			entry, posting, account int64
@@ -226,7 +354,7 @@ SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NO
 		)
 		if err := rows.Scan(&entry, &kind, &code, &ref, &posting, &account, &exists, &other); err != nil {
 			rows.Close()
-			return r, err
+			return err
 		}
 		if !exists {
 			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, kind, ref, code, posting, account))
@@ -234,12 +362,14 @@ SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NO
 			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, kind, ref, code, posting, account, other))
 		}
 	}
-	if err := closeRows(rows); err != nil {
-		return r, err
-	}
+	return closeRows(rows)
+}
+
+// setFindings fills the report's lists and consistency from the findings.
+func (r *Report) setFindings(drifts, unbalanced, negative *findings) {
 	r.MaterializedVsDerivedDrifts, r.UnbalancedEntries, r.NegativeBalances = drifts.strings(), unbalanced.strings(), negative.strings()
-	r.LedgerConsistent = len(r.MaterializedVsDerivedDrifts) == 0 && len(r.UnbalancedEntries) == 0 && len(r.NegativeBalances) == 0
-	return r, nil
+	r.found = drifts.count() + unbalanced.count() + negative.count()
+	r.LedgerConsistent = r.found == 0
 }
 
 func formatNumeric(format func(string, int64) string, code, total string) string {
@@ -262,6 +392,9 @@ func (f *findings) add(s string) {
 	}
 	f.more++
 }
+
+// count is the number of findings, listed or not.
+func (f *findings) count() int64 { return int64(len(f.list) + f.more) }
 
 func (f *findings) strings() []string {
 	out := append([]string{}, f.list...)

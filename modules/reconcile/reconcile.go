@@ -192,6 +192,10 @@ type Report struct {
 	Alerts                      []string      `json:"alerts"`
 	Custody                     []CustodyLine `json:"custody"`
 	GeneratedAt                 string        `json:"generated_at"`
+	// LedgerCheck is what the ledger check read: incremental (what was
+	// committed since the last consistent check, and every account) unless
+	// a full check was asked for or none was recorded before.
+	LedgerCheck ledger.Coverage `json:"ledger_check"`
 }
 
 // Stored is a report of the history.
@@ -244,7 +248,20 @@ type balance struct {
 // history but changes no episode: two reports computed at once (the hourly
 // job and an operator's) can never leave an episode open without its halt
 // or lift a halt on stale figures.
+//
+// The ledger check is incremental (ledger.CheckIncremental); RunFull
+// checks the whole ledger.
 func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
+	return s.run(ctx, trigger, false)
+}
+
+// RunFull is Run with the full ledger check (ledger.Check): every posting
+// read again, for an operator who wants the whole ledger checked now.
+func (s *Service) RunFull(ctx context.Context, trigger string) (Report, error) {
+	return s.run(ctx, trigger, true)
+}
+
+func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, error) {
 	started := s.now()
 	var snapErr error
 	if trigger == TriggerHourly && s.Liabilities != nil {
@@ -252,7 +269,7 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 			s.log().ErrorContext(ctx, "reconciliation: the proof of liabilities failed", "error", snapErr)
 		}
 	}
-	rep, err := s.compute(ctx, snapErr)
+	rep, err := s.compute(ctx, snapErr, full)
 	if err != nil {
 		return Report{}, err
 	}
@@ -289,13 +306,17 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 }
 
 // Compute makes the report: the balance sources first, in parallel and
-// outside any transaction, then the ledger check and its totals from one
-// snapshot and, at the same time, the deposits' credit check.
-func (s *Service) Compute(ctx context.Context) (Report, error) { return s.compute(ctx, nil) }
+// outside any transaction, then the ledger check (incremental) and its
+// totals from one snapshot and, at the same time, the deposits' credit
+// check.
+func (s *Service) Compute(ctx context.Context) (Report, error) { return s.compute(ctx, nil, false) }
+
+// ComputeFull is Compute with the full ledger check.
+func (s *Service) ComputeFull(ctx context.Context) (Report, error) { return s.compute(ctx, nil, true) }
 
 // compute is Compute, with the error of the liabilities snapshot the run
-// took (an alert).
-func (s *Service) compute(ctx context.Context, snapErr error) (Report, error) {
+// took (an alert), and the full ledger check when full is set.
+func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report, error) {
 	assets, err := (&asset.Store{DB: s.DB}).All(ctx)
 	if err != nil {
 		return Report{}, err
@@ -319,7 +340,12 @@ func (s *Service) compute(ctx context.Context, snapErr error) (Report, error) {
 			credits, creditsErr = s.Credits(cctx, s.DB)
 		}()
 	}
-	lr, err := ledger.Check(ctx, s.DB, s.Checks...)
+	var lr ledger.Report
+	if full {
+		lr, err = ledger.Check(ctx, s.DB, s.Checks...)
+	} else {
+		lr, err = ledger.CheckIncremental(ctx, s.DB, s.Checks...)
+	}
 	if err != nil {
 		cancel()
 	}
@@ -332,7 +358,7 @@ func (s *Service) compute(ctx context.Context, snapErr error) (Report, error) {
 	}
 	rep := Report{LedgerConsistent: lr.LedgerConsistent, MaterializedVsDerivedDrifts: nonNil(lr.MaterializedVsDerivedDrifts),
 		UnbalancedEntries: nonNil(lr.UnbalancedEntries), Alerts: []string{}, Custody: []CustodyLine{},
-		GeneratedAt: timefmt.Format(s.now())}
+		GeneratedAt: timefmt.Format(s.now()), LedgerCheck: lr.Coverage}
 	add := func(format string, args ...any) { rep.Alerts = append(rep.Alerts, fmt.Sprintf(format, args...)) }
 	if n := len(lr.MaterializedVsDerivedDrifts); n > 0 {
 		add("ledger: %d user balances differ from the sum of their postings (materialized_vs_derived_drifts)", n)

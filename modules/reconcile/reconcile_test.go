@@ -15,6 +15,7 @@ import (
 	"svc/modules/alert"
 	"svc/modules/asset"
 	"svc/modules/audit"
+	"svc/modules/ledger"
 	"svc/modules/reconcile"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
@@ -242,6 +243,41 @@ func TestDrift(t *testing.T) {
 	dbtest.ExecBehindTriggers(t, e.DBURL,
 		`UPDATE ledger_accounts SET balance = balance - 1 WHERE owner = 'bob' AND kind = 'user_available'`)
 	require.True(t, e.report(t).Healthy)
+}
+
+// TestReportLedgerCheck: the report's ledger check is the full one the
+// first time (nothing recorded before), then incremental from the last
+// consistent one; ?ledger_check=full asks for the full one.
+func TestReportLedgerCheck(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.deposit(t, "cid", asset.BTC, 100_000)
+	first := e.report(t)
+	require.True(t, first.LedgerConsistent)
+	require.Equal(t, ledger.ScopeFull, first.LedgerCheck.Scope)
+	require.NotNil(t, first.LedgerCheck.CheckID)
+
+	e.deposit(t, "cid", asset.BTC, 200_000)
+	next := e.report(t)
+	require.True(t, next.Healthy, "%+v", next)
+	c := next.LedgerCheck
+	require.Equal(t, ledger.ScopeIncremental, c.Scope)
+	require.Equal(t, *first.LedgerCheck.CheckID, *c.SinceCheck)
+	require.Equal(t, first.LedgerCheck.ToXid, c.FromXid)
+	require.NotNil(t, c.SinceCheckedAt)
+	require.NotNil(t, c.LastEntry, "the second deposit's entry")
+
+	r := e.AdminGet("/v1/admin/reconciliation?ledger_check=full")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var full reconcile.Report
+	r.JSON(t, &full)
+	require.Equal(t, ledger.ScopeFull, full.LedgerCheck.Scope)
+	r = e.AdminGet("/v1/admin/reconciliation?ledger_check=incremental")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	for _, q := range []string{"?ledger_check=partial", "?full=1"} {
+		r = e.AdminGet("/v1/admin/reconciliation" + q)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", q, r.Body)
+	}
 }
 
 // TestInsolvencyHaltsWithdrawals: a wallet short of what users are owed

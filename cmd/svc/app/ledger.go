@@ -37,8 +37,8 @@ func (a *App) routesLedger(r Routers) {
 }
 
 // jobsLedger adds the checkpoint, every LEDGER_CHECKPOINT_INTERVAL. The
-// ledger check runs inside the hourly reconciliation (ledger.Check) and on
-// demand (svc admin ledger check).
+// ledger check runs inside the hourly reconciliation (ledger.CheckIncremental)
+// and on demand (svc admin ledger check, full unless --incremental).
 func (a *App) jobsLedger(j *Jobs) error {
 	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Checkpointer: a.Checkpointer})
 	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.CheckpointArgs{})

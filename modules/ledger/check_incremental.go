@@ -1,0 +1,365 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+	"svc/platform/timefmt"
+)
+
+// # The incremental check
+//
+// The full check (Check) reads every posting twice, which at ten million
+// postings takes a minute (docs/performance.md). The incremental check
+// reads every account once and only the entries committed since the last
+// consistent check, with their postings, and proves the same thing: every
+// user balance is the sum of its postings, every entry balances on
+// accounts of its asset, and no user balance is negative.
+//
+// The boundary. Each check records (ledger_checks, migration 0022) the
+// xmin X of its snapshot: every transaction below X had ended when the
+// snapshot was taken, so every entry with created_xact < X was in it, and
+// every transaction that commits later has an id of at least X (the rule
+// that seals checkpoints; checkpoint.go has the argument). An entry id
+// cannot serve as the boundary: ids are drawn before commit, so entry 10
+// may commit after entry 11 was checked. The next check reads the entries
+// with created_xact >= X (the (created_xact, id) index of checkpoints) and
+// nothing below, which is therefore exactly what an earlier check read.
+// Entries at or above X that its own snapshot holds are checked too, and
+// again by the next check, which starts at X, not at the snapshot's end.
+//
+// What it checks, in one repeatable-read snapshot, against the latest
+// recorded consistent check C0 (boundary X0, largest posting id P0):
+//
+//  1. every entry with created_xact >= X0 has at least two postings
+//     summing to zero, all on existing accounts of its asset;
+//  2. every user posting of those entries continues its account's chain:
+//     its balance_after is the balance_after of the account's posting just
+//     before it by id (0 when none) plus its amount;
+//  3. every user account's materialized balance is the balance_after of
+//     its newest posting (0 with none), and neither is negative;
+//  4. no posting above P0 belongs to no entry or to an entry below X0 (a
+//     posting joins only an entry of its own transaction, and a
+//     transaction below X0 had ended before C0's snapshot, whose largest
+//     posting id was P0).
+//
+// Why that proves balance = sum of postings. C0 established it, and (3),
+// for its snapshot S0: for each user account, the newest posting N0 of S0
+// has balance_after = the sum of the account's postings in S0. Postings of
+// one user account are serialized by the row lock of the balance update
+// that every posting makes, and their ids are drawn while the lock is held
+// (migration 0014), so the postings committed after S0 all come after N0
+// by id, and their transactions, having committed after S0, are at or
+// above X0: (2) checked every one of them. By induction along the chain,
+// the newest posting's balance_after is N0's plus their amounts, i.e. the
+// sum of all the account's postings; (3) makes the balance equal to it.
+// The first check, with nothing recorded before it, is the full check,
+// which checks (3) too. A check that finds anything is recorded as
+// inconsistent and never continued from: the next check starts from the
+// last consistent one again, so a finding reappears until it is resolved.
+//
+// What it does not see: a change, made with the triggers off, to a row
+// below the boundary (an old posting's amount, an entry moved below X0).
+// Those are what checkpoints and svc admin ledger verify detect; the full
+// check (svc admin ledger check, the default there) reads them all again.
+//
+// Cost: (3) is one probe of the (account_id, id) index, and one heap
+// page, per user account, and the accounts' count; (1), (2) and (4) are
+// index range reads of what came after the boundary, (2) one more index
+// probe per new user posting. Nothing reads the postings below the
+// boundary, so the cost does not grow with the ledger's history.
+
+// Scopes of a check.
+const (
+	ScopeFull        = "full"
+	ScopeIncremental = "incremental"
+)
+
+// Coverage is what a check read, and the boundary it was recorded with.
+type Coverage struct {
+	// Scope is "full" (every entry and posting) or "incremental" (the
+	// entries of transactions from FromXid on with their postings, and
+	// every account).
+	Scope string `json:"scope"`
+	// SinceCheck is the recorded consistent check an incremental check
+	// continued, and SinceCheckedAt when that one ran; null for a full
+	// check.
+	SinceCheck     *int64  `json:"since_check"`
+	SinceCheckedAt *string `json:"since_checked_at"`
+	// FromXid is the transaction id from which entries were read (0 for a
+	// full check: all of them); ToXid is this check's boundary, the
+	// oldest transaction still running when its snapshot was taken. Every
+	// entry of a transaction below ToXid was checked, now or before.
+	FromXid uint64 `json:"from_xid"`
+	ToXid   uint64 `json:"to_xid"`
+	// FirstEntry and LastEntry are the smallest and largest ids of the
+	// entries read; null when none was. Ids are drawn before commit, so
+	// the entries read need not be every id between them, nor only those.
+	FirstEntry *int64 `json:"first_entry"`
+	LastEntry  *int64 `json:"last_entry"`
+	// CheckID is the check's row in ledger_checks; null when it was not
+	// recorded (a check in the caller's transaction).
+	CheckID *int64 `json:"check_id"`
+}
+
+// String says what was covered, for an operator.
+func (c Coverage) String() string {
+	if c.Scope != ScopeIncremental {
+		return "full: every entry and posting"
+	}
+	s := fmt.Sprintf("incremental: entries of transactions from %d on", c.FromXid)
+	if c.FirstEntry != nil {
+		s += fmt.Sprintf(" (ids %d to %d)", *c.FirstEntry, *c.LastEntry)
+	} else {
+		s += " (none)"
+	}
+	if c.SinceCheck != nil {
+		s += fmt.Sprintf(", since check %d", *c.SinceCheck)
+		if c.SinceCheckedAt != nil {
+			s += " of " + *c.SinceCheckedAt
+		}
+	}
+	return s + ", and every account"
+}
+
+// CheckIncremental is Check over what was committed since the last
+// consistent check that was recorded (any full or incremental one that
+// found nothing): the entries of later transactions with their postings,
+// and every account's balance against its newest posting. With none
+// recorded it is the full check. It reads one snapshot of d, as Check
+// does, runs the withdrawal checks given in it (in full: they are not
+// incremental), and records its result. Report.Coverage says which it
+// was.
+func CheckIncremental(ctx context.Context, d *bun.DB, withdrawals ...WithdrawalCheck) (Report, error) {
+	return runCheck(ctx, d, true, withdrawals)
+}
+
+// recordedCheck is the part of a ledger_checks row a check continues
+// from.
+type recordedCheck struct {
+	id          int64
+	checkedAt   time.Time
+	xidTo       uint64
+	lastPosting int64
+}
+
+// lastConsistentCheck returns the recorded consistent check with the
+// latest boundary in q's snapshot, or nil when there is none.
+func lastConsistentCheck(ctx context.Context, q db.Querier) (*recordedCheck, error) {
+	var c recordedCheck
+	var to string
+	err := q.QueryRowContext(ctx, `SELECT id, checked_at, xid_to::text, last_posting FROM ledger_checks
+ WHERE consistent ORDER BY xid_to DESC, id DESC LIMIT 1`).Scan(&c.id, &c.checkedAt, &to, &c.lastPosting)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the last consistent check: %w", err)
+	}
+	if c.xidTo, err = strconv.ParseUint(to, 10, 64); err != nil {
+		return nil, fmt.Errorf("read the last consistent check: %w", err)
+	}
+	return &c, nil
+}
+
+// checkSince is the incremental check of q's snapshot from since's
+// boundary on (1 to 4 above).
+func checkSince(ctx context.Context, q db.Querier, amt amounts, since recordedCheck) (Report, error) {
+	at := timefmt.Format(since.checkedAt)
+	r := Report{Coverage: Coverage{Scope: ScopeIncremental, SinceCheck: &since.id, SinceCheckedAt: &at, FromXid: since.xidTo}}
+	var drifts, unbalanced, negative findings
+	from := strconv.FormatUint(since.xidTo, 10)
+
+	// What is read: the accounts, and the entries from the boundary on
+	// with their postings.
+	if err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM ledger_accounts), count(*), min(x.id), max(x.id), coalesce(sum(x.n), 0)::bigint
+  FROM (SELECT e.id, (SELECT count(*) FROM ledger_postings p WHERE p.entry_id = e.id) AS n
+          FROM ledger_entries e WHERE e.created_xact >= $1::text::xid8) x`, from).
+		Scan(&r.Accounts, &r.Entries, &r.Coverage.FirstEntry, &r.Coverage.LastEntry, &r.Postings); err != nil {
+		return r, err
+	}
+
+	// (3) Every user account against its newest posting: one probe of the
+	// (account_id, id) index each. A join with the newest posting of every
+	// account (DISTINCT ON over the postings) reads every posting: 0.59 s
+	// against 0.16 s for the probes at a million postings and 100,015
+	// accounts (BenchmarkCheck, NewestJoin and NewestLateral).
+	rows, err := q.QueryContext(ctx, `
+SELECT a.id, a.asset, a.kind, a.owner, a.balance, n.id, n.balance_after
+  FROM ledger_accounts a
+  LEFT JOIN LATERAL (SELECT p.id, p.balance_after FROM ledger_postings p WHERE p.account_id = a.id
+                      ORDER BY p.id DESC LIMIT 1) n ON true
+ WHERE a.balance IS NOT NULL
+   AND (a.balance < 0 OR n.balance_after < 0
+        OR a.balance IS DISTINCT FROM CASE WHEN n.id IS NULL THEN 0 ELSE n.balance_after END)
+ ORDER BY a.id`)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var (
+			id            int64
+			code, owner   string
+			kind          AccountKind
+			materialized  int64
+			newest, after sql.NullInt64
+		)
+		if err := rows.Scan(&id, &code, &kind, &owner, &materialized, &newest, &after); err != nil {
+			rows.Close()
+			return r, err
+		}
+		name := fmt.Sprintf("%s %s of %q (account %d)", code, kind, owner, id)
+		if s, ok := newestDrift(amt, code, materialized, newest, after); !ok {
+			drifts.add(fmt.Sprintf("%s: materialized %s, %s", name, amt.format(code, materialized), s))
+		}
+		if materialized < 0 || (after.Valid && after.Int64 < 0) {
+			derived := "none"
+			if after.Valid {
+				derived = amt.format(code, after.Int64)
+			}
+			negative.add(fmt.Sprintf("%s: balance %s, running balance of its newest posting %s", name, amt.format(code, materialized), derived))
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return r, err
+	}
+
+	// (2) The chain of every user posting of the new entries: the posting
+	// before it on its account is one probe of the (account_id, id) index.
+	rows, err = q.QueryContext(ctx, `
+SELECT p.id, p.entry_id, a.id, a.asset, a.kind, a.owner, a.balance IS NOT NULL, p.amount, p.balance_after, prev.id, prev.balance_after
+  FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id
+  JOIN ledger_accounts a ON a.id = p.account_id
+  LEFT JOIN LATERAL (SELECT q.id, q.balance_after FROM ledger_postings q WHERE q.account_id = p.account_id AND q.id < p.id
+                      ORDER BY q.id DESC LIMIT 1) prev ON a.balance IS NOT NULL
+ WHERE e.created_xact >= $1::text::xid8
+   AND ((a.balance IS NULL) <> (p.balance_after IS NULL)
+        OR (a.balance IS NOT NULL
+            AND p.balance_after IS DISTINCT FROM CASE WHEN prev.id IS NULL THEN 0 ELSE prev.balance_after END + p.amount))
+ ORDER BY p.id`, from)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var (
+			posting, entry, account, amount int64
+			code, owner                     string
+			kind                            AccountKind
+			materialized                    bool
+			after, prev, prevAfter          sql.NullInt64
+		)
+		if err := rows.Scan(&posting, &entry, &account, &code, &kind, &owner, &materialized, &amount, &after, &prev, &prevAfter); err != nil {
+			rows.Close()
+			return r, err
+		}
+		name := fmt.Sprintf("%s %s of %q (account %d)", code, kind, owner, account)
+		switch {
+		case !materialized:
+			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) carries a running balance, but the account has no materialized balance", name, posting, entry))
+		case !after.Valid:
+			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) carries no running balance", name, posting, entry))
+		case !prev.Valid:
+			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) of %s is the account's first, but left %s", name, posting, entry,
+				amt.format(code, amount), amt.format(code, after.Int64)))
+		case !prevAfter.Valid:
+			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) follows posting %d, which carries no running balance", name, posting, entry, prev.Int64))
+		default:
+			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) of %s left %s, but posting %d before it left %s", name, posting, entry,
+				amt.format(code, amount), amt.format(code, after.Int64), prev.Int64, amt.format(code, prevAfter.Int64)))
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return r, err
+	}
+
+	// (1) The new entries: at least two postings summing to zero...
+	rows, err = q.QueryContext(ctx, `
+SELECT e.id, true, e.kind, e.asset, e.source_ref, count(p.id), coalesce(sum(p.amount), 0)
+  FROM ledger_entries e
+  LEFT JOIN ledger_postings p ON p.entry_id = e.id
+ WHERE e.created_xact >= $1::text::xid8
+ GROUP BY e.id
+HAVING count(p.id) < 2 OR coalesce(sum(p.amount), 0) <> 0
+ ORDER BY e.id`, from)
+	if err != nil {
+		return r, err
+	}
+	if err := scanEntrySums(rows, amt, &unbalanced); err != nil {
+		return r, err
+	}
+	// ... on existing accounts of their asset.
+	rows, err = q.QueryContext(ctx, `
+SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NOT NULL, coalesce(a.asset, '')
+  FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id
+  LEFT JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.created_xact >= $1::text::xid8 AND (a.id IS NULL OR a.asset <> e.asset)
+ ORDER BY p.entry_id, p.id`, from)
+	if err != nil {
+		return r, err
+	}
+	if err := scanForeignPostings(rows, &unbalanced); err != nil {
+		return r, err
+	}
+
+	// (4) Postings written since the last check's snapshot that belong to
+	// no entry, or to an entry the last check had read: a primary-key
+	// range read from its largest posting id.
+	rows, err = q.QueryContext(ctx, `
+SELECT p.id, p.entry_id, p.account_id, p.amount, e.id IS NOT NULL, coalesce(e.kind, ''), coalesce(e.asset, ''), coalesce(e.source_ref, '')
+  FROM ledger_postings p
+  LEFT JOIN ledger_entries e ON e.id = p.entry_id
+ WHERE p.id > $1 AND (e.id IS NULL OR e.created_xact < $2::text::xid8)
+ ORDER BY p.id`, since.lastPosting, from)
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var (
+			posting, entry, account, amount int64
+			exists                          bool
+			kind, code, ref                 string
+		)
+		if err := rows.Scan(&posting, &entry, &account, &amount, &exists, &kind, &code, &ref); err != nil {
+			rows.Close()
+			return r, err
+		}
+		if !exists {
+			unbalanced.add(fmt.Sprintf("entry %d does not exist but has posting %d of %d units on account %d", entry, posting, amount, account))
+		} else {
+			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d of %s on account %d was added after check %d had read the entry",
+				entry, kind, ref, code, posting, amt.format(code, amount), account, since.id))
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return r, err
+	}
+	r.setFindings(&drifts, &unbalanced, &negative)
+	return r, nil
+}
+
+// recordCheck stores r as a ledger_checks row, and its id in r.
+func recordCheck(ctx context.Context, d *bun.DB, r *Report, at time.Time) error {
+	var from any
+	if r.Coverage.Scope == ScopeIncremental {
+		from = strconv.FormatUint(r.Coverage.FromXid, 10)
+	}
+	var id int64
+	if err := d.DB.QueryRowContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, since_check, xid_from, xid_to, last_posting,
+       consistent, accounts, entries, postings, findings, took_ms)
+VALUES ($1, $2, $3, $4::text::xid8, $5::text::xid8, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
+		at.UTC(), r.Coverage.Scope, r.Coverage.SinceCheck, from, strconv.FormatUint(r.Coverage.ToXid, 10), r.lastPosting,
+		r.found == 0, r.Accounts, r.Entries, r.Postings, r.found, r.Took.Milliseconds()).Scan(&id); err != nil {
+		return fmt.Errorf("record the check: %w", err)
+	}
+	r.Coverage.CheckID = &id
+	return nil
+}

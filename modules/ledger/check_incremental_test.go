@@ -1,0 +1,319 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"svc/modules/ledger"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+)
+
+// checkAboveAll runs full checks until one's boundary is above every
+// committed entry's transaction, and returns it. Other databases of the
+// shared test server hold transactions too, and a boundary is the oldest
+// transaction running anywhere on the server.
+func checkAboveAll(t testing.TB, d *bun.DB) ledger.Report {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r, err := ledger.Check(context.Background(), d)
+		require.NoError(t, err)
+		require.True(t, r.LedgerConsistent, "%+v", r)
+		require.Equal(t, ledger.ScopeFull, r.Coverage.Scope)
+		require.NotNil(t, r.Coverage.CheckID)
+		if count(t, d, `SELECT count(*) FROM ledger_entries WHERE created_xact >= ?::text::xid8`, fmt.Sprint(r.Coverage.ToXid)) == 0 {
+			return r
+		}
+		require.True(t, time.Now().Before(deadline), "no check's boundary above every entry after 2 minutes")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func checkIncremental(t testing.TB, d *bun.DB) ledger.Report {
+	t.Helper()
+	r, err := ledger.CheckIncremental(context.Background(), d)
+	require.NoError(t, err)
+	require.NotNil(t, r.Coverage.CheckID, "recorded")
+	return r
+}
+
+// recorded reads a check's row: its scope, whether it was consistent,
+// and what it continued.
+func recorded(t testing.TB, d *bun.DB, id int64) (scope string, consistent bool, since *int64) {
+	t.Helper()
+	require.NoError(t, d.NewRaw(`SELECT scope, consistent, since_check FROM ledger_checks WHERE id = ?`, id).
+		Scan(context.Background(), &scope, &consistent, &since))
+	return scope, consistent, since
+}
+
+// TestIncrementalCheckCoversOnlyNewEntries: with no check recorded the
+// incremental check is the full one; after a full check it reads only the
+// entries committed since, and after one that found nothing new it reads
+// nothing but the accounts.
+func TestIncrementalCheckCoversOnlyNewEntries(t *testing.T) {
+	t.Parallel()
+	_, d := newCheckpointDB(t)
+	ctx := context.Background()
+	credit(t, d, "BTC", "ann", 1_000, "old-1")
+	credit(t, d, "BTC", "bert", 500, "old-2")
+
+	first := checkIncremental(t, d)
+	require.Equal(t, ledger.ScopeFull, first.Coverage.Scope, "nothing recorded before: full")
+	require.True(t, first.LedgerConsistent)
+	require.Equal(t, int64(2), first.Entries)
+	require.Equal(t, int64(4), first.Postings)
+
+	full := checkAboveAll(t, d)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, credit(t, d, "BTC", "ann", int64(10+i), fmt.Sprintf("new-%d", i)).ID)
+	}
+	_, err := hold(t, d, "BTC", "bert", 100, "wd-1")
+	require.NoError(t, err)
+	ids = append(ids, count(t, d, `SELECT id FROM ledger_entries WHERE source_ref = 'wd-1'`))
+
+	r := checkIncremental(t, d)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	c := r.Coverage
+	require.Equal(t, ledger.ScopeIncremental, c.Scope)
+	require.Equal(t, *full.Coverage.CheckID, *c.SinceCheck)
+	require.NotNil(t, c.SinceCheckedAt)
+	require.Equal(t, full.Coverage.ToXid, c.FromXid)
+	require.GreaterOrEqual(t, c.ToXid, c.FromXid)
+	require.Equal(t, int64(len(ids)), r.Entries, "only the entries since the full check")
+	require.Equal(t, int64(2*len(ids)), r.Postings)
+	require.Equal(t, ids[0], *c.FirstEntry)
+	require.Equal(t, ids[len(ids)-1], *c.LastEntry)
+	require.Equal(t, count(t, d, `SELECT count(*) FROM ledger_accounts`), r.Accounts, "every account")
+	require.Contains(t, c.String(), fmt.Sprintf("incremental: entries of transactions from %d on (ids %d to %d), since check %d",
+		c.FromXid, ids[0], ids[len(ids)-1], *full.Coverage.CheckID))
+	scope, consistent, since := recorded(t, d, *c.CheckID)
+	require.Equal(t, ledger.ScopeIncremental, scope)
+	require.True(t, consistent)
+	require.Equal(t, *full.Coverage.CheckID, *since)
+
+	// Nothing new after a boundary above every entry: nothing read but
+	// the accounts.
+	deadline := time.Now().Add(2 * time.Minute)
+	for count(t, d, `SELECT count(*) FROM ledger_entries WHERE created_xact >= ?::text::xid8`, fmt.Sprint(r.Coverage.ToXid)) > 0 {
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(20 * time.Millisecond)
+		r = checkIncremental(t, d)
+		require.True(t, r.LedgerConsistent)
+	}
+	last := checkIncremental(t, d)
+	require.True(t, last.LedgerConsistent)
+	require.Equal(t, *r.Coverage.CheckID, *last.Coverage.SinceCheck)
+	require.Zero(t, last.Entries)
+	require.Zero(t, last.Postings)
+	require.Nil(t, last.Coverage.FirstEntry)
+
+	// The full check is still the full check.
+	again, err := ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ScopeFull, again.Coverage.Scope)
+	require.Equal(t, count(t, d, `SELECT count(*) FROM ledger_entries`), again.Entries)
+}
+
+// TestIncrementalCheckFindsDrift corrupts, as the owner with the triggers
+// off, what was written after the last check's boundary, one way per
+// case. The incremental check names it, does not move the boundary (the
+// next run reads the same range again and finds it again), and the full
+// check finds it too.
+func TestIncrementalCheckFindsDrift(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// tamper corrupts the ledger after the boundary; new is the entry
+		// posted after it.
+		tamper     func(t *testing.T, u string, d *bun.DB, new ledger.Posted)
+		drifts     []string
+		unbalanced []string
+		negative   []string
+	}{
+		{"UnbalancedNewEntry", func(t *testing.T, u string, _ *bun.DB, _ ledger.Posted) {
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `WITH e AS (
+  INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'forged') RETURNING id)
+INSERT INTO ledger_postings (entry_id, account_id, amount)
+SELECT e.id, a.id, -5 FROM e, ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'custody'`))
+		}, nil, []string{"(correction forged, BTC): 1 postings sum to -0.00000005"}, nil},
+		{"BrokenChain", func(t *testing.T, u string, _ *bun.DB, p ledger.Posted) {
+			// The new posting's running balance and the balance both one
+			// more: the balance matches its newest posting, but that posting
+			// does not continue the chain.
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `UPDATE ledger_postings SET balance_after = balance_after + 1
+ WHERE entry_id = $1 AND balance_after IS NOT NULL`, p.ID))
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `UPDATE ledger_accounts SET balance = balance + 1
+ WHERE owner = 'cleo' AND asset = 'BTC' AND kind = 'user_available'`))
+		}, []string{`BTC user_available of "cleo"`, "of 0.00000010 left 0.00001011, but posting"}, nil, nil},
+		{"BalanceNotItsNewestPosting", func(t *testing.T, u string, _ *bun.DB, _ ledger.Posted) {
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `UPDATE ledger_accounts SET balance = balance + 7
+ WHERE owner = 'dora' AND asset = 'BTC' AND kind = 'user_available'`))
+		}, []string{`BTC user_available of "dora"`, "materialized 0.00000507, its newest posting"}, nil, nil},
+		{"NegativeUserBalance", func(t *testing.T, u string, _ *bun.DB, _ ledger.Posted) {
+			// A balanced entry whose user posting continues the chain below
+			// zero (the balance itself cannot go below zero: a CHECK, which
+			// the triggers being off does not lift).
+			require.Equal(t, int64(2), dbtest.ExecBehindTriggers(t, u, `WITH e AS (
+  INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'overdraw') RETURNING id),
+u AS (SELECT a.id, a.balance FROM ledger_accounts a WHERE owner = 'dora' AND asset = 'BTC' AND kind = 'user_available')
+INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+SELECT e.id, u.id, -600, u.balance - 600 FROM e, u
+ UNION ALL
+SELECT e.id, a.id, 600, NULL FROM e, ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'custody'`))
+		}, []string{`BTC user_available of "dora"`}, nil, []string{`BTC user_available of "dora"`, "running balance of its newest posting -0.00000100"}},
+		{"PostingAddedToACheckedEntry", func(t *testing.T, u string, d *bun.DB, _ ledger.Posted) {
+			old := count(t, d, `SELECT id FROM ledger_entries WHERE source_ref = 'old-dora'`)
+			require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `INSERT INTO ledger_postings (entry_id, account_id, amount)
+SELECT $1, a.id, 3 FROM ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'custody'`, old))
+		}, nil, []string{"(deposit_credit old-dora, BTC): posting", "was added after check"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u, d := newCheckpointDB(t)
+			ctx := context.Background()
+			credit(t, d, "BTC", "cleo", 1_000, "old-cleo")
+			credit(t, d, "BTC", "dora", 500, "old-dora")
+			full := checkAboveAll(t, d)
+			p := credit(t, d, "BTC", "cleo", 10, "new-cleo")
+
+			tc.tamper(t, u, d, p)
+			requireFindings := func(r ledger.Report) {
+				t.Helper()
+				require.False(t, r.LedgerConsistent)
+				for _, l := range []struct {
+					got, want []string
+				}{{r.MaterializedVsDerivedDrifts, tc.drifts}, {r.UnbalancedEntries, tc.unbalanced}, {r.NegativeBalances, tc.negative}} {
+					if l.want == nil {
+						require.Empty(t, l.got)
+						continue
+					}
+					require.Len(t, l.got, 1, "%q", l.got)
+					for _, w := range l.want {
+						require.Contains(t, l.got[0], w)
+					}
+				}
+			}
+			r := checkIncremental(t, d)
+			require.Equal(t, ledger.ScopeIncremental, r.Coverage.Scope)
+			require.Equal(t, *full.Coverage.CheckID, *r.Coverage.SinceCheck)
+			requireFindings(r)
+			_, consistent, _ := recorded(t, d, *r.Coverage.CheckID)
+			require.False(t, consistent)
+
+			// The boundary did not move: the next run continues the same
+			// check and finds the same.
+			again := checkIncremental(t, d)
+			require.Equal(t, *full.Coverage.CheckID, *again.Coverage.SinceCheck)
+			require.Equal(t, full.Coverage.ToXid, again.Coverage.FromXid)
+			requireFindings(again)
+
+			// The full check finds it as well (in its own words).
+			all, err := ledger.Check(ctx, d)
+			require.NoError(t, err)
+			require.False(t, all.LedgerConsistent)
+			require.NotEmpty(t, append(append(all.MaterializedVsDerivedDrifts, all.UnbalancedEntries...), all.NegativeBalances...))
+		})
+	}
+}
+
+// TestIncrementalCheckWithConcurrentWriters: checks run while writers
+// credit and hold, and while one transaction that wrote an entry stays
+// open. No check finds anything, no recorded boundary passes the open
+// transaction, and once it commits the next check reads its entry.
+func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	_, d := newCheckpointDB(t)
+	ctx := context.Background()
+	credit(t, d, "BTC", "late", 1_000, "early")
+	checkAboveAll(t, d)
+
+	tx, err := d.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	late, err := ledger.CreditDeposit(ctx, tx, "BTC", "late", 7, "late", "")
+	require.NoError(t, err)
+	var lateXact string
+	require.NoError(t, tx.NewRaw(`SELECT pg_current_xact_id()::text`).Scan(ctx, &lateXact))
+
+	var (
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		written atomic.Int64
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("writer-%d", w)
+			for i := 0; !stop.Load(); i++ {
+				err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+					if _, err := ledger.CreditDeposit(ctx, tx, "BTC", user, 100, fmt.Sprintf("%s-%d", user, i), ""); err != nil {
+						return err
+					}
+					if i%3 == 0 {
+						if _, err := ledger.PlaceHold(ctx, tx, "BTC", user, 50, fmt.Sprintf("%s-wd-%d", user, i), ""); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				written.Add(1)
+			}
+		}()
+	}
+	var boundaries []uint64
+	for range 10 {
+		r := checkIncremental(t, d)
+		require.True(t, r.LedgerConsistent, "%+v", r)
+		boundaries = append(boundaries, r.Coverage.ToXid)
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.Positive(t, written.Load())
+	for _, b := range boundaries {
+		require.LessOrEqual(t, b, mustUint(t, lateXact), "a boundary passed a transaction still open")
+	}
+	require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_checks WHERE xid_to > ?::text::xid8`, lateXact),
+		"no recorded boundary above the open transaction")
+
+	require.NoError(t, tx.Commit())
+	r := checkIncremental(t, d)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	require.LessOrEqual(t, r.Coverage.FromXid, mustUint(t, lateXact), "the late entry is in the range read")
+	require.LessOrEqual(t, *r.Coverage.FirstEntry, late.ID)
+	requireInvariants(t, d)
+}
+
+// TestChecksAreAppendOnly: the runtime role may not change or delete a
+// recorded check, and the owner is refused by the triggers.
+func TestChecksAreAppendOnly(t *testing.T) {
+	t.Parallel()
+	u, d := newCheckpointDB(t)
+	credit(t, d, "BTC", "gil", 1_000, "pay")
+	checkIncremental(t, d)
+	owner, err := db.Open(context.Background(), dbtest.OwnerURL(u), 2)
+	require.NoError(t, err)
+	defer owner.Close()
+	for _, stmt := range []string{
+		`UPDATE ledger_checks SET consistent = true`,
+		`DELETE FROM ledger_checks`,
+		`TRUNCATE ledger_checks`,
+	} {
+		_, err := d.ExecContext(context.Background(), stmt)
+		require.ErrorContains(t, err, "permission denied", "runtime role: %s", stmt)
+		_, err = owner.Bun.ExecContext(context.Background(), stmt)
+		require.ErrorContains(t, err, "append-only", "owner: %s", stmt)
+	}
+}
