@@ -155,6 +155,8 @@ type scaleResult struct {
 	balance, first, deep      dbtest.Load // latencies of reads, in ms
 	credits, tpcb             float64     // entries/s, and pgbench TPC-B's tps right before
 	check, recon              time.Duration
+	incr                      time.Duration // the incremental check after the credits
+	incrEntries               int64         // the entries it read
 	hotPostings, deepCursorAt int64 // the hottest user's postings; how deep the deep cursors reach
 }
 
@@ -280,6 +282,15 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
 		})
 	})
 	res.credits = float64(n.Load()) / load.Elapsed.Seconds()
+
+	// The incremental check after the credits (the full checks above
+	// recorded the boundary): the credits' entries, and every account.
+	t0 := time.Now()
+	rep, err := ledger.CheckIncremental(ctx, d, withdrawal.CheckHolds)
+	require.NoError(t, err)
+	require.True(t, rep.LedgerConsistent, "%+v", rep)
+	require.Equal(t, ledger.ScopeIncremental, rep.Coverage.Scope, "the full checks recorded a boundary")
+	res.incr, res.incrEntries = time.Since(t0), rep.Entries
 	return res
 }
 
@@ -332,6 +343,7 @@ func BenchmarkLedgerScale(b *testing.B) {
 			b.ReportMetric(res.deep.P99, "deep_page_p99_ms")
 			b.ReportMetric(res.check.Seconds(), "check_s")
 			b.ReportMetric(res.recon.Seconds(), "reconcile_s")
+			b.ReportMetric(res.incr.Seconds(), "incremental_check_s")
 			b.ReportMetric(res.credits, "credits/s")
 			if res.tpcb > 0 {
 				b.ReportMetric(res.tpcb, "tpcb_tps")
@@ -339,11 +351,12 @@ func BenchmarkLedgerScale(b *testing.B) {
 			}
 			b.Logf("postings=%d users=%d: database %d MB; hottest user %d postings (deep cursor %d back); "+
 				"balance p50/p99 %.2f/%.2f ms (%.0f/s), first page %.2f/%.2f ms (%.0f/s), deep page %.2f/%.2f ms (%.0f/s) at %d readers; "+
-				"check %s, reconciliation %s; credits %.0f/s at %d writers, TPC-B %.0f tps",
+				"check %s, reconciliation %s; credits %.0f/s at %d writers, TPC-B %.0f tps; then the incremental check %s (%d entries)",
 				book.postings, book.users, res.sizeBytes>>20, res.hotPostings, res.deepCursorAt,
 				res.balance.P50, res.balance.P99, res.balance.Rate, res.first.P50, res.first.P99, res.first.Rate,
 				res.deep.P50, res.deep.P99, res.deep.Rate, scaleReaders,
-				res.check.Round(time.Millisecond), res.recon.Round(time.Millisecond), res.credits, scaleWriters, res.tpcb)
+				res.check.Round(time.Millisecond), res.recon.Round(time.Millisecond), res.credits, scaleWriters, res.tpcb,
+				res.incr.Round(time.Millisecond), res.incrEntries)
 		})
 	}
 }
