@@ -94,8 +94,11 @@ func BenchmarkHTTP(b *testing.B) {
 			// Each search starts from fresh processes: the overloaded
 			// steps of the one before leave a backlog (queued requests,
 			// thousands of idle connections) that the next search's
-			// first steps would otherwise be measured against.
+			// first steps would otherwise be measured against. The fresh
+			// processes are warmed up first (connections, caches), as the
+			// hold's are, at half the search's first rate.
 			c.restart(b)
+			attack(g, sr.only, max(1, sr.start/2), s.warmup, nil)
 		}
 		steps, bst := search(g, sr.only, sr.start, sr.ceiling, 2, s.step, s.pause, p99Limit, logf)
 		best[sr.only], all[sr.only] = bst, steps
@@ -104,6 +107,7 @@ func BenchmarkHTTP(b *testing.B) {
 	// at that limit, so that the rates between the 50 ms search's
 	// doublings are tried too.
 	c.restart(b)
+	attack(g, balances, 2000, s.warmup, nil)
 	logf("balance reads, p99 limit %s:", balanceP99Limit)
 	_, best10 := search(g, balances, 4000, 16_000, 3, s.step, s.pause, balanceP99Limit, logf)
 	peaks := stopPeaks()
