@@ -252,7 +252,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	}()
 	if s.pprofDir != "" {
 		secs := max(1, int((s.hold - 5*time.Second).Seconds()))
-		for _, p := range []struct{ name, url string }{{"api", c.apiPprof}, {"worker", c.workPprof}} {
+		for _, p := range []struct{ name, url string }{{"api", c.apiPprof}, {"worker", c.workPprof}, {"simulator", c.simURL + "/_sim/debug/pprof"}} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

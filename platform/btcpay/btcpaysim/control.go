@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"time"
 )
 
@@ -14,6 +15,10 @@ import (
 // not allow the action, and 400 otherwise.
 func (s *Sim) controlHandler() http.Handler {
 	m := http.NewServeMux()
+	// The simulator's own CPU and heap profiles, for benchmarks that run
+	// it beside the service.
+	m.HandleFunc("GET /_sim/debug/pprof/profile", pprof.Profile)
+	m.Handle("GET /_sim/debug/pprof/heap", pprof.Handler("heap"))
 	m.HandleFunc("GET /_sim/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		hook := s.hooks.url

@@ -102,15 +102,18 @@ var defaultRates = map[string]string{"BTC_USD": "60000", "USDT_USD": "1", "USDT_
 
 // Sim is one simulated BTCPay Server with one store.
 type Sim struct {
-	o      Options
-	net    *chaincfg.Params
-	ln     *lightningNode
-	log    *slog.Logger
-	now    func() time.Time
-	rates  map[string]decimal.Decimal
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	o   Options
+	net *chaincfg.Params
+	ln  *lightningNode
+	log *slog.Logger
+	now func() time.Time
+	// lastTick is the simulator's time of the last pass over the deadlines
+	// (Tick), under mu.
+	lastTick time.Time
+	rates    map[string]decimal.Decimal
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu       sync.Mutex
 	methods  []string
@@ -363,7 +366,7 @@ func (s *Sim) store(h http.HandlerFunc) http.HandlerFunc {
 // apiMiddleware applies time, the down and failure modes, and the API key.
 func (s *Sim) apiMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.Tick()
+		s.tickBeforeRequest()
 		mode, delay := s.takeFailure()
 		if delay > 0 {
 			// Slow: the work is done after the delay even when the client
