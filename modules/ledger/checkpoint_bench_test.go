@@ -240,13 +240,7 @@ func BenchmarkCheckpointWrites(b *testing.B) {
 	b.Cleanup(writers.Close)
 	d := writers.Bun
 	// The checkpoints' own connection, whose server process is measured.
-	job, err := db.Open(ctx, u, 1)
-	require.NoError(b, err)
-	b.Cleanup(job.Close)
-	pid := dbtest.BackendPID(b, job.Pool)
-	if _, ok := dbtest.ProcessCPU(pid); !ok {
-		fmt.Printf("the server's process %d cannot be read (/proc): the server's CPU is not measured\n", pid)
-	}
+	job, pid := dbtest.JobConn(b, u)
 	meter := dbtest.NewLoadMeter(b, writers, pid)
 	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
 	sc := benchScenarios[0]

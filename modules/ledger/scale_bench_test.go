@@ -157,7 +157,7 @@ type scaleResult struct {
 	check, recon              time.Duration
 	incr                      time.Duration // the incremental check after the credits
 	incrEntries               int64         // the entries it read
-	hotPostings, deepCursorAt int64 // the hottest user's postings; how deep the deep cursors reach
+	hotPostings, deepCursorAt int64         // the hottest user's postings; how deep the deep cursors reach
 }
 
 // scaleReaders is how many clients read at once.

@@ -132,13 +132,7 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 			quiet = n
 		}
 		// The snapshots' own connection, whose server process is measured.
-		job, err := db.Open(ctx, u, 1)
-		require.NoError(b, err)
-		b.Cleanup(job.Close)
-		pid := dbtest.BackendPID(b, job.Pool)
-		if _, ok := dbtest.ProcessCPU(pid); !ok {
-			fmt.Printf("the server's process %d cannot be read (/proc): the server's CPU is not measured\n", pid)
-		}
+		job, pid := dbtest.JobConn(b, u)
 		meter := dbtest.NewLoadMeter(b, d, pid)
 		var slowest atomic.Int64 // of the current run, in ns
 		write := func() (float64, dbtest.LoadCost) {

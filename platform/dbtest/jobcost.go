@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -33,6 +34,24 @@ type JobCost struct {
 	ServerOK bool
 	// Took is the run's wall-clock time.
 	Took time.Duration
+}
+
+// JobConn opens a pool of one connection to u for a measured job, closed
+// with tb, and returns it with the process id of its server process (for
+// MeasureJob); it says so when that process cannot be read (/proc), in
+// which case the server's CPU is not measured.
+func JobConn(tb testing.TB, u string) (*db.DB, int) {
+	tb.Helper()
+	job, err := db.Open(context.Background(), u, 1)
+	if err != nil {
+		tb.Fatalf("dbtest: job connection: %v", err)
+	}
+	tb.Cleanup(job.Close)
+	pid := BackendPID(tb, job.Pool)
+	if _, ok := ProcessCPU(pid); !ok {
+		fmt.Printf("the server's process %d cannot be read (/proc): the server's CPU is not measured\n", pid)
+	}
+	return job, pid
 }
 
 // MeasureJob runs job, which runs on the connection whose server process

@@ -340,7 +340,7 @@ func (s *Sim) broadcastLocked(po *payout, txid string) {
 	}
 	po.txid, po.state = txid, poInProgress
 	po.proof = onChainProof(txid, false)
-	if t := s.wallet.find(txid); t != nil && t.payoutID != "" {
+	if t := s.wallet.find(txid); t != nil && len(t.payouts) > 0 {
 		// A batch: the payout's output joins a transaction already sent
 		// for another payout, whose miner fee is paid once.
 		t.amount, _ = t.amount.Sub(po.amount)
@@ -350,7 +350,7 @@ func (s *Sim) broadcastLocked(po *payout, txid string) {
 	// The wallet pays the amount and a miner fee on top.
 	fee, _ := s.feeRate.Mul(decimal.MustNew(141, 8))
 	sent, _ := po.amount.Add(fee.Ceil(8))
-	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payoutID: po.id, payouts: []string{po.id}})
+	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payouts: []string{po.id}})
 }
 
 // CompletePayout completes an approved or in-progress payout: on chain its

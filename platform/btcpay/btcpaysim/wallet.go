@@ -21,8 +21,8 @@ type walletTx struct {
 	height        int64 // 0 while unconfirmed
 	ts            time.Time
 	invoiceID     string
-	payoutID      string   // the first payout it pays (its label)
-	payouts       []string // every payout it pays, linked in the wallet's object graph
+	payouts       []string // the payouts it pays, the first its label
+	unlinked      bool     // the object graph links none of them (UnlinkTransaction)
 	address       string
 }
 
@@ -289,7 +289,7 @@ func (s *Sim) UnlinkTransaction(txid string) error {
 	if t == nil {
 		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
 	}
-	t.payouts = nil
+	t.unlinked = true
 	return nil
 }
 
@@ -321,7 +321,8 @@ func (s *Sim) walletObject(w http.ResponseWriter, r *http.Request) {
 	if r.PathValue("objectType") == "tx" {
 		t = s.wallet.find(r.PathValue("objectId"))
 	}
-	if t == nil || (len(t.payouts) == 0 && t.invoiceID == "") {
+	linked := t != nil && !t.unlinked && len(t.payouts) > 0
+	if t == nil || (!linked && t.invoiceID == "") {
 		problem(w, http.StatusNotFound, "wallet-object-not-found", "The wallet object was not found")
 		return
 	}
@@ -334,8 +335,10 @@ func (s *Sim) walletObject(w http.ResponseWriter, r *http.Request) {
 		return l
 	}
 	out := walletObjectJSON{Type: "tx", ID: t.hash, Data: map[string]any{}, Links: []objectLinkJSON{}}
-	for _, id := range t.payouts {
-		out.Links = append(out.Links, link("payout", id))
+	if linked {
+		for _, id := range t.payouts {
+			out.Links = append(out.Links, link("payout", id))
+		}
 	}
 	if t.invoiceID != "" {
 		out.Links = append(out.Links, link("invoice", t.invoiceID))
@@ -369,8 +372,8 @@ func (t *walletTx) view() txJSON {
 	if t.invoiceID != "" {
 		v.Labels["invoice"] = map[string]any{"type": "invoice", "text": "invoice", "ref": t.invoiceID}
 	}
-	if t.payoutID != "" {
-		v.Labels["payout"] = map[string]any{"type": "payout", "text": "payout", "ref": t.payoutID}
+	if len(t.payouts) > 0 {
+		v.Labels["payout"] = map[string]any{"type": "payout", "text": "payout", "ref": t.payouts[0]}
 	}
 	return v
 }

@@ -127,11 +127,17 @@ func (s *Sim) WebhookFailures() int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, d := range s.hooks.sent {
-		if d.Status == 0 || d.Status >= 500 || d.Status == http.StatusRequestTimeout || d.Status == http.StatusTooManyRequests {
+		if retried(d.Status) {
 			n++
 		}
 	}
 	return n
+}
+
+// retried says whether BTCPay retries a delivery that got status (0: no
+// answer): no answer, 5xx, 408 or 429 (2.3.4 and later).
+func retried(status int) bool {
+	return status == 0 || status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
 
 // PendingWebhooks is the number of deliveries queued or held.
@@ -296,8 +302,7 @@ func (s *Sim) deliver(hc *http.Client, d *pendingDelivery) bool {
 				return false
 			}
 		}
-		retry = rec.Status == 0 || rec.Status >= 500 || rec.Status == http.StatusRequestTimeout ||
-			rec.Status == http.StatusTooManyRequests
+		retry = retried(rec.Status)
 		s.mu.Lock()
 		s.hooks.sent = append(s.hooks.sent, rec)
 		s.mu.Unlock()
