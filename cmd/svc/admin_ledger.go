@@ -36,8 +36,9 @@ func adminLedgerCmd() *cobra.Command {
 			"consistent, 1 inconsistent (or an error).\n\n" +
 			"--incremental checks only what was committed since the last consistent check recorded (the\n" +
 			"hourly reconciliation's, or this command's): those entries, their postings and the chain of\n" +
-			"running balances, and every account against its newest posting. It takes seconds where the full\n" +
-			"check takes a minute on a large ledger; with no check recorded it is the full check.",
+			"running balances, and every account written since against its newest posting. It takes\n" +
+			"seconds or less where the full check takes a minute on a large ledger; with no check recorded\n" +
+			"it is the full check.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a, err := openApp(cmd.Context())
@@ -88,7 +89,7 @@ func adminLedgerCmd() *cobra.Command {
 			return nil
 		},
 	}
-	check.Flags().BoolVar(&incremental, "incremental", false, "check only what was committed since the last consistent check, and every account")
+	check.Flags().BoolVar(&incremental, "incremental", false, "check only what was committed since the last consistent check, and the accounts written since")
 	c.AddCommand(check, adminCheckpointCmd(), adminVerifyCmd(), adminExportCmd())
 	return c
 }

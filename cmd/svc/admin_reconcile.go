@@ -26,7 +26,8 @@ func adminReconciliationCmd() *cobra.Command {
 		Long: `Without flags: computes the reconciliation report now (the hourly job's computation), stores it
 in the history and acts on it as the job does (an insolvent asset's withdrawals are halted, a
 solvent one's halt lifted), and prints it. Its ledger check is incremental, as the hourly job's (what
-was committed since the last consistent check, and every account); --full checks the whole ledger.
+was committed since the last consistent check, and the accounts written since); --full checks the
+whole ledger.
 --history lists the last stored reports, newest first. docs/reconciliation.md explains every field
 and what to do when it is red.`,
 		Args: cobra.NoArgs,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/db"
 )
 
 // Balance is a user's balance in one asset, in smallest units.
@@ -183,52 +185,105 @@ func (t Totals) UserObligations() int64 { return t.UserAvailable + t.UserHold }
 
 // AssetTotals returns Totals for every asset that has ledger accounts, by
 // asset code. Each system balance is one index-only sum over its postings.
+// The ledger check computes the same from the sums it carries from one
+// check to the next (checkTotals).
 func AssetTotals(ctx context.Context, idb bun.IDB) ([]Totals, error) {
 	q, err := sqlOf(idb)
 	if err != nil {
 		return nil, err
 	}
+	var t totalsBuilder
+	if err := t.addUsers(ctx, q); err != nil {
+		return nil, err
+	}
 	rows, err := q.QueryContext(ctx, `
-SELECT asset, kind, sum(balance) FROM ledger_accounts WHERE balance IS NOT NULL GROUP BY asset, kind
- UNION ALL
-SELECT a.asset, a.kind, (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id)
-  FROM ledger_accounts a WHERE a.owner = ''
- ORDER BY 1`)
+SELECT a.asset, a.kind, (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id)::bigint
+  FROM ledger_accounts a WHERE a.owner = ''`)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: totals: %w", err)
 	}
 	defer rows.Close()
-	var out []Totals
 	for rows.Next() {
 		var (
 			code string
 			kind AccountKind
-			sum  int64 // materialized for user kinds, postings for system kinds
+			sum  int64
 		)
 		if err := rows.Scan(&code, &kind, &sum); err != nil {
 			return nil, fmt.Errorf("ledger: totals: %w", err)
 		}
-		if len(out) == 0 || out[len(out)-1].Asset != code {
-			out = append(out, Totals{Asset: code})
-		}
-		t := &out[len(out)-1]
-		v := kind.Natural(sum)
-		switch kind {
-		case UserAvailable:
-			t.UserAvailable = v
-		case UserHold:
-			t.UserHold = v
-		case Custody:
-			t.Custody = v
-		case InFlight:
-			t.InFlight = v
-		case FeeIncome:
-			t.FeeIncome = v
-		case NetworkFees:
-			t.NetworkFees = v
-		case Suspense:
-			t.Suspense = v
-		}
+		t.add(code, kind, sum)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: totals: %w", err)
+	}
+	return t.list(), nil
+}
+
+// totalsBuilder collects Totals by asset from sums of postings, each
+// account kind's in the accounts' own sense (AccountKind.Natural).
+type totalsBuilder map[string]*Totals
+
+// addUsers adds the users' materialized balances, summed by asset and
+// kind: one pass over the accounts.
+func (t *totalsBuilder) addUsers(ctx context.Context, q db.Querier) error {
+	rows, err := q.QueryContext(ctx, `SELECT asset, kind, sum(balance)::bigint FROM ledger_accounts WHERE balance IS NOT NULL GROUP BY asset, kind`)
+	if err != nil {
+		return fmt.Errorf("ledger: totals: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			code string
+			kind AccountKind
+			sum  int64
+		)
+		if err := rows.Scan(&code, &kind, &sum); err != nil {
+			return fmt.Errorf("ledger: totals: %w", err)
+		}
+		t.add(code, kind, sum)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("ledger: totals: %w", err)
+	}
+	return nil
+}
+
+// add adds the sum of postings of accounts of one asset and kind.
+func (t *totalsBuilder) add(code string, kind AccountKind, sum int64) {
+	if *t == nil {
+		*t = totalsBuilder{}
+	}
+	x := (*t)[code]
+	if x == nil {
+		x = &Totals{Asset: code}
+		(*t)[code] = x
+	}
+	v := kind.Natural(sum)
+	switch kind {
+	case UserAvailable:
+		x.UserAvailable += v
+	case UserHold:
+		x.UserHold += v
+	case Custody:
+		x.Custody += v
+	case InFlight:
+		x.InFlight += v
+	case FeeIncome:
+		x.FeeIncome += v
+	case NetworkFees:
+		x.NetworkFees += v
+	case Suspense:
+		x.Suspense += v
+	}
+}
+
+// list returns the Totals by asset code.
+func (t totalsBuilder) list() []Totals {
+	var out []Totals
+	for _, x := range t {
+		out = append(out, *x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Asset < out[j].Asset })
+	return out
 }

@@ -45,8 +45,9 @@ type Report struct {
 	// Totals are every asset's balances from the same snapshot (for the
 	// custody half of reconciliation).
 	Totals []Totals `json:"-"`
-	// Accounts is the number of accounts checked (always all of them).
-	// Entries and Postings are the numbers of entries and postings read:
+	// Accounts is the number of user accounts whose balances were
+	// checked: all of them in a full check, those written since the
+	// boundary in an incremental one. Entries and Postings are the numbers of entries and postings read:
 	// the whole ledger for a full check, those of Coverage's range for an
 	// incremental one.
 	Accounts int64         `json:"accounts"`
@@ -56,9 +57,12 @@ type Report struct {
 
 	// found counts the findings of the ledger's own checks (the first
 	// three lists, before they are capped); lastPosting is the largest
-	// posting id of the snapshot. Both are recorded (ledger_checks).
+	// posting id of the snapshot; systemSums are the system accounts'
+	// sums below the check's boundary (check_totals.go). All three are
+	// recorded (ledger_checks).
 	found       int64
 	lastPosting int64
+	systemSums  map[int64]int64
 }
 
 // WithdrawalCheck compares the ledger's holds with the withdrawals that own
@@ -118,7 +122,7 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 			}
 		}
 		if since != nil {
-			r, err = checkSince(ctx, q, fmtr, *since)
+			r, err = checkSince(ctx, q, fmtr, *since, to)
 		} else {
 			r, err = check(ctx, q, fmtr)
 		}
@@ -138,7 +142,7 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 		}
 		r.HoldMismatches = holds.strings()
 		r.LedgerConsistent = r.LedgerConsistent && len(r.HoldMismatches) == 0
-		r.Totals, err = AssetTotals(ctx, tx)
+		r.Totals, r.systemSums, err = checkTotals(ctx, q, since, to)
 		return err
 	}
 	var err error

@@ -92,7 +92,7 @@ func TestIncrementalCheckCoversOnlyNewEntries(t *testing.T) {
 	require.Equal(t, int64(2*len(ids)), r.Postings)
 	require.Equal(t, ids[0], *c.FirstEntry)
 	require.Equal(t, ids[len(ids)-1], *c.LastEntry)
-	require.Equal(t, count(t, d, `SELECT count(*) FROM ledger_accounts`), r.Accounts, "every account")
+	require.Equal(t, int64(3), r.Accounts, "the accounts written since: ann's, and bert's available and held")
 	require.Contains(t, c.String(), fmt.Sprintf("incremental: entries of transactions from %d on (ids %d to %d), since check %d",
 		c.FromXid, ids[0], ids[len(ids)-1], *full.Coverage.CheckID))
 	scope, consistent, since := recorded(t, d, *c.CheckID)
@@ -114,7 +114,9 @@ func TestIncrementalCheckCoversOnlyNewEntries(t *testing.T) {
 	require.Equal(t, *r.Coverage.CheckID, *last.Coverage.SinceCheck)
 	require.Zero(t, last.Entries)
 	require.Zero(t, last.Postings)
+	require.Zero(t, last.Accounts, "no account was written since")
 	require.Nil(t, last.Coverage.FirstEntry)
+	require.Equal(t, assetTotals(t, d), last.Totals, "the system sums carried from check to check")
 
 	// The full check is still the full check.
 	again, err := ledger.Check(ctx, d)
@@ -293,7 +295,46 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 	require.True(t, r.LedgerConsistent, "%+v", r)
 	require.LessOrEqual(t, r.Coverage.FromXid, mustUint(t, lateXact), "the late entry is in the range read")
 	require.LessOrEqual(t, *r.Coverage.FirstEntry, late.ID)
+	// The system accounts' sums, carried through every check while the
+	// late entry's transaction stayed open across their boundaries, are
+	// still those of their postings: nothing counted twice or lost.
+	require.Equal(t, assetTotals(t, d), r.Totals)
 	requireInvariants(t, d)
+}
+
+// TestIncrementalTotalsAfterACheckWithoutSums: a consistent check
+// recorded before the system sums were (system_sums NULL) is continued,
+// with the system accounts summed in full once; the check after that
+// carries the sums again.
+func TestIncrementalTotalsAfterACheckWithoutSums(t *testing.T) {
+	t.Parallel()
+	_, d := newCheckpointDB(t)
+	ctx := context.Background()
+	credit(t, d, "BTC", "old", 1_000, "before")
+	_, err := hold(t, d, "BTC", "old", 300, "before-wd")
+	require.NoError(t, err)
+	checkAboveAll(t, d)
+	// A check as recorded before migration 0024, at a boundary above
+	// every entry so far.
+	_, err = d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
+SELECT now(), 'full', pg_snapshot_xmin(pg_current_snapshot()), (SELECT max(id) FROM ledger_postings), true, 0, 0, 0, 0, 0`)
+	require.NoError(t, err)
+	legacy := count(t, d, `SELECT max(id) FROM ledger_checks`)
+	credit(t, d, "BTC", "new", 70, "after")
+	credit(t, d, "USDT_TRC20", "new", 5_000_000, "after-usdt")
+
+	r := checkIncremental(t, d)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	require.Equal(t, legacy, *r.Coverage.SinceCheck)
+	require.Equal(t, assetTotals(t, d), r.Totals)
+	var sums *string
+	require.NoError(t, d.QueryRowContext(ctx, `SELECT system_sums::text FROM ledger_checks WHERE id = ?`, *r.Coverage.CheckID).Scan(&sums))
+	require.NotNil(t, sums, "recorded for the next check")
+
+	credit(t, d, "BTC", "new", 30, "later")
+	next := checkIncremental(t, d)
+	require.True(t, next.LedgerConsistent, "%+v", next)
+	require.Equal(t, assetTotals(t, d), next.Totals)
 }
 
 // TestChecksAreAppendOnly: the runtime role may not change or delete a
@@ -316,4 +357,12 @@ func TestChecksAreAppendOnly(t *testing.T) {
 		_, err = owner.Bun.ExecContext(context.Background(), stmt)
 		require.ErrorContains(t, err, "append-only", "owner: %s", stmt)
 	}
+}
+
+// assetTotals is ledger.AssetTotals of d, summed in full.
+func assetTotals(t testing.TB, d *bun.DB) []ledger.Totals {
+	t.Helper()
+	list, err := ledger.AssetTotals(context.Background(), d)
+	require.NoError(t, err)
+	return list
 }

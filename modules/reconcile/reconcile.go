@@ -193,7 +193,8 @@ type Report struct {
 	Custody                     []CustodyLine `json:"custody"`
 	GeneratedAt                 string        `json:"generated_at"`
 	// LedgerCheck is what the ledger check read: incremental (what was
-	// committed since the last consistent check, and every account) unless
+	// committed since the last consistent check, and the accounts written
+	// since) unless
 	// a full check was asked for or none was recorded before.
 	LedgerCheck ledger.Coverage `json:"ledger_check"`
 }
