@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,6 +158,8 @@ type scaleResult struct {
 	check, recon              time.Duration
 	incr                      time.Duration // the incremental check after the credits
 	incrEntries               int64         // the entries it read
+	incrAccounts              int64         // the accounts it checked
+	reconIncr                 time.Duration // the report with its default, incremental check, over scaleReportCredits new credits
 	hotPostings, deepCursorAt int64         // the hottest user's postings; how deep the deep cursors reach
 }
 
@@ -284,15 +287,51 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
 	res.credits = float64(n.Load()) / load.Elapsed.Seconds()
 
 	// The incremental check after the credits (the full checks above
-	// recorded the boundary): the credits' entries, and every account.
+	// recorded the boundary): the credits' entries, and the accounts written since.
 	t0 := time.Now()
 	rep, err := ledger.CheckIncremental(ctx, d, withdrawal.CheckHolds)
 	require.NoError(t, err)
 	require.True(t, rep.LedgerConsistent, "%+v", rep)
 	require.Equal(t, ledger.ScopeIncremental, rep.Coverage.Scope, "the full checks recorded a boundary")
-	res.incr, res.incrEntries = time.Since(t0), rep.Entries
+	res.incr, res.incrEntries, res.incrAccounts = time.Since(t0), rep.Entries, rep.Accounts
+
+	// The report as the hourly job computes it, with the incremental
+	// check, over the same number of new credits at every size measured
+	// (fewer in the short test).
+	credits := scaleReportCredits
+	if book.postings < 100_000 {
+		credits = int(book.postings / 20)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < credits; i += 8 {
+				k := randomUser(w)
+				err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+					_, err := ledger.CreditDeposit(ctx, tx, scaleAsset(k), scaleUser(k), 1+int64(i), fmt.Sprintf("scale-report-%d-%d", run, i), "")
+					return err
+				})
+				if err != nil {
+					t.Errorf("credit: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t0 = time.Now()
+	rep2, err := rs.Compute(ctx)
+	require.NoError(t, err)
+	require.True(t, rep2.LedgerConsistent, "%+v", rep2)
+	require.Equal(t, ledger.ScopeIncremental, rep2.LedgerCheck.Scope)
+	res.reconIncr = time.Since(t0)
 	return res
 }
+
+// scaleReportCredits is how many credits the incremental report reads.
+const scaleReportCredits = 10_000
 
 func hotUsers(n int64) []string {
 	out := make([]string, n)
@@ -344,6 +383,7 @@ func BenchmarkLedgerScale(b *testing.B) {
 			b.ReportMetric(res.check.Seconds(), "check_s")
 			b.ReportMetric(res.recon.Seconds(), "reconcile_s")
 			b.ReportMetric(res.incr.Seconds(), "incremental_check_s")
+			b.ReportMetric(res.reconIncr.Seconds(), "reconcile_incremental_s")
 			b.ReportMetric(res.credits, "credits/s")
 			if res.tpcb > 0 {
 				b.ReportMetric(res.tpcb, "tpcb_tps")
@@ -351,12 +391,13 @@ func BenchmarkLedgerScale(b *testing.B) {
 			}
 			b.Logf("postings=%d users=%d: database %d MB; hottest user %d postings (deep cursor %d back); "+
 				"balance p50/p99 %.2f/%.2f ms (%.0f/s), first page %.2f/%.2f ms (%.0f/s), deep page %.2f/%.2f ms (%.0f/s) at %d readers; "+
-				"check %s, reconciliation %s; credits %.0f/s at %d writers, TPC-B %.0f tps; then the incremental check %s (%d entries)",
+				"check %s, reconciliation %s; credits %.0f/s at %d writers, TPC-B %.0f tps; then the incremental check %s (%d entries, %d accounts); "+
+				"the report with it over %d new credits %s",
 				book.postings, book.users, res.sizeBytes>>20, res.hotPostings, res.deepCursorAt,
 				res.balance.P50, res.balance.P99, res.balance.Rate, res.first.P50, res.first.P99, res.first.Rate,
 				res.deep.P50, res.deep.P99, res.deep.Rate, scaleReaders,
 				res.check.Round(time.Millisecond), res.recon.Round(time.Millisecond), res.credits, scaleWriters, res.tpcb,
-				res.incr.Round(time.Millisecond), res.incrEntries)
+				res.incr.Round(time.Millisecond), res.incrEntries, res.incrAccounts, scaleReportCredits, res.reconIncr.Round(time.Millisecond))
 		})
 	}
 }
