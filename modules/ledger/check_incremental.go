@@ -170,8 +170,11 @@ func lastConsistentCheck(ctx context.Context, q db.Querier) (*recordedCheck, err
 	var c recordedCheck
 	var to string
 	var sums *string
-	err := q.QueryRowContext(ctx, `SELECT id, checked_at, xid_to::text, last_posting, system_sums::text FROM ledger_checks
- WHERE consistent ORDER BY xid_to DESC, id DESC LIMIT 1`).Scan(&c.id, &c.checkedAt, &to, &c.lastPosting, &sums)
+	// Ordered by the column, not by the text read out under the same name
+	// (an unqualified ORDER BY name means the output column: "89274"
+	// would sort above "154014").
+	err := q.QueryRowContext(ctx, `SELECT c.id, c.checked_at, c.xid_to::text, c.last_posting, c.system_sums::text FROM ledger_checks c
+ WHERE c.consistent ORDER BY c.xid_to DESC, c.id DESC LIMIT 1`).Scan(&c.id, &c.checkedAt, &to, &c.lastPosting, &sums)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -366,3 +366,27 @@ func assetTotals(t testing.TB, d *bun.DB) []ledger.Totals {
 	require.NoError(t, err)
 	return list
 }
+
+// TestIncrementalCheckContinuesTheLatestBoundary: the check continued is
+// the one with the latest boundary as a transaction id, not as text (a
+// boundary with fewer digits sorted above every later one, and the
+// incremental check went on reading from it).
+func TestIncrementalCheckContinuesTheLatestBoundary(t *testing.T) {
+	t.Parallel()
+	_, d := newCheckpointDB(t)
+	ctx := context.Background()
+	credit(t, d, "BTC", "ann", 1_000, "before")
+	latest := checkAboveAll(t, d)
+	require.Greater(t, latest.Coverage.ToXid, uint64(9), "a boundary with more digits than 9")
+	// An older consistent check, recorded later, with a one-digit boundary.
+	_, err := d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
+VALUES (now(), 'full', '9', 0, true, 0, 0, 0, 0, 0)`)
+	require.NoError(t, err)
+	credit(t, d, "BTC", "ann", 10, "after")
+
+	r := checkIncremental(t, d)
+	require.True(t, r.LedgerConsistent, "%+v", r)
+	require.Equal(t, *latest.Coverage.CheckID, *r.Coverage.SinceCheck)
+	require.Equal(t, latest.Coverage.ToXid, r.Coverage.FromXid)
+	require.Equal(t, int64(1), r.Entries, "only the credit after the latest boundary")
+}
