@@ -24,8 +24,10 @@ type Report struct {
 	LedgerConsistent bool `json:"ledger_consistent"`
 	// MaterializedVsDerivedDrifts: user accounts whose stored balance is
 	// not the sum of their postings, or not the running balance
-	// (balance_after) of their newest posting, and user postings whose
-	// balance_after does not continue their account's chain.
+	// (balance_after) of their newest posting, user postings whose
+	// balance_after does not continue their account's chain, and (full
+	// check) system accounts whose sums carried by the last consistent
+	// check are not the sums of their postings.
 	MaterializedVsDerivedDrifts []string `json:"materialized_vs_derived_drifts"`
 	// UnbalancedEntries: entries whose postings do not sum to zero, that
 	// have fewer than two postings, that post to a missing account or one
@@ -118,11 +120,15 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 		if err != nil {
 			return err
 		}
+		// The latest consistent check: the incremental check continues it,
+		// the full one verifies the sums it carried (check_totals.go).
+		prior, err := lastConsistentCheck(ctx, q)
+		if err != nil {
+			return err
+		}
 		var since *recordedCheck
 		if incremental {
-			if since, err = lastConsistentCheck(ctx, q); err != nil {
-				return err
-			}
+			since = prior
 		}
 		if since != nil {
 			r, err = checkSince(ctx, q, fmtr, *since, to)
@@ -153,7 +159,13 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 				return err
 			}
 		}
-		r.Totals, r.systemSums, err = checkTotals(ctx, q, since, to, r.users)
+		var carried []string
+		r.Totals, r.systemSums, carried, err = checkTotals(ctx, q, fmtr, since, prior, to, r.users)
+		if len(carried) > 0 {
+			r.MaterializedVsDerivedDrifts = append(r.MaterializedVsDerivedDrifts, carried...)
+			r.found += int64(len(carried))
+			r.LedgerConsistent = false
+		}
 		return err
 	}
 	var err error

@@ -390,3 +390,42 @@ VALUES (now(), 'full', '9', 0, true, 0, 0, 0, 0, 0)`)
 	require.Equal(t, latest.Coverage.ToXid, r.Coverage.FromXid)
 	require.Equal(t, int64(1), r.Entries, "only the credit after the latest boundary")
 }
+
+// TestFullCheckVerifiesCarriedSums: the full check recomputes the system
+// accounts' sums below the last consistent check's boundary and names a
+// check whose carried sums are not those of the postings (here a row no
+// check wrote), where the incremental check would have trusted them.
+func TestFullCheckVerifiesCarriedSums(t *testing.T) {
+	t.Parallel()
+	_, d := newCheckpointDB(t)
+	ctx := context.Background()
+	credit(t, d, "BTC", "ann", 1_000, "before")
+	honest := checkAboveAll(t, d)
+	credit(t, d, "BTC", "ann", 10, "after")
+	again, err := ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.True(t, again.LedgerConsistent, "the sums carried by check %d verified: %+v", *honest.Coverage.CheckID, again)
+
+	var custody int64
+	require.NoError(t, d.QueryRowContext(ctx, `SELECT id FROM ledger_accounts WHERE owner = '' AND asset = 'BTC' AND kind = 'custody'`).Scan(&custody))
+	_, err = d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms, system_sums)
+SELECT now(), 'full', pg_snapshot_xmin(pg_current_snapshot()), (SELECT max(id) FROM ledger_postings), true, 0, 0, 0, 0, 0,
+       jsonb_build_object(?::text, -5)`, fmt.Sprint(custody)) // postings to custody are negative (AccountKind.Natural)
+	require.NoError(t, err)
+	forged := count(t, d, `SELECT max(id) FROM ledger_checks`)
+	credit(t, d, "BTC", "ann", 20, "later")
+
+	r, err := ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.False(t, r.LedgerConsistent)
+	require.Len(t, r.MaterializedVsDerivedDrifts, 1, "%q", r.MaterializedVsDerivedDrifts)
+	// Below the forged boundary: the credits before it (other tests'
+	// transactions can hold the server's oldest snapshot back, so not
+	// necessarily all three).
+	there := -count(t, d, `SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_entries e ON e.id = p.entry_id
+ WHERE p.account_id = ? AND e.created_xact < (SELECT xid_to FROM ledger_checks WHERE id = ?)`, custody, forged)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[0], fmt.Sprintf("BTC custody (account %d): check %d carried 0.00000005 below its boundary, but the postings there come to 0.%08d",
+		custody, forged, there))
+	_, consistent, _ := recorded(t, d, *r.Coverage.CheckID)
+	require.False(t, consistent, "recorded as inconsistent")
+}

@@ -40,25 +40,37 @@ import (
 
 // checkTotals returns every asset's Totals in q's snapshot, and each
 // system account's sum of postings below the snapshot's boundary to, for
-// the check's record. since is the consistent check being continued, or
-// nil; users, when not nil, are the users' balances already summed in the
-// same snapshot (the incremental check's pass over the accounts).
-func checkTotals(ctx context.Context, q db.Querier, since *recordedCheck, to uint64, users totalsBuilder) ([]Totals, map[int64]int64, error) {
+// the check's record. since is the consistent check an incremental check
+// continues, or nil; users, when not nil, are the users' balances already
+// summed in the same snapshot (the incremental check's pass over the
+// accounts).
+//
+// A full check (since nil) sums every system account's postings, and
+// with them verifies the sums carried by prior, the latest consistent
+// check, when it carried any: below prior's boundary, the postings must
+// still sum to what it recorded. A mismatch means a posting below that
+// boundary was changed around the triggers, or a check row that was not
+// written by a check; it is returned as a finding.
+func checkTotals(ctx context.Context, q db.Querier, amt amounts, since, prior *recordedCheck, to uint64, users totalsBuilder) ([]Totals, map[int64]int64, []string, error) {
 	t := users
 	if t == nil {
 		if err := t.addUsers(ctx, q); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	carry := since != nil && since.systemSums != nil
+	verify := !carry && since == nil && prior != nil && prior.systemSums != nil && prior.xidTo <= to
 	from := to
-	if carry {
+	switch {
+	case carry:
 		from = since.xidTo
+	case verify:
+		from = prior.xidTo
 	}
 	// Per system account: its postings of entries from the boundary
-	// carried (or, with none, from this check's boundary) on, those of
-	// them below this check's boundary, and, when nothing is carried, the
-	// sum of all its postings.
+	// carried or verified (with neither, from this check's boundary) on,
+	// those of them below this check's boundary, and, when nothing is
+	// carried, the sum of all its postings.
 	rows, err := q.QueryContext(ctx, `
 WITH sys AS MATERIALIZED (SELECT id, asset, kind FROM ledger_accounts WHERE owner = ''),
 n AS MATERIALIZED (
@@ -70,12 +82,14 @@ n AS MATERIALIZED (
 SELECT a.id, a.asset, a.kind, coalesce(n.since, 0)::bigint, coalesce(n.below, 0)::bigint,
        CASE WHEN $3 THEN 0 ELSE (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id) END::bigint
   FROM sys a
-  LEFT JOIN n ON n.account_id = a.id`, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10), carry)
+  LEFT JOIN n ON n.account_id = a.id
+ ORDER BY a.id`, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10), carry)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ledger: totals: %w", err)
+		return nil, nil, nil, fmt.Errorf("ledger: totals: %w", err)
 	}
 	defer rows.Close()
 	below := map[int64]int64{}
+	var mismatches []string
 	for rows.Next() {
 		var (
 			id                     int64
@@ -84,22 +98,36 @@ SELECT a.id, a.asset, a.kind, coalesce(n.since, 0)::bigint, coalesce(n.below, 0)
 			sinceSum, between, all int64
 		)
 		if err := rows.Scan(&id, &code, &kind, &sinceSum, &between, &all); err != nil {
-			return nil, nil, fmt.Errorf("ledger: totals: %w", err)
+			return nil, nil, nil, fmt.Errorf("ledger: totals: %w", err)
 		}
 		if carry {
 			base := since.systemSums[id]
 			t.add(code, kind, base+sinceSum)
 			below[id] = base + between
-		} else {
-			// from = to: sinceSum is what lies at or above the boundary.
-			t.add(code, kind, all)
-			below[id] = all - sinceSum
+			continue
+		}
+		// sinceSum is what lies at or above from, between what of it
+		// lies below to.
+		t.add(code, kind, all)
+		below[id] = all - sinceSum + between
+		if want := prior.systemSumOf(id); verify && all-sinceSum != want {
+			mismatches = append(mismatches, fmt.Sprintf("%s %s (account %d): check %d carried %s below its boundary, but the postings there come to %s",
+				code, kind, id, prior.id, amt.format(code, kind.Natural(want)), amt.format(code, kind.Natural(all-sinceSum))))
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("ledger: totals: %w", err)
+		return nil, nil, nil, fmt.Errorf("ledger: totals: %w", err)
 	}
-	return t.list(), below, nil
+	return t.list(), below, mismatches, nil
+}
+
+// systemSumOf is the sum c carried for a system account: 0 for one it
+// did not see, opened after its snapshot (checkTotals).
+func (c *recordedCheck) systemSumOf(id int64) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.systemSums[id]
 }
 
 // encodeSums and decodeSums are the form of the carried sums in
