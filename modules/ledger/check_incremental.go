@@ -21,9 +21,8 @@ import (
 // postings takes a minute (docs/performance.md). The incremental check
 // reads only the entries committed since the last consistent check, with
 // their postings, and the accounts written since, and proves the same
-// thing: every
-// user balance is the sum of its postings, every entry balances on
-// accounts of its asset, and no user balance is negative.
+// thing: every user balance is the sum of its postings, every entry
+// balances on accounts of its asset, and no user balance is negative.
 //
 // The boundary. Each check records (ledger_checks, migration 0022) the
 // xmin X of its snapshot: every transaction below X had ended when the
@@ -85,7 +84,8 @@ import (
 // totals the report needs are carried from check to check
 // (check_totals.go). Nothing reads the postings below the boundary, so
 // the cost does not grow with the ledger's history; the pass over the
-// accounts grows with their number, at about 0.06 s per million.
+// accounts grows with their number (0.1 s per million to find those
+// written, 0.27 s with the users' totals summed on the way).
 
 // Scopes of a check.
 const (
@@ -144,11 +144,10 @@ func (c Coverage) String() string {
 // consistent check that was recorded (any full or incremental one that
 // found nothing): the entries of later transactions with their postings,
 // and the balance of every account written since against its newest
-// posting. With none
-// recorded it is the full check. It reads one snapshot of d, as Check
-// does, runs the withdrawal checks given in it (in full: they are not
-// incremental), and records its result. Report.Coverage says which it
-// was.
+// posting. With none recorded it is the full check. It reads one snapshot
+// of d, as Check does, runs the withdrawal checks given in it (in full:
+// they are not incremental), and records its result. Report.Coverage says
+// which it was.
 func CheckIncremental(ctx context.Context, d *bun.DB, withdrawals ...WithdrawalCheck) (Report, error) {
 	return runCheck(ctx, d, true, withdrawals)
 }
@@ -227,7 +226,7 @@ func checkSince(ctx context.Context, q db.Querier, amt amounts, since recordedCh
 	// transactions old. Past 2^30 every account is checked. A row written
 	// more than 2^31 transactions ago can look new (checked once more,
 	// never missed). One sequential pass over the accounts finds them
-	// (0.13 s for a million here, against 4.4 s for a probe each); each
+	// (0.1 s for a million here, against 4.4 s for a probe each); each
 	// is then one probe of the accounts' primary key (LATERAL with a
 	// LIMIT, so that the planner cannot turn it into a hash join, which
 	// read the million rows again: 0.85 s against 0.30 s).
