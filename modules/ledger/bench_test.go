@@ -220,12 +220,15 @@ func bulkDeposits(b testing.TB, d *bun.DB, asset, prefix string, users, n int, a
 			// the end of any statement (migration 0014). The rank counts the
 			// user's entries, not its rows: each entry is two rows (sides) of
 			// the same user here, and row_number numbered them 1 and 2 in
-			// either order, which failed on a million postings.
+			// either order, which failed on a million postings. The user's
+			// posting carries its entry's display fields (migration 0025).
 			{`WITH p AS (
-			  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+			  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
 			  SELECT e.id, CASE WHEN side = 0 THEN u.id ELSE c.id END, CASE WHEN side = 0 THEN ?::bigint ELSE -?::bigint END,
-			         CASE WHEN side = 0 THEN u.balance + ?::bigint * dense_rank() OVER (PARTITION BY u.id ORDER BY e.id) END
-			    FROM (SELECT id, ? || (split_part(source_ref, ':', 2)::int % ?) AS owner
+			         CASE WHEN side = 0 THEN u.balance + ?::bigint * dense_rank() OVER (PARTITION BY u.id ORDER BY e.id) END,
+			         CASE WHEN side = 0 THEN e.kind END, CASE WHEN side = 0 THEN e.source_ref END,
+			         CASE WHEN side = 0 THEN e.memo END, CASE WHEN side = 0 THEN e.created_at END
+			    FROM (SELECT id, kind, source_ref, memo, created_at, ? || (split_part(source_ref, ':', 2)::int % ?) AS owner
 			            FROM ledger_entries WHERE starts_with(source_ref, ?)) e
 			    JOIN ledger_accounts u ON u.owner = e.owner AND u.asset = ? AND u.kind = 'user_available'
 			    JOIN ledger_accounts c ON c.asset = ? AND c.kind = 'custody' AND c.owner = ''

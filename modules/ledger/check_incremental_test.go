@@ -165,12 +165,12 @@ SELECT e.id, a.id, -5 FROM e, ledger_accounts a WHERE a.asset = 'BTC' AND a.kind
 			// zero (the balance itself cannot go below zero: a CHECK, which
 			// the triggers being off does not lift).
 			require.Equal(t, int64(2), dbtest.ExecBehindTriggers(t, u, `WITH e AS (
-  INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'overdraw') RETURNING id),
+  INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'overdraw') RETURNING id, kind, source_ref, memo, created_at),
 u AS (SELECT a.id, a.balance FROM ledger_accounts a WHERE owner = 'dora' AND asset = 'BTC' AND kind = 'user_available')
-INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-SELECT e.id, u.id, -600, u.balance - 600 FROM e, u
+INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
+SELECT e.id, u.id, -600, u.balance - 600, e.kind, e.source_ref, e.memo, e.created_at FROM e, u
  UNION ALL
-SELECT e.id, a.id, 600, NULL FROM e, ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'custody'`))
+SELECT e.id, a.id, 600, NULL, NULL, NULL, NULL, NULL FROM e, ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'custody'`))
 		}, []string{`BTC user_available of "dora"`}, nil, []string{`BTC user_available of "dora"`, "running balance of its newest posting -0.00000100"}},
 		{"PostingAddedToACheckedEntry", func(t *testing.T, u string, d *bun.DB, _ ledger.Posted) {
 			old := count(t, d, `SELECT id FROM ledger_entries WHERE source_ref = 'old-dora'`)

@@ -170,10 +170,14 @@ SELECT 'deposit_credit', $1, $2 || g FROM generate_series(0, $3::int - 1) g`, as
 	dbtest.ExecBehindTriggers(tb, u, `ANALYZE ledger_entries, ledger_accounts`)
 	// Entry k (in id order) credits user k % users; that user's running
 	// balance after it is its balance before plus amount * (k / users + 1).
-	dbtest.ExecBehindTriggers(tb, u, `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+	// The user's posting carries its entry's display fields (migration 0025).
+	dbtest.ExecBehindTriggers(tb, u, `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
 SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 THEN $1::bigint ELSE -$1::bigint END,
-       CASE WHEN s.side = 0 THEN a.balance + $1::bigint * (e.k / $2::int + 1) END
-  FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM ledger_entries WHERE starts_with(source_ref, $3)) e
+       CASE WHEN s.side = 0 THEN a.balance + $1::bigint * (e.k / $2::int + 1) END,
+       CASE WHEN s.side = 0 THEN e.kind END, CASE WHEN s.side = 0 THEN e.source_ref END,
+       CASE WHEN s.side = 0 THEN e.memo END, CASE WHEN s.side = 0 THEN e.created_at END
+  FROM (SELECT id, kind, source_ref, memo, created_at, row_number() OVER (ORDER BY id) - 1 AS k
+          FROM ledger_entries WHERE starts_with(source_ref, $3)) e
   JOIN ledger_accounts a ON a.asset = $4 AND a.kind = 'user_available' AND a.owner = $5 || (e.k % $2::int)
   JOIN ledger_accounts c ON c.asset = $4 AND c.kind = 'custody' AND c.owner = ''
  CROSS JOIN (VALUES (0), (1)) s (side)

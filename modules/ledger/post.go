@@ -368,19 +368,23 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	ctes = append(ctes, `e AS (INSERT INTO ledger_entries (kind, asset, source_ref, memo)
     SELECT $1::text, $2::text, $3::text, $4::text FROM ok WHERE ok.ok RETURNING id, created_at)`)
 	// A user posting carries its account's balance after it, as the
-	// account's own update returned it (migration 0014 checks the chain).
+	// account's own update returned it (migration 0014 checks the chain),
+	// and copies of the entry's kind, source_ref, memo and created_at for
+	// the user's history (migration 0025); a system posting carries none.
 	values := make([]string, len(e.Lines))
 	for i, l := range e.Lines {
-		acct, after := acctSQL[i], "NULL::bigint"
+		acct, after, user := acctSQL[i], "NULL::bigint", "false"
 		if l.Account.Kind.IsUser() {
-			after = fmt.Sprintf("(SELECT balance FROM a%d)", i)
+			after, user = fmt.Sprintf("(SELECT balance FROM a%d)", i), "true"
 		} else {
 			acct = fmt.Sprintf("(SELECT id FROM ledger_accounts WHERE owner = '' AND asset = $2::text AND kind = '%s')", l.Account.Kind)
 		}
-		values[i] = fmt.Sprintf("(%d, %s, %s::bigint, %s)", i, acct, arg(l.Amount), after)
+		values[i] = fmt.Sprintf("(%d, %s, %s::bigint, %s, %s)", i, acct, arg(l.Amount), after, user)
 	}
-	ctes = append(ctes, fmt.Sprintf(`p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-    SELECT e.id, v.account_id, v.amount, v.balance_after FROM e, (VALUES %s) AS v (ord, account_id, amount, balance_after)
+	ctes = append(ctes, fmt.Sprintf(`p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
+    SELECT e.id, v.account_id, v.amount, v.balance_after, CASE WHEN v.usr THEN $1::text END, CASE WHEN v.usr THEN $3::text END,
+           CASE WHEN v.usr THEN $4::text END, CASE WHEN v.usr THEN e.created_at END
+      FROM e, (VALUES %s) AS v (ord, account_id, amount, balance_after, usr)
     ORDER BY v.ord RETURNING id, account_id, amount)`, strings.Join(values, ", ")))
 
 	stmt := "WITH " + strings.Join(ctes, ",\n") + fmt.Sprintf(`

@@ -93,9 +93,11 @@ func TestRuntimeRoleCannotTamper(t *testing.T) {
 			exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'olga', 1000)
   ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance`)},
 		{"PostingWithoutItsBalance", "ledger_balance_posted",
-			inEntry("forged-2", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-  SELECT x.e, v.a, v.amount, v.after FROM (SELECT ?::bigint AS e) x,
-         (VALUES (?::bigint, 500::bigint, 1200::bigint), (?::bigint, -500::bigint, NULL::bigint)) AS v (a, amount, after)`, olga, custody)},
+			inEntry("forged-2", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_at)
+  SELECT e.id, v.a, v.amount, v.after, CASE WHEN v.usr THEN e.kind END, CASE WHEN v.usr THEN e.source_ref END,
+         CASE WHEN v.usr THEN e.created_at END
+    FROM (SELECT ?::bigint AS id) x JOIN ledger_entries e ON e.id = x.id,
+         (VALUES (?::bigint, 500::bigint, 1200::bigint, true), (?::bigint, -500::bigint, NULL::bigint, false)) AS v (a, amount, after, usr)`, olga, custody)},
 		{"SecondCreditOfAPayment", "ledger_entries_source",
 			exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('deposit_credit', 'BTC', 'pay-1')`)},
 	} {

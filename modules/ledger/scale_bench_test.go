@@ -39,7 +39,8 @@ import (
 // so a rerun does not regenerate and no run measures another's writes.
 
 // scaleVersion names the generator's output: change it with the generator.
-const scaleVersion = 1
+// 2: user postings carry their entry's display fields (migration 0025).
+const scaleVersion = 2
 
 var scaleAssets = []string{"BTC", "BTC_LN", "USDT_TRC20"}
 
@@ -65,8 +66,9 @@ func scaleAsset(k int64) string { return scaleAssets[k%3] }
 // sees the tables meanwhile (ALTER TABLE locks them). So that this
 // measures something real, it then checks what the triggers would have:
 // every running balance (balance_after) continues its account's chain,
-// and ledger.Check finds every entry balanced and every balance equal to
-// its postings.
+// and ledger.Check finds every entry balanced, every balance equal to
+// its postings and every user posting's copies equal to its entry's
+// fields.
 func generateScale(t testing.TB, u string, book scaleBook) {
 	t.Helper()
 	ctx := context.Background()
@@ -105,11 +107,14 @@ SELECT $1 + 1 + s.u, ` + assets + `, 'user_available', 'scale-' || s.u, sum(s.am
 SELECT $1 + s.g, 'deposit_credit', ` + assets + `, 'deposit:scale:' || lpad(s.g::text, 12, '0'), s.at
   FROM scale_gen s ORDER BY s.g`, []any{entryBase}},
 		// The user's posting first, with its running balance (the account
-		// is new: the chain starts at 0), then custody's; in id order.
-		{`INSERT INTO ledger_postings (id, entry_id, account_id, amount, balance_after) OVERRIDING SYSTEM VALUE
+		// is new: the chain starts at 0) and its entry's display fields,
+		// then custody's; in id order.
+		{`INSERT INTO ledger_postings (id, entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_at) OVERRIDING SYSTEM VALUE
 SELECT $1 + 2 * s.g - 1 + x.side, $2 + s.g, CASE x.side WHEN 0 THEN $3 + 1 + s.u ELSE c.id END,
-       CASE x.side WHEN 0 THEN s.amount ELSE -s.amount END, CASE x.side WHEN 0 THEN s.running END
-  FROM (SELECT g, u, amount, sum(amount) OVER (PARTITION BY u ORDER BY g) AS running FROM scale_gen) s
+       CASE x.side WHEN 0 THEN s.amount ELSE -s.amount END, CASE x.side WHEN 0 THEN s.running END,
+       CASE x.side WHEN 0 THEN 'deposit_credit' END, CASE x.side WHEN 0 THEN 'deposit:scale:' || lpad(s.g::text, 12, '0') END,
+       CASE x.side WHEN 0 THEN s.at END
+  FROM (SELECT g, u, amount, at, sum(amount) OVER (PARTITION BY u ORDER BY g) AS running FROM scale_gen) s
   JOIN ledger_accounts c ON c.owner = '' AND c.kind = 'custody' AND c.asset = ` + assets + `
  CROSS JOIN (VALUES (0), (1)) x (side)
  ORDER BY 1`, []any{postingBase, entryBase, accountBase}},

@@ -92,15 +92,20 @@ func TestDatabaseRefuses(t *testing.T) {
 			return exec(`INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'user_available', 'ivan', 1000)
   ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance`)
 		}},
-		{"PostingWithoutItsBalance", "ledger_balance_posted", inEntry("bad-8", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after) VALUES (?, ?, 5, 1005), (?, ?, -5, NULL)`, entryID{}, ivan, entryID{}, custody)},
+		{"PostingWithoutItsBalance", "ledger_balance_posted", inEntry("bad-8", `INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_at)
+  SELECT e.id, v.a, v.amount, v.after, CASE WHEN v.usr THEN e.kind END, CASE WHEN v.usr THEN e.source_ref END, CASE WHEN v.usr THEN e.created_at END
+    FROM ledger_entries e, (VALUES (?::bigint, 5, 1005, true), (?::bigint, -5, NULL, false)) v (a, amount, after, usr)
+   WHERE e.id = ?`, ivan, custody, entryID{})},
 		// The balance moves by 5 with a posting of 5, but the posting claims a
 		// running balance the account's history does not give.
 		{"PostingOffTheChain", "ledger_balance_posted", inEntry("bad-9", `WITH u AS (UPDATE ledger_accounts SET balance = 2005 WHERE id = ? RETURNING balance)
-  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-  SELECT ?, ?, 5, (SELECT balance FROM u) UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, entryID{}, ivan, entryID{}, custody)},
+  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_at)
+  SELECT e.id, ?, 5, (SELECT balance FROM u), e.kind, e.source_ref, e.created_at FROM ledger_entries e WHERE e.id = ?
+   UNION ALL SELECT ?, ?, -5, NULL::bigint, NULL, NULL, NULL`, ivan, ivan, entryID{}, entryID{}, custody)},
 		{"UserPostingWithoutRunningBalance", "ledger_balance_posted", inEntry("bad-10", `WITH u AS (UPDATE ledger_accounts SET balance = balance + 5 WHERE id = ? RETURNING balance)
-  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
-  SELECT ?, ?, 5, NULL::bigint FROM u UNION ALL SELECT ?, ?, -5, NULL::bigint`, ivan, entryID{}, ivan, entryID{}, custody)},
+  INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_at)
+  SELECT e.id, ?, 5, NULL::bigint, e.kind, e.source_ref, e.created_at FROM u, ledger_entries e WHERE e.id = ?
+   UNION ALL SELECT ?, ?, -5, NULL::bigint, NULL, NULL, NULL`, ivan, ivan, entryID{}, entryID{}, custody)},
 		{"EntryWithoutPostings", "ledger_entries_balanced", func() error { return exec(newEntry, "BTC", "bad-2") }},
 		{"PostingIntoAnEarlierEntry", "ledger_postings_check", func() error {
 			return exec(`INSERT INTO ledger_postings (entry_id, account_id, amount) VALUES (?, ?, 1), (?, ?, -1)`, p.ID, ivan, p.ID, custody)
@@ -191,8 +196,9 @@ func TestCheckFindsCorruption(t *testing.T) {
 		if err := tx.NewRaw(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'forged') RETURNING id`).Scan(ctx, &id); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount)
-  SELECT ?, id, -300 FROM ledger_accounts WHERE owner = 'ken' AND kind = 'user_hold'`, id)
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger_postings (entry_id, account_id, amount, entry_kind, entry_ref, entry_at)
+  SELECT ?, id, -300, 'correction', 'forged', (SELECT created_at FROM ledger_entries WHERE source_ref = 'forged')
+    FROM ledger_accounts WHERE owner = 'ken' AND kind = 'user_hold'`, id)
 		return err
 	})
 	require.NoError(t, err)

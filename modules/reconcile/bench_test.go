@@ -248,15 +248,18 @@ SELECT k, asset, id::text, CASE k WHEN 'withdrawal_hold' THEN 'withdrawal hold' 
 // postingsWithBalances is the statement that inserts the postings src
 // selects (entry_id, account_id, amount, ord: the order within the entry)
 // and moves the materialized balances by them, each user posting with its
-// running balance, in id order: the database refuses a balance that
-// differs from its postings at the end of any statement (migration 0014),
-// so the two cannot be separate statements.
+// running balance and its entry's display fields (migration 0025), in id
+// order: the database refuses a balance that differs from its postings at
+// the end of any statement (migration 0014), so the two cannot be
+// separate statements.
 func postingsWithBalances(src string) string {
 	return `WITH src AS (` + src + `),
-p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after)
+p AS (INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
   SELECT s.entry_id, s.account_id, s.amount,
-         CASE WHEN a.balance IS NOT NULL THEN a.balance + sum(s.amount) OVER (PARTITION BY s.account_id ORDER BY s.entry_id) END
-    FROM src s JOIN ledger_accounts a ON a.id = s.account_id
+         CASE WHEN a.balance IS NOT NULL THEN a.balance + sum(s.amount) OVER (PARTITION BY s.account_id ORDER BY s.entry_id) END,
+         CASE WHEN a.balance IS NOT NULL THEN e.kind END, CASE WHEN a.balance IS NOT NULL THEN e.source_ref END,
+         CASE WHEN a.balance IS NOT NULL THEN e.memo END, CASE WHEN a.balance IS NOT NULL THEN e.created_at END
+    FROM src s JOIN ledger_accounts a ON a.id = s.account_id JOIN ledger_entries e ON e.id = s.entry_id
    ORDER BY s.entry_id, s.ord
   RETURNING account_id, amount)
 UPDATE ledger_accounts a SET balance = a.balance + x.total

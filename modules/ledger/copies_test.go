@@ -1,0 +1,67 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+)
+
+// The copies of an entry's display fields on its user postings (migration
+// 0025), which a user's history reads instead of the entry.
+
+// TestPostingCopiesMustBeTheEntrys: as the runtime role, a posting whose
+// copies are not its entry's fields, or a system posting that carries
+// any, is refused by the postings' trigger; the same statement with the
+// right copies is accepted, so each refusal is for the copy alone.
+func TestPostingCopiesMustBeTheEntrys(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4) // the runtime role
+	ctx := context.Background()
+	credit(t, d, "BTC", "pia", 1_000, "pay-1")
+	var pia, custody int64
+	require.NoError(t, d.NewRaw(`SELECT
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'user_available' AND owner = 'pia'),
+  (SELECT id FROM ledger_accounts WHERE asset = 'BTC' AND kind = 'custody')`).Scan(ctx, &pia, &custody))
+
+	// post writes an entry with a memo and, in the same transaction, a
+	// credit of 5 to pia from custody whose postings carry the copies
+	// given (of the entry e).
+	post := func(ref, userCopies, systemCopies string) error {
+		return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
+			var id int64
+			if err := tx.NewRaw(`INSERT INTO ledger_entries (kind, asset, source_ref, memo) VALUES ('correction', 'BTC', ?, 'a memo') RETURNING id`, ref).
+				Scan(ctx, &id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `WITH u AS (UPDATE ledger_accounts SET balance = balance + 5 WHERE id = ? RETURNING id, balance)
+INSERT INTO ledger_postings (entry_id, account_id, amount, balance_after, entry_kind, entry_ref, entry_memo, entry_at)
+SELECT e.id, u.id, 5, u.balance, `+userCopies+` FROM ledger_entries e, u WHERE e.id = ?
+ UNION ALL
+SELECT e.id, ?, -5, NULL, `+systemCopies+` FROM ledger_entries e WHERE e.id = ?`, pia, id, custody, id)
+			return err
+		})
+	}
+	const right, none = `e.kind, e.source_ref, e.memo, e.created_at`, `NULL, NULL, NULL, NULL::timestamptz`
+	for _, tc := range []struct{ name, user, system string }{
+		{"WrongKind", `'deposit_credit', e.source_ref, e.memo, e.created_at`, none},
+		{"WrongSourceRef", `e.kind, 'pay-1', e.memo, e.created_at`, none},
+		{"WrongMemo", `e.kind, e.source_ref, 'another memo', e.created_at`, none},
+		{"MemoLeftOut", `e.kind, e.source_ref, NULL, e.created_at`, none},
+		{"WrongTime", `e.kind, e.source_ref, e.memo, e.created_at + interval '1 microsecond'`, none},
+		{"NoCopies", none, none},
+		{"CopiesOnASystemPosting", right, `e.kind, NULL, NULL, NULL::timestamptz`},
+	} {
+		err := post("bad-"+tc.name, tc.user, tc.system)
+		require.Error(t, err, tc.name)
+		require.Equal(t, "ledger_posting_entry_copies", constraintOf(err), "%s: %v", tc.name, err)
+	}
+	require.NoError(t, post("good", right, none))
+	require.Equal(t, int64(2), count(t, d, `SELECT count(*) FROM ledger_entries`), "only the good one got in")
+	avail, _ := balance(t, d, "BTC", "pia")
+	require.Equal(t, int64(1_005), avail)
+	requireInvariants(t, d)
+}
