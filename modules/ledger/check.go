@@ -25,9 +25,12 @@ type Report struct {
 	// MaterializedVsDerivedDrifts: user accounts whose stored balance is
 	// not the sum of their postings, or not the running balance
 	// (balance_after) of their newest posting, user postings whose
-	// balance_after does not continue their account's chain, and (full
-	// check) system accounts whose sums carried by the last consistent
-	// check are not the sums of their postings.
+	// balance_after does not continue their account's chain, postings
+	// whose copies of their entry's kind, source_ref, memo and created_at
+	// (what a user's history shows, migration 0025) are not the entry's,
+	// or that carry copies on a system account, and (full check) system
+	// accounts whose sums carried by the last consistent check are not the
+	// sums of their postings.
 	MaterializedVsDerivedDrifts []string `json:"materialized_vs_derived_drifts"`
 	// UnbalancedEntries: entries whose postings do not sum to zero, that
 	// have fewer than two postings, that post to a missing account or one
@@ -320,6 +323,22 @@ SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NO
 		return r, err
 	}
 	if err := scanForeignPostings(rows, &unbalanced); err != nil {
+		return r, err
+	}
+
+	// Postings whose copies of their entry's display fields are not the
+	// entry's (check_copies.go).
+	rows, err = q.QueryContext(ctx, `
+SELECT `+copyColumns+`
+  FROM ledger_postings p
+  JOIN ledger_entries e ON e.id = p.entry_id
+  JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE `+copyDrifts+`
+ ORDER BY p.id`)
+	if err != nil {
+		return r, err
+	}
+	if err := scanCopyDrifts(rows, &drifts); err != nil {
 		return r, err
 	}
 	r.setFindings(&drifts, &unbalanced, &negative)

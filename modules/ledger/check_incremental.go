@@ -386,6 +386,21 @@ SELECT p.id, p.entry_id, e.kind, e.asset, e.source_ref, p.account_id, a.id IS NO
 	if err := closeRows(rows); err != nil {
 		return r, err
 	}
+	// The new entries' postings carry their entry's display fields, user
+	// postings only (check_copies.go).
+	rows, err = q.QueryContext(ctx, `
+SELECT `+copyColumns+`
+  FROM ledger_entries e
+  JOIN ledger_postings p ON p.entry_id = e.id
+  JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.created_xact >= $1::text::xid8 AND `+copyDrifts+`
+ ORDER BY p.id`, from)
+	if err != nil {
+		return r, err
+	}
+	if err := scanCopyDrifts(rows, &drifts); err != nil {
+		return r, err
+	}
 
 	// (4) Postings written since the last check's snapshot that belong to
 	// no entry, or to an entry the last check had read: a primary-key

@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
+	"svc/modules/ledger"
 	"svc/platform/db"
+	"svc/platform/dbtest"
 )
 
 // The copies of an entry's display fields on its user postings (migration
@@ -64,4 +66,50 @@ SELECT e.id, ?, -5, NULL, `+systemCopies+` FROM ledger_entries e WHERE e.id = ?`
 	avail, _ := balance(t, d, "BTC", "pia")
 	require.Equal(t, int64(1_005), avail)
 	requireInvariants(t, d)
+}
+
+// TestChecksFindADivergingCopy: a copy changed with the triggers off is a
+// drift for the incremental check (a new entry's posting) and for the full
+// check (any posting), and so is a copy on a system posting.
+func TestChecksFindADivergingCopy(t *testing.T) {
+	t.Parallel()
+	u, d := newCheckpointDB(t)
+	ctx := context.Background()
+	old := credit(t, d, "BTC", "quinn", 1_000, "old-quinn")
+	full := checkAboveAll(t, d)
+	p := credit(t, d, "BTC", "quinn", 10, "new-quinn")
+
+	require.Equal(t, int64(1), dbtest.ExecBehindTriggers(t, u, `UPDATE ledger_postings SET entry_memo = 'not the entry''s'
+ WHERE entry_id = $1 AND entry_kind IS NOT NULL`, p.ID))
+	r := checkIncremental(t, d)
+	require.Equal(t, ledger.ScopeIncremental, r.Coverage.Scope)
+	require.Equal(t, *full.Coverage.CheckID, *r.Coverage.SinceCheck)
+	require.False(t, r.LedgerConsistent)
+	require.Len(t, r.MaterializedVsDerivedDrifts, 1, "%q", r.MaterializedVsDerivedDrifts)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[0], `BTC user_available of "quinn"`)
+	require.Contains(t, r.MaterializedVsDerivedDrifts[0], `memo "not the entry's", the entry's null`)
+	require.Empty(t, r.UnbalancedEntries)
+	require.Empty(t, r.NegativeBalances)
+
+	all, err := ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.False(t, all.LedgerConsistent)
+	require.Equal(t, r.MaterializedVsDerivedDrifts, all.MaterializedVsDerivedDrifts)
+	require.Empty(t, all.UnbalancedEntries)
+
+	// Below the incremental check's boundary only the full check reads:
+	// the old entry's custody posting given a copy, and its user
+	// posting's time moved.
+	require.Equal(t, int64(2), dbtest.ExecBehindTriggers(t, u, `UPDATE ledger_postings
+   SET entry_kind = CASE WHEN entry_kind IS NULL THEN 'deposit_credit' ELSE entry_kind END,
+       entry_at = CASE WHEN entry_kind IS NULL THEN entry_at ELSE '2020-01-02 03:04:05+00' END
+ WHERE entry_id = $1`, old.ID))
+	all, err = ledger.Check(ctx, d)
+	require.NoError(t, err)
+	require.Len(t, all.MaterializedVsDerivedDrifts, 3, "%q", all.MaterializedVsDerivedDrifts)
+	require.Contains(t, all.MaterializedVsDerivedDrifts[0], `BTC user_available of "quinn"`)
+	require.Contains(t, all.MaterializedVsDerivedDrifts[0], `created_at 2020-01-02T03:04:05`)
+	require.Contains(t, all.MaterializedVsDerivedDrifts[1], `BTC custody of ""`)
+	require.Contains(t, all.MaterializedVsDerivedDrifts[1], "of a system account carries copies of its entry")
+	require.Contains(t, all.MaterializedVsDerivedDrifts[2], `memo "not the entry's"`)
 }
