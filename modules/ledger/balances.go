@@ -129,16 +129,19 @@ func Transactions(ctx context.Context, idb bun.IDB, tq TransactionsQuery) ([]Tra
 		return nil, nil, err
 	}
 	// Per account (at most two per asset) the newest postings below the
-	// cursor straight from the (account_id, id) index, then the merge: the
-	// cost is the page size, not the user's history.
+	// cursor from the (account_id, id) index, then the merge: the cost is
+	// the page size, not the user's history. A user posting carries its
+	// entry's kind, source_ref, memo and created_at (migration 0025, which
+	// the posting trigger and the ledger checks hold equal to the entry's),
+	// and the entry's asset is the account's, so the page reads one heap
+	// row per posting and no entry.
 	rows, err := q.QueryContext(ctx, `
-SELECT p.id, p.entry_id, e.kind, e.asset, acc.kind, p.amount, e.source_ref, coalesce(e.memo, ''), e.created_at
+SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_ref, coalesce(p.entry_memo, ''), p.entry_at
   FROM ledger_accounts acc
  CROSS JOIN LATERAL (
-        SELECT id, entry_id, amount FROM ledger_postings
+        SELECT id, entry_id, amount, entry_kind, entry_ref, entry_memo, entry_at FROM ledger_postings
          WHERE account_id = acc.id AND id < $3
          ORDER BY id DESC LIMIT $4) p
-  JOIN ledger_entries e ON e.id = p.entry_id
  WHERE acc.owner = $1 AND acc.kind IN ('user_available', 'user_hold') AND ($2::text = '' OR acc.asset = $2::text)
  ORDER BY p.id DESC
  LIMIT $4`, tq.ExternalUserID, tq.Asset, cursor, tq.Limit+1)

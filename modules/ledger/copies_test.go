@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,4 +113,59 @@ func TestChecksFindADivergingCopy(t *testing.T) {
 	require.Contains(t, all.MaterializedVsDerivedDrifts[1], `BTC custody of ""`)
 	require.Contains(t, all.MaterializedVsDerivedDrifts[1], "of a system account carries copies of its entry")
 	require.Contains(t, all.MaterializedVsDerivedDrifts[2], `memo "not the entry's"`)
+}
+
+// TestHistoryReadsTheCopies: a user's history, read from the postings'
+// copies, is what the join with the entries gives, field for field, with
+// and without memos, over both user accounts and across pages.
+func TestHistoryReadsTheCopies(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	ctx := context.Background()
+	credit(t, d, "BTC", "rae", 5_000, "pay-1")
+	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+		_, err := ledger.CreditDeposit(ctx, tx, "BTC", "rae", 700, "pay-2", "réglé ✓ \"quoted\"")
+		return err
+	}))
+	_, err := hold(t, d, "BTC", "rae", 1_200, "wd-1")
+	require.NoError(t, err)
+	credit(t, d, "BTC", "someone-else", 100, "pay-3")
+
+	var want []ledger.Transaction
+	rows, err := d.QueryContext(ctx, `
+SELECT p.id, p.entry_id, e.kind, e.asset, a.kind, p.amount, e.source_ref, e.memo, e.created_at
+  FROM ledger_postings p
+  JOIN ledger_entries e ON e.id = p.entry_id
+  JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE a.owner = 'rae'
+ ORDER BY p.id DESC`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var tr ledger.Transaction
+		var memo sql.NullString
+		require.NoError(t, rows.Scan(&tr.PostingID, &tr.EntryID, &tr.Kind, &tr.Asset, &tr.Account, &tr.Amount, &tr.SourceRef, &memo, &tr.CreatedAt))
+		tr.Memo = memo.String
+		want = append(want, tr)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, want, 4)
+
+	var got []ledger.Transaction
+	var cursor int64
+	for {
+		page, next, err := ledger.Transactions(ctx, d, ledger.TransactionsQuery{ExternalUserID: "rae", Cursor: cursor, Limit: 3})
+		require.NoError(t, err)
+		got = append(got, page...)
+		if next == nil {
+			break
+		}
+		cursor = *next
+	}
+	require.Len(t, got, len(want))
+	for i := range want {
+		require.True(t, want[i].CreatedAt.Equal(got[i].CreatedAt), "%d: %s vs %s", i, want[i].CreatedAt, got[i].CreatedAt)
+		want[i].CreatedAt = got[i].CreatedAt
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, "réglé ✓ \"quoted\"", got[2].Memo)
 }
