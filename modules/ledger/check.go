@@ -312,33 +312,21 @@ SELECT coalesce(e.id, x.entry_id), e.id IS NOT NULL, coalesce(e.kind, ''), coale
 
 	// Postings on an account that does not exist or belongs to another
 	// asset than their entry: the entry does not balance in its asset.
+	// The same pass compares the postings' copies of their entry
+	// (check_copies.go): a second join of every posting with its entry
+	// took longer than this one.
 	rows, err = q.QueryContext(ctx, `
-SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NOT NULL, coalesce(a.asset, '')
+SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NOT NULL, coalesce(a.asset, ''),
+       a.id IS NULL OR a.asset <> e.asset, `+copyColumns+`
   FROM ledger_postings p
   JOIN ledger_entries e ON e.id = p.entry_id
   LEFT JOIN ledger_accounts a ON a.id = p.account_id
- WHERE a.id IS NULL OR a.asset <> e.asset
+ WHERE a.id IS NULL OR a.asset <> e.asset OR `+copyDrifts+`
  ORDER BY p.entry_id, p.id`)
 	if err != nil {
 		return r, err
 	}
-	if err := scanForeignPostings(rows, &unbalanced); err != nil {
-		return r, err
-	}
-
-	// Postings whose copies of their entry's display fields are not the
-	// entry's (check_copies.go).
-	rows, err = q.QueryContext(ctx, `
-SELECT `+copyColumns+`
-  FROM ledger_postings p
-  JOIN ledger_entries e ON e.id = p.entry_id
-  JOIN ledger_accounts a ON a.id = p.account_id
- WHERE `+copyDrifts+`
- ORDER BY p.id`)
-	if err != nil {
-		return r, err
-	}
-	if err := scanCopyDrifts(rows, &drifts); err != nil {
+	if err := scanPostingFindings(rows, &unbalanced, &drifts); err != nil {
 		return r, err
 	}
 	r.setFindings(&drifts, &unbalanced, &negative)
@@ -402,13 +390,18 @@ func scanForeignPostings(rows *sql.Rows, unbalanced *findings) error {
 			rows.Close()
 			return err
 		}
-		if !exists {
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, kind, ref, code, posting, account))
-		} else {
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, kind, ref, code, posting, account, other))
-		}
+		unbalanced.add(foreignPosting(entry, kind, code, ref, posting, account, exists, other))
 	}
 	return closeRows(rows)
+}
+
+// foreignPosting says what is wrong with a posting on a missing account
+// or one of another asset than its entry.
+func foreignPosting(entry int64, kind, code, ref string, posting, account int64, exists bool, other string) string {
+	if !exists {
+		return fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, kind, ref, code, posting, account)
+	}
+	return fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, kind, ref, code, posting, account, other)
 }
 
 // setFindings fills the report's lists and consistency from the findings.

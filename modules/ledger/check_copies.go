@@ -16,10 +16,10 @@ import (
 // both checks list it among the MaterializedVsDerivedDrifts: the copy is
 // materialized from the entry, as a balance is from its postings.
 
-// copyColumns are the columns scanCopyDrifts reads, of postings p joined
-// with their entries e and accounts a.
-const copyColumns = `p.id, p.entry_id, a.id, a.asset, a.kind, a.owner, a.balance IS NOT NULL,
-       p.entry_kind, p.entry_ref, p.entry_memo, p.entry_at, e.kind, e.source_ref, e.memo, e.created_at`
+// copyColumns are the columns of a copyRow, of postings p joined with
+// their entries e and accounts a (a may be missing: a left join).
+const copyColumns = `p.id, p.entry_id, coalesce(a.id, 0), coalesce(a.asset, ''), coalesce(a.kind, ''), coalesce(a.owner, ''),
+       a.balance IS NOT NULL, p.entry_kind, p.entry_ref, p.entry_memo, p.entry_at, e.kind, e.source_ref, e.memo, e.created_at`
 
 // copyDrifts is the condition on p, e and a of a posting whose copies are
 // not what they must be: its entry's fields on a user account, none on a
@@ -28,44 +28,81 @@ const copyDrifts = `CASE WHEN a.balance IS NULL
             THEN p.entry_kind IS NOT NULL OR p.entry_ref IS NOT NULL OR p.entry_memo IS NOT NULL OR p.entry_at IS NOT NULL
             ELSE (p.entry_kind, p.entry_ref, p.entry_memo, p.entry_at) IS DISTINCT FROM (e.kind, e.source_ref, e.memo, e.created_at) END`
 
+// copyRow is a posting with its copies and its entry's fields.
+type copyRow struct {
+	posting, entry, account     int64
+	code, owner                 string
+	kind                        AccountKind
+	user                        bool
+	copyKind, copyRef, copyMemo sql.NullString
+	copyAt                      sql.NullTime
+	entryKind, entryRef         string
+	entryMemo                   sql.NullString
+	entryAt                     sql.NullTime
+}
+
+// dest is where to scan copyColumns.
+func (c *copyRow) dest() []any {
+	return []any{&c.posting, &c.entry, &c.account, &c.code, &c.kind, &c.owner, &c.user,
+		&c.copyKind, &c.copyRef, &c.copyMemo, &c.copyAt, &c.entryKind, &c.entryRef, &c.entryMemo, &c.entryAt}
+}
+
+// finding says how the posting's copies diverge from its entry.
+func (c *copyRow) finding() string {
+	name := fmt.Sprintf("%s %s of %q (account %d)", c.code, c.kind, c.owner, c.account)
+	if !c.user {
+		return fmt.Sprintf("%s: posting %d (entry %d) of a system account carries copies of its entry", name, c.posting, c.entry)
+	}
+	var diff []string
+	field := func(what string, cp, e sql.NullString) {
+		if cp != e {
+			diff = append(diff, fmt.Sprintf("%s %s, the entry's %s", what, quoteNull(cp), quoteNull(e)))
+		}
+	}
+	field("kind", c.copyKind, sql.NullString{String: c.entryKind, Valid: true})
+	field("source_ref", c.copyRef, sql.NullString{String: c.entryRef, Valid: true})
+	field("memo", c.copyMemo, c.entryMemo)
+	if c.copyAt.Valid != c.entryAt.Valid || !c.copyAt.Time.Equal(c.entryAt.Time) {
+		diff = append(diff, fmt.Sprintf("created_at %s, the entry's %s", timeOrNull(c.copyAt), timeOrNull(c.entryAt)))
+	}
+	return fmt.Sprintf("%s: posting %d (entry %d) copies its entry as %s", name, c.posting, c.entry, strings.Join(diff, "; "))
+}
+
 // scanCopyDrifts lists the postings of rows (copyColumns) whose copies of
 // their entry diverge, and closes rows.
 func scanCopyDrifts(rows *sql.Rows, drifts *findings) error {
 	for rows.Next() {
-		var (
-			posting, entry, account     int64
-			code, owner                 string
-			kind                        AccountKind
-			user                        bool
-			copyKind, copyRef, copyMemo sql.NullString
-			copyAt                      sql.NullTime
-			entryKind, entryRef         string
-			entryMemo                   sql.NullString
-			entryAt                     sql.NullTime
-		)
-		if err := rows.Scan(&posting, &entry, &account, &code, &kind, &owner, &user,
-			&copyKind, &copyRef, &copyMemo, &copyAt, &entryKind, &entryRef, &entryMemo, &entryAt); err != nil {
+		var c copyRow
+		if err := rows.Scan(c.dest()...); err != nil {
 			rows.Close()
 			return err
 		}
-		name := fmt.Sprintf("%s %s of %q (account %d)", code, kind, owner, account)
-		if !user {
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) of a system account carries copies of its entry", name, posting, entry))
-			continue
+		drifts.add(c.finding())
+	}
+	return closeRows(rows)
+}
+
+// scanPostingFindings reads rows of the full check's pass over postings
+// and entries (scanForeignPostings' columns, whether the posting is on a
+// missing or foreign account, then copyColumns): a foreign posting is an
+// unbalanced entry, any other row a diverging copy. It closes rows.
+func scanPostingFindings(rows *sql.Rows, unbalanced, drifts *findings) error {
+	for rows.Next() {
+		var (
+			entry, posting, account int64
+			kind, code, ref, other  string
+			exists, foreign         bool
+			c                       copyRow
+		)
+		if err := rows.Scan(append([]any{&entry, &kind, &code, &ref, &posting, &account, &exists, &other, &foreign}, c.dest()...)...); err != nil {
+			rows.Close()
+			return err
 		}
-		var diff []string
-		field := func(what string, c, e sql.NullString) {
-			if c != e {
-				diff = append(diff, fmt.Sprintf("%s %s, the entry's %s", what, quoteNull(c), quoteNull(e)))
-			}
+		if foreign {
+			unbalanced.add(foreignPosting(entry, kind, code, ref, posting, account, exists, other))
+		} else {
+			drifts.add(c.finding())
 		}
-		field("kind", copyKind, sql.NullString{String: entryKind, Valid: true})
-		field("source_ref", copyRef, sql.NullString{String: entryRef, Valid: true})
-		field("memo", copyMemo, entryMemo)
-		if copyAt.Valid != entryAt.Valid || !copyAt.Time.Equal(entryAt.Time) {
-			diff = append(diff, fmt.Sprintf("created_at %s, the entry's %s", timeOrNull(copyAt), timeOrNull(entryAt)))
-		}
-		drifts.add(fmt.Sprintf("%s: posting %d (entry %d) copies its entry as %s", name, posting, entry, strings.Join(diff, "; ")))
 	}
 	return closeRows(rows)
 }
