@@ -42,11 +42,15 @@
 -- The backfill rewrites every existing user posting (about half of the
 -- table) in this transaction, with ledger_postings_append_only off around
 -- the UPDATE as 0014 did. Updated rows do not fit on their full pages, so
--- the table and its indexes grow by the rewritten rows until a VACUUM
--- (which cannot run inside the migration's transaction) makes the old
--- versions' space reusable: VACUUM ANALYZE ledger_postings after
--- migrating a large ledger, and run it in a quiet window (the UPDATE
--- locks the postings it rewrites, and the ALTER TABLE locks the table).
+-- every rewritten row is a new row version with new entries in all three
+-- indexes. At a million postings the UPDATE took 9 s on two shared cores,
+-- and the postings with their indexes grew from 177 to 312 MB (the same
+-- ledger written with the copies: 210 MB). VACUUM (which cannot run
+-- inside the migration's transaction) makes the old versions' space
+-- reusable by later postings; REINDEX ... CONCURRENTLY gives the indexes'
+-- back. Run this migration in a quiet window on a large ledger (the ALTER
+-- TABLE locks the postings for the whole transaction), then VACUUM
+-- ANALYZE ledger_postings.
 
 ALTER TABLE ledger_postings
     ADD COLUMN entry_kind text,
