@@ -314,7 +314,10 @@ SELECT coalesce(e.id, x.entry_id), e.id IS NOT NULL, coalesce(e.kind, ''), coale
 	// asset than their entry: the entry does not balance in its asset.
 	// The same pass compares the postings' copies of their entry
 	// (check_copies.go): a second join of every posting with its entry
-	// took longer than this one.
+	// took longer than this one. In posting id order: ordered by entry,
+	// the planner took a serial merge join over the (entry_id) index for
+	// the wider filter (1.2 s at a million postings, against 0.75 s for
+	// the parallel hash join).
 	rows, err = q.QueryContext(ctx, `
 SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NOT NULL, coalesce(a.asset, ''),
        a.id IS NULL OR a.asset <> e.asset, `+copyColumns+`
@@ -322,7 +325,7 @@ SELECT p.entry_id, e.kind, e.asset, e.source_ref, p.id, p.account_id, a.id IS NO
   JOIN ledger_entries e ON e.id = p.entry_id
   LEFT JOIN ledger_accounts a ON a.id = p.account_id
  WHERE a.id IS NULL OR a.asset <> e.asset OR `+copyDrifts+`
- ORDER BY p.entry_id, p.id`)
+ ORDER BY p.id`)
 	if err != nil {
 		return r, err
 	}
