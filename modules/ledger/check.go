@@ -379,25 +379,6 @@ func scanEntrySums(rows *sql.Rows, amt amounts, unbalanced *findings) error {
 	return closeRows(rows)
 }
 
-// scanForeignPostings lists the postings of rows (entry, kind, asset,
-// ref, posting, account, account exists, account's asset) on a missing
-// account or one of another asset, and closes rows.
-func scanForeignPostings(rows *sql.Rows, unbalanced *findings) error {
-	for rows.Next() {
-		var (
-			entry, posting, account int64
-			kind, code, ref, other  string
-			exists                  bool
-		)
-		if err := rows.Scan(&entry, &kind, &code, &ref, &posting, &account, &exists, &other); err != nil {
-			rows.Close()
-			return err
-		}
-		unbalanced.add(foreignPosting(entry, kind, code, ref, posting, account, exists, other))
-	}
-	return closeRows(rows)
-}
-
 // foreignPosting says what is wrong with a posting on a missing account
 // or one of another asset than its entry.
 func foreignPosting(entry int64, kind, code, ref string, posting, account int64, exists bool, other string) string {

@@ -83,9 +83,10 @@ func scanCopyDrifts(rows *sql.Rows, drifts *findings) error {
 }
 
 // scanPostingFindings reads rows of the full check's pass over postings
-// and entries (scanForeignPostings' columns, whether the posting is on a
-// missing or foreign account, then copyColumns): a foreign posting is an
-// unbalanced entry, any other row a diverging copy. It closes rows.
+// and entries (entry, kind, asset, ref, posting, account, account exists,
+// account's asset, whether the posting is on a missing or foreign account,
+// then copyColumns): a foreign posting is an unbalanced entry, any other
+// row a diverging copy. It closes rows.
 func scanPostingFindings(rows *sql.Rows, unbalanced, drifts *findings) error {
 	for rows.Next() {
 		var (
