@@ -314,19 +314,21 @@ HAVING count(p.id) < 2 OR coalesce(sum(p.amount), 0) <> 0
 		return r, err
 	}
 
-	// ... on existing accounts of their asset (1), and (2) the chain of
-	// every user posting of the new entries, in one pass over their
-	// postings: each is one probe of the accounts' primary key, and a user
-	// posting one more of the (account_id, id) index for the posting
-	// before it on its account.
+	// ... on existing accounts of their asset (1), (2) the chain of every
+	// user posting of the new entries, and their copies of their entry's
+	// display fields (check_copies.go), in one pass over their postings:
+	// each is one probe of the accounts' primary key, and a user posting
+	// one more of the (account_id, id) index for the posting before it on
+	// its account.
 	rows, err = q.QueryContext(ctx, `
-SELECT p.id, p.entry_id, e.kind, e.asset, e.source_ref, p.account_id, a.id IS NOT NULL, coalesce(a.asset, ''),
-       coalesce(a.kind, ''), coalesce(a.owner, ''), a.balance IS NOT NULL, p.amount, p.balance_after, prev.id, prev.balance_after,
+SELECT `+copyColumns+`,
+       e.asset, p.account_id, p.amount, p.balance_after, prev.id, prev.balance_after,
        a.id IS NULL OR a.asset <> e.asset AS foreign_account,
        a.id IS NOT NULL
        AND ((a.balance IS NULL) <> (p.balance_after IS NULL)
             OR (a.balance IS NOT NULL
-                AND p.balance_after IS DISTINCT FROM CASE WHEN prev.id IS NULL THEN 0 ELSE prev.balance_after END + p.amount)) AS broken_chain
+                AND p.balance_after IS DISTINCT FROM CASE WHEN prev.id IS NULL THEN 0 ELSE prev.balance_after END + p.amount)) AS broken_chain,
+       a.id IS NOT NULL AND `+copyDrifts+` AS copy_drift
   FROM ledger_entries e
   JOIN ledger_postings p ON p.entry_id = e.id
   LEFT JOIN ledger_accounts a ON a.id = p.account_id
@@ -336,38 +338,39 @@ SELECT p.id, p.entry_id, e.kind, e.asset, e.source_ref, p.account_id, a.id IS NO
    AND (a.id IS NULL OR a.asset <> e.asset
         OR (a.balance IS NULL) <> (p.balance_after IS NULL)
         OR (a.balance IS NOT NULL
-            AND p.balance_after IS DISTINCT FROM CASE WHEN prev.id IS NULL THEN 0 ELSE prev.balance_after END + p.amount))
+            AND p.balance_after IS DISTINCT FROM CASE WHEN prev.id IS NULL THEN 0 ELSE prev.balance_after END + p.amount)
+        OR `+copyDrifts+`)
  ORDER BY p.id`, from)
 	if err != nil {
 		return r, err
 	}
 	for rows.Next() {
 		var (
-			posting, entry, account, amount int64
-			entryKind, entryAsset, ref      string
-			exists                          bool
-			code, owner                     string
-			kind                            AccountKind
-			materialized                    bool
-			after, prev, prevAfter          sql.NullInt64
-			foreign, broken                 bool
+			c                      copyRow
+			entryAsset             string
+			postedTo, amount       int64
+			after, prev, prevAfter sql.NullInt64
+			foreign, broken, drift bool
 		)
-		if err := rows.Scan(&posting, &entry, &entryKind, &entryAsset, &ref, &account, &exists, &code, &kind, &owner,
-			&materialized, &amount, &after, &prev, &prevAfter, &foreign, &broken); err != nil {
+		if err := rows.Scan(append(c.dest(), &entryAsset, &postedTo, &amount, &after, &prev, &prevAfter, &foreign, &broken, &drift)...); err != nil {
 			rows.Close()
 			return r, err
 		}
+		posting, entry, account, code, materialized := c.posting, c.entry, c.account, c.code, c.user
 		if foreign {
-			if !exists {
-				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, entryKind, ref, entryAsset, posting, account))
+			if c.account == 0 { // no such account (copyColumns gives 0)
+				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, c.entryKind, c.entryRef, entryAsset, posting, postedTo))
 			} else {
-				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, entryKind, ref, entryAsset, posting, account, code))
+				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, c.entryKind, c.entryRef, entryAsset, posting, account, code))
 			}
+		}
+		if drift {
+			drifts.add(c.finding())
 		}
 		if !broken {
 			continue
 		}
-		name := fmt.Sprintf("%s %s of %q (account %d)", code, kind, owner, account)
+		name := fmt.Sprintf("%s %s of %q (account %d)", code, c.kind, c.owner, account)
 		switch {
 		case !materialized:
 			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) carries a running balance, but the account has no materialized balance", name, posting, entry))
@@ -384,21 +387,6 @@ SELECT p.id, p.entry_id, e.kind, e.asset, e.source_ref, p.account_id, a.id IS NO
 		}
 	}
 	if err := closeRows(rows); err != nil {
-		return r, err
-	}
-	// The new entries' postings carry their entry's display fields, user
-	// postings only (check_copies.go).
-	rows, err = q.QueryContext(ctx, `
-SELECT `+copyColumns+`
-  FROM ledger_entries e
-  JOIN ledger_postings p ON p.entry_id = e.id
-  JOIN ledger_accounts a ON a.id = p.account_id
- WHERE e.created_xact >= $1::text::xid8 AND `+copyDrifts+`
- ORDER BY p.id`, from)
-	if err != nil {
-		return r, err
-	}
-	if err := scanCopyDrifts(rows, &drifts); err != nil {
 		return r, err
 	}
 
