@@ -382,8 +382,11 @@ func BenchmarkLedgerScale(b *testing.B) {
 			}
 			res := measureScale(b, u, book, dur)
 			b.ReportMetric(float64(res.sizeBytes)/(1<<20), "db_MB")
+			b.ReportMetric(res.balance.P50, "balance_p50_ms")
 			b.ReportMetric(res.balance.P99, "balance_p99_ms")
+			b.ReportMetric(res.first.P50, "first_page_p50_ms")
 			b.ReportMetric(res.first.P99, "first_page_p99_ms")
+			b.ReportMetric(res.deep.P50, "deep_page_p50_ms")
 			b.ReportMetric(res.deep.P99, "deep_page_p99_ms")
 			b.ReportMetric(res.check.Seconds(), "check_s")
 			b.ReportMetric(res.recon.Seconds(), "reconcile_s")
