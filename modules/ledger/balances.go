@@ -214,26 +214,10 @@ func AssetTotals(ctx context.Context, idb bun.IDB) ([]Totals, error) {
 	if err := t.addUsers(ctx, q); err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `
+	if err := t.addSums(ctx, q, `
 SELECT a.asset, a.kind, (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p WHERE p.account_id = a.id)::bigint
-  FROM ledger_accounts a WHERE a.owner = ''`)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: totals: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			code string
-			kind AccountKind
-			sum  int64
-		)
-		if err := rows.Scan(&code, &kind, &sum); err != nil {
-			return nil, fmt.Errorf("ledger: totals: %w", err)
-		}
-		t.add(code, kind, sum)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("ledger: totals: %w", err)
+  FROM ledger_accounts a WHERE a.owner = ''`); err != nil {
+		return nil, err
 	}
 	return t.list(), nil
 }
@@ -245,7 +229,12 @@ type totalsBuilder map[string]*Totals
 // addUsers adds the users' materialized balances, summed by asset and
 // kind: one pass over the accounts.
 func (t *totalsBuilder) addUsers(ctx context.Context, q db.Querier) error {
-	rows, err := q.QueryContext(ctx, `SELECT asset, kind, sum(balance)::bigint FROM ledger_accounts WHERE balance IS NOT NULL GROUP BY asset, kind`)
+	return t.addSums(ctx, q, `SELECT asset, kind, sum(balance)::bigint FROM ledger_accounts WHERE balance IS NOT NULL GROUP BY asset, kind`)
+}
+
+// addSums adds the rows (asset, kind, sum) of query.
+func (t *totalsBuilder) addSums(ctx context.Context, q db.Querier, query string) error {
+	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return fmt.Errorf("ledger: totals: %w", err)
 	}
