@@ -56,6 +56,7 @@ package reconcile
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,6 +110,10 @@ type Config struct {
 	TRXAlertThreshold int64
 	// SourceTimeout bounds each balance source.
 	SourceTimeout time.Duration
+	// FullCheckEvery is how long the hourly run goes on with the
+	// incremental ledger check after the last full check was recorded
+	// before it runs the full one (0: never by itself).
+	FullCheckEvery time.Duration
 }
 
 // Service is the reconciliation module.
@@ -260,6 +265,25 @@ func (s *Service) Run(ctx context.Context, trigger string) (Report, error) {
 // read again, for an operator who wants the whole ledger checked now.
 func (s *Service) RunFull(ctx context.Context, trigger string) (Report, error) {
 	return s.run(ctx, trigger, true)
+}
+
+// RunHourly is the hourly job's Run: with the full ledger check when the
+// last stored report with one (hourly, or an operator's --full) is older
+// than Config.FullCheckEvery, or there is none, so that a change made
+// below a check's boundary, which the incremental check does not read, is
+// found without an operator asking. The reports' own times are the
+// service's clock.
+func (s *Service) RunHourly(ctx context.Context) (Report, error) {
+	full := false
+	if every := s.Config.FullCheckEvery; every > 0 {
+		var last sql.NullTime
+		if err := s.DB.QueryRowContext(ctx, `SELECT max(created_at) FROM reconciliation_reports
+ WHERE report -> 'ledger_check' ->> 'scope' = 'full'`).Scan(&last); err != nil {
+			return Report{}, fmt.Errorf("read the last full ledger check: %w", err)
+		}
+		full = !last.Valid || s.now().Sub(last.Time) >= every
+	}
+	return s.run(ctx, TriggerHourly, full)
 }
 
 func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, error) {

@@ -15,7 +15,8 @@ type RunArgs struct{}
 // Kind is the job kind.
 func (RunArgs) Kind() string { return "reconciliation" }
 
-// RunWorker runs and stores the report. River's periodic jobs are enqueued
+// RunWorker runs and stores the report (Service.RunHourly: the full
+// ledger check when one is due). River's periodic jobs are enqueued
 // by the elected leader only, so several workers reconcile once an hour
 // between them, not once each.
 type RunWorker struct {
@@ -25,7 +26,7 @@ type RunWorker struct {
 
 // Work reconciles.
 func (w *RunWorker) Work(ctx context.Context, _ *river.Job[RunArgs]) error {
-	_, err := w.Service.Run(ctx, TriggerHourly)
+	_, err := w.Service.RunHourly(ctx)
 	return err
 }
 

@@ -471,3 +471,42 @@ func TestHistoryIsPruned(t *testing.T) {
 	require.Equal(t, reconcile.TriggerHourly, hist[0].Trigger)
 	require.False(t, hist[1].Healthy)
 }
+
+// TestHourlyRunChecksTheWholeLedgerWhenDue: the hourly run uses the
+// incremental ledger check, and the full one when the last full check is
+// older than LEDGER_FULL_CHECK_INTERVAL (a week by default) or none was
+// recorded.
+func TestHourlyRunChecksTheWholeLedgerWhenDue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	e.deposit(t, "dan", asset.BTC, 100_000)
+	scopes := func() string {
+		t.Helper()
+		rep, err := e.App.Reconcile.RunHourly(ctx)
+		require.NoError(t, err)
+		require.True(t, rep.Healthy, "%+v", rep)
+		return rep.LedgerCheck.Scope
+	}
+	require.Equal(t, ledger.ScopeFull, scopes(), "no full check recorded yet")
+	e.deposit(t, "dan", asset.BTC, 1_000)
+	require.Equal(t, ledger.ScopeIncremental, scopes())
+	e.Clock.Advance(6 * 24 * time.Hour)
+	require.Equal(t, ledger.ScopeIncremental, scopes(), "six days after the full check")
+	e.Clock.Advance(24*time.Hour + time.Minute)
+	require.Equal(t, ledger.ScopeFull, scopes(), "a week after it")
+	require.Equal(t, ledger.ScopeIncremental, scopes(), "and the week starts again")
+
+	// An operator's report is incremental unless asked otherwise, and a
+	// full one asked for counts.
+	e.Clock.Advance(8 * 24 * time.Hour)
+	require.Equal(t, ledger.ScopeIncremental, e.report(t).LedgerCheck.Scope)
+	r := e.AdminGet("/v1/admin/reconciliation?ledger_check=full")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, ledger.ScopeIncremental, scopes(), "the operator's full check was just now")
+
+	// Off: never by itself.
+	e.Clock.Advance(8 * 24 * time.Hour)
+	e.App.Reconcile.Config.FullCheckEvery = 0
+	require.Equal(t, ledger.ScopeIncremental, scopes())
+}

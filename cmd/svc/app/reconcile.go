@@ -33,7 +33,8 @@ func (a *App) initReconcile(context.Context) error {
 		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
 		Liabilities: a.Liabilities,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
-			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout)}}
+			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout),
+			FullCheckEvery: c.Ledger.FullCheckInterval}}
 	// Not a nil pointer in an interface: that would not compare equal to
 	// nil.
 	if a.BTCPay != nil {
