@@ -37,8 +37,9 @@ func (a *App) routesLedger(r Routers) {
 }
 
 // jobsLedger adds the checkpoint, every LEDGER_CHECKPOINT_INTERVAL. The
-// ledger check runs inside the hourly reconciliation (ledger.CheckIncremental)
-// and on demand (svc admin ledger check, full unless --incremental).
+// ledger check runs inside the hourly reconciliation (ledger.CheckIncremental,
+// and the full check every LEDGER_FULL_CHECK_INTERVAL) and on demand (svc
+// admin ledger check, full unless --incremental).
 func (a *App) jobsLedger(j *Jobs) error {
 	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Checkpointer: a.Checkpointer})
 	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.CheckpointArgs{})
