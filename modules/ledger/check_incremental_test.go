@@ -240,6 +240,11 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 
 	tx, err := d.BeginTx(ctx, nil)
 	require.NoError(t, err)
+	// Ended whatever happens: left open by a failure, it would hold the
+	// server's oldest snapshot back, and every other test waiting for a
+	// check's or a checkpoint's boundary would wait for it until the
+	// package's timeout.
+	t.Cleanup(func() { _ = tx.Rollback() })
 	late, err := ledger.CreditDeposit(ctx, tx, "BTC", "late", 7, "late", "")
 	require.NoError(t, err)
 	var lateXact string
@@ -250,6 +255,7 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 		wg      sync.WaitGroup
 		written atomic.Int64
 	)
+	t.Cleanup(func() { stop.Store(true); wg.Wait() }) // the writers end before the pool closes
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
