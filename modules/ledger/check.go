@@ -52,9 +52,9 @@ type Report struct {
 	Totals []Totals `json:"-"`
 	// Accounts is the number of user accounts whose balances were
 	// checked: all of them in a full check, those written since the
-	// boundary in an incremental one. Entries and Postings are the numbers of entries and postings read:
-	// the whole ledger for a full check, those of Coverage's range for an
-	// incremental one.
+	// boundary in an incremental one. Entries and Postings are the numbers
+	// of entries and postings read: the whole ledger for a full check,
+	// those of Coverage's range for an incremental one.
 	Accounts int64         `json:"accounts"`
 	Entries  int64         `json:"entries"`
 	Postings int64         `json:"postings"`

@@ -357,12 +357,8 @@ SELECT `+copyColumns+`,
 			return r, err
 		}
 		posting, entry, account, code, materialized := c.posting, c.entry, c.account, c.code, c.user
-		if foreign {
-			if c.account == 0 { // no such account (copyColumns gives 0)
-				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d, which does not exist", entry, c.entryKind, c.entryRef, entryAsset, posting, postedTo))
-			} else {
-				unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d is on account %d of asset %s", entry, c.entryKind, c.entryRef, entryAsset, posting, account, code))
-			}
+		if foreign { // copyColumns gives account 0 for a missing one
+			unbalanced.add(foreignPosting(entry, c.entryKind, entryAsset, c.entryRef, posting, postedTo, c.account != 0, code))
 		}
 		if drift {
 			drifts.add(c.finding())

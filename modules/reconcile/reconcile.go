@@ -111,8 +111,8 @@ type Config struct {
 	// SourceTimeout bounds each balance source.
 	SourceTimeout time.Duration
 	// FullCheckEvery is how long the hourly run goes on with the
-	// incremental ledger check after the last full check was recorded
-	// before it runs the full one (0: never by itself).
+	// incremental ledger check after the last stored report with a full
+	// one before it runs the full one (0: never by itself; RunHourly).
 	FullCheckEvery time.Duration
 }
 
@@ -199,8 +199,8 @@ type Report struct {
 	GeneratedAt                 string        `json:"generated_at"`
 	// LedgerCheck is what the ledger check read: incremental (what was
 	// committed since the last consistent check, and the accounts written
-	// since) unless
-	// a full check was asked for or none was recorded before.
+	// since) unless a full check was asked for, was due (RunHourly), or
+	// none was recorded before.
 	LedgerCheck ledger.Coverage `json:"ledger_check"`
 }
 
