@@ -54,6 +54,10 @@ type Asset struct {
 	// withdrawals of it wait for an operator and none is submitted.
 	WithdrawalsHaltedSince *time.Time `bun:"withdrawals_halted_since"`
 	UpdatedAt              time.Time  `bun:"updated_at"`
+	// Version moves with every change of the row (a trigger, migration
+	// 0026): a copy of the row at a version is the row while the version
+	// is current.
+	Version int64 `bun:"version"`
 }
 
 // Format renders smallest units of this asset as a decimal string.

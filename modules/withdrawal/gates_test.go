@@ -34,6 +34,42 @@ func (e *env) pendingEvents(t testing.TB, id string) []map[string]any {
 	return out
 }
 
+// autoApprovedInParallel sends n withdrawal requests of units at once, the
+// i-th for user(i), and returns how many were auto-approved; any answer
+// but a 201, approved or pending, fails the test.
+func (e *env) autoApprovedInParallel(t *testing.T, n int, units int64, user func(i int) string) int {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		auto int
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := e.request(user(i), asset.BTC, units, p2wpkh(t, chain.Regtest, fmt.Sprint(user(i), "-", i)))
+			if r.Status != http.StatusCreated {
+				t.Errorf("request %d: %d %s", i, r.Status, r.Body)
+				return
+			}
+			var v withdrawal.View
+			r.JSON(t, &v)
+			mu.Lock()
+			defer mu.Unlock()
+			switch v.Status {
+			case withdrawal.StatusApproved:
+				auto++
+			case withdrawal.StatusPendingApproval:
+			default:
+				t.Errorf("request %d: status %s", i, v.Status)
+			}
+		}(i)
+	}
+	wg.Wait()
+	return auto
+}
+
 // TestGateAutoLimit: a gross above withdrawal_auto_limit waits for an
 // operator with approval_reason naming the limit and one
 // withdrawal.pending_approval event; at the limit it is auto.
@@ -142,30 +178,7 @@ func TestGatesStrictUnderConcurrency(t *testing.T) {
 	for i := 0; i < parallel; i++ {
 		e.fund(t, fmt.Sprint("user-", i), asset.BTC, 100_000)
 	}
-	var wg sync.WaitGroup
-	statuses := make([]withdrawal.Status, parallel)
-	for i := 0; i < parallel; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			r := e.request(fmt.Sprint("user-", i), asset.BTC, each, p2wpkh(t, chain.Regtest, fmt.Sprint("c", i)))
-			if r.Status != http.StatusCreated {
-				t.Errorf("request %d: %d %s", i, r.Status, r.Body)
-				return
-			}
-			var v withdrawal.View
-			r.JSON(t, &v)
-			statuses[i] = v.Status
-		}(i)
-	}
-	wg.Wait()
-	auto := 0
-	for _, s := range statuses {
-		require.Contains(t, []withdrawal.Status{withdrawal.StatusApproved, withdrawal.StatusPendingApproval}, s)
-		if s == withdrawal.StatusApproved {
-			auto++
-		}
-	}
+	auto := e.autoApprovedInParallel(t, parallel, each, func(i int) string { return fmt.Sprint("user-", i) })
 	require.Equal(t, capUnits/each, auto, "exactly as many as fit under the cap are auto-approved")
 }
 
@@ -176,28 +189,7 @@ func TestGatesUserCapStrictUnderConcurrency(t *testing.T) {
 	e := setup(t)
 	e.limits(t, asset.BTC, asset.Limits{AutoLimit: n(1_000_000), DailyCap: n(1_000_000_000), UserDailyCap: &asset.Optional{Value: 100_000}})
 	e.fund(t, "one", asset.BTC, 10_000_000)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	auto := 0
-	for i := 0; i < 30; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			r := e.request("one", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, fmt.Sprint("one", i)))
-			if r.Status != http.StatusCreated {
-				t.Errorf("request %d: %d %s", i, r.Status, r.Body)
-				return
-			}
-			var v withdrawal.View
-			r.JSON(t, &v)
-			mu.Lock()
-			defer mu.Unlock()
-			if v.Status == withdrawal.StatusApproved {
-				auto++
-			}
-		}(i)
-	}
-	wg.Wait()
+	auto := e.autoApprovedInParallel(t, 30, 20_000, func(int) string { return "one" })
 	require.Equal(t, 5, auto)
 }
 

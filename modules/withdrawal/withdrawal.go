@@ -67,6 +67,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -145,6 +146,10 @@ type Service struct {
 	Config Config
 
 	rates rateCache
+	// assets are the asset rows creations last read, and oneRoundTrip
+	// counts the withdrawals created in one round trip (createAuto).
+	assets       assetCopies
+	oneRoundTrip atomic.Int64
 	// failedMu guards failedAfter, where the next payout pass resumes its
 	// walk over failed withdrawals.
 	failedMu    sync.Mutex

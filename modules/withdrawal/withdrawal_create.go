@@ -80,11 +80,20 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 	if destErr == nil {
 		spellings = dest.spellings(p.Destination)
 	}
+	if destErr == nil {
+		// The common case in one round trip, when the copy of the asset's
+		// row says it is auto-approved; otherwise, or when the database
+		// says otherwise, the ordinary way below.
+		if v, body, handled, err := s.createAuto(ctx, p, rec, dest, spellings, now); handled {
+			return v, body, err
+		}
+	}
 	first, err := s.assetAndIssued(ctx, p.Asset, spellings, rec, p.Amount, destErr == nil, now)
 	if err != nil {
 		return CreatedView{}, nil, err // asset.ErrUnknown: 404; idempotency.ErrNotClaimed
 	}
 	a, issued := first.asset, first.issued
+	s.assets.put(a)
 	if first.reserved != nil {
 		// Reserved with the claim: a refusal from here on gives it back.
 		defer func() {
@@ -125,18 +134,9 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		}
 	}
 
-	id, err := uuid.NewV7()
+	intent, err := s.newIntent(p, a.Code, dest, est, now)
 	if err != nil {
-		return CreatedView{}, nil, fmt.Errorf("new withdrawal id: %w", err)
-	}
-	intent := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, Asset: a.Code, Destination: dest.Canonical,
-		AmountGross: p.Amount, FeeMode: string(s.Config.FeeMode), FeeEstimate: est.Fee,
-		VolumeMinute: now.Truncate(time.Minute), CreatedAt: now, UpdatedAt: now}
-	if p.IdempotencyKey != "" {
-		intent.IdempotencyKey = &p.IdempotencyKey
-	}
-	if dest.Invoice != nil {
-		intent.PaymentHash, intent.InvoiceExpiresAt = &dest.Invoice.PaymentHash, &dest.Invoice.ExpiresAt
+		return CreatedView{}, nil, err
 	}
 	// Gate (b) first, in a short transaction of its own: the asset's
 	// rolling volume including this withdrawal. It is given back below if
@@ -265,41 +265,82 @@ type pipelineCompleter interface {
 // (idempotency.Record.QueueComplete), which rolls back the hold and the row
 // too: the newer attempt decides, as in the ordinary transaction.
 func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asset, rec pipelineCompleter) (CreatedView, []byte, error) {
-	s.decide(&w, nil)
-	view := renderCreated(w, a.Decimals)
-	body, err := json.Marshal(view)
+	var b pgx.Batch
+	t, err := s.queueApproved(&b, w, a, rec)
 	if err != nil {
 		return CreatedView{}, nil, err
+	}
+	if err := db.Pipeline(ctx, s.DB, &b, t.read); err != nil {
+		return CreatedView{}, nil, err
+	}
+	return t.view, t.body, nil
+}
+
+// approvedTx is an auto-approved withdrawal's statements queued in a
+// batch: the hold, the row and the key's response.
+type approvedTx struct {
+	w    Withdrawal
+	a    asset.Asset
+	rec  pipelineCompleter
+	hold *ledger.QueuedPost
+	// view and body are the 201 answer.
+	view CreatedView
+	body []byte
+}
+
+// queueApproved approves w and queues its statements in b.
+func (s *Service) queueApproved(b *pgx.Batch, w Withdrawal, a asset.Asset, rec pipelineCompleter) (approvedTx, error) {
+	s.decide(&w, nil)
+	t := approvedTx{w: w, a: a, rec: rec, view: renderCreated(w, a.Decimals)}
+	var err error
+	if t.body, err = json.Marshal(t.view); err != nil {
+		return approvedTx{}, err
 	}
 	e, err := ledger.HoldEntry(w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), "withdrawal hold")
 	if err != nil {
-		return CreatedView{}, nil, err
+		return approvedTx{}, err
 	}
-	var b pgx.Batch
-	hold, err := ledger.QueuePost(&b, e)
-	if err != nil {
-		return CreatedView{}, nil, err
+	if t.hold, err = ledger.QueuePost(b, e); err != nil {
+		return approvedTx{}, err
 	}
 	b.Queue(insertNewSQL, insertNewArgs(w)...)
 	if rec != nil {
-		rec.QueueComplete(&b, http.StatusCreated, "application/json", body)
+		rec.QueueComplete(b, http.StatusCreated, "application/json", t.body)
 	}
-	err = db.Pipeline(ctx, s.DB, &b, func(br pgx.BatchResults) error {
-		if _, err := hold.Read(br); err != nil {
-			return holdError(a, w, err)
-		}
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("insert withdrawal %s: %w", w.ID, err)
-		}
-		if rec != nil {
-			return rec.ReadComplete(br)
-		}
-		return nil
-	})
+	return t, nil
+}
+
+// read reads the results of the statements queueApproved queued, in order.
+func (t approvedTx) read(br pgx.BatchResults) error {
+	if _, err := t.hold.Read(br); err != nil {
+		return holdError(t.a, t.w, err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("insert withdrawal %s: %w", t.w.ID, err)
+	}
+	if t.rec != nil {
+		return t.rec.ReadComplete(br)
+	}
+	return nil
+}
+
+// newIntent is the withdrawal p asks for, before the gates decide its
+// status.
+func (s *Service) newIntent(p CreateParams, code string, dest Destination, est Estimate, now time.Time) (Withdrawal, error) {
+	id, err := uuid.NewV7()
 	if err != nil {
-		return CreatedView{}, nil, err
+		return Withdrawal{}, fmt.Errorf("new withdrawal id: %w", err)
 	}
-	return view, body, nil
+	w := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, Asset: code, Destination: dest.Canonical,
+		AmountGross: p.Amount, FeeMode: string(s.Config.FeeMode), FeeEstimate: est.Fee,
+		VolumeMinute: now.Truncate(time.Minute), CreatedAt: now, UpdatedAt: now}
+	if p.IdempotencyKey != "" {
+		w.IdempotencyKey = &p.IdempotencyKey
+	}
+	if dest.Invoice != nil {
+		w.PaymentHash, w.InvoiceExpiresAt = &dest.Invoice.PaymentHash, &dest.Invoice.ExpiresAt
+	}
+	return w, nil
 }
 
 // rolledBack reports an error of insertApproved that the database answered

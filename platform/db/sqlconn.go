@@ -62,6 +62,18 @@ func Pipeline(ctx context.Context, idb bun.IDB, b *pgx.Batch, read func(br pgx.B
 	return retryTransient(ctx, "pipeline", func() error { return pipelineOnce(ctx, pool, b, read) })
 }
 
+// PipelineOnce is Pipeline without its retries, for a batch that holds
+// more than one transaction (explicit BEGIN and COMMIT statements in it):
+// when a later transaction fails, an earlier one may have committed, and
+// only the caller knows what sending the batch again would do.
+func PipelineOnce(ctx context.Context, idb bun.IDB, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	pool, ok := idb.(*bun.DB)
+	if !ok {
+		return fmt.Errorf("db: a pipeline runs on the pool, not on a %T", idb)
+	}
+	return pipelineOnce(ctx, pool, b, read)
+}
+
 func pipelineOnce(ctx context.Context, pool *bun.DB, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
 	conn, err := pool.DB.Conn(ctx)
 	if err != nil {

@@ -115,6 +115,19 @@ func (r *Record) ClaimExpr() schema.QueryWithArgs {
 	return bun.SafeQuery("idempotency_claim(?, ?, ?, ?, ?::uuid, ?)", r.stored, p.method, p.path, p.hash, r.token.String(), r.store.Now().UTC())
 }
 
+// ClaimArgs are idempotency_claim's arguments for the record's key (key,
+// method, path, request hash, token, time), for a handler whose first
+// statement claims the key with real parameters instead of ClaimExpr; nil
+// for a record claimed already. Report the outcome with Claimed, as for
+// ClaimExpr.
+func (r *Record) ClaimArgs() []any {
+	p := r.pending
+	if p == nil {
+		return nil
+	}
+	return []any{r.stored, p.method, p.path, p.hash, r.token, r.store.Now().UTC()}
+}
+
 // Claimed takes the value of ClaimExpr: the key is now the attempt's, or,
 // when it was there already, ErrNotClaimed, which the handler returns
 // before doing anything.
