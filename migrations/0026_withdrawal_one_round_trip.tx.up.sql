@@ -21,34 +21,33 @@ END $$;
 CREATE TRIGGER assets_version BEFORE UPDATE ON assets
     FOR EACH ROW EXECUTE FUNCTION assets_next_version();
 
--- withdrawal_reserve_auto claims the request's Idempotency-Key (p_key NULL:
--- none), and counts p_gross in the asset's rolling 24-hour volume, for a
--- withdrawal the service found auto-approvable from version p_version of
--- the asset's row. It raises SV002, which undoes both, when anything the
--- service could not see says otherwise: the key is known already, the
--- asset's row is no longer that version, the destination (any of
--- p_spellings) was issued for a deposit, or the volume including this
--- withdrawal is above the asset's daily cap. The service then creates the
--- withdrawal the ordinary way, which gives the exact answer.
+-- withdrawal_reserve_auto counts p_gross in the asset's rolling 24-hour
+-- volume, for a withdrawal the service found auto-approvable from version
+-- p_version of the asset's row. It raises SV002, which undoes it, when
+-- anything the service could not see says otherwise: the request's
+-- Idempotency-Key (p_key, NULL for none) is known already, the asset's row
+-- is no longer that version, the destination (any of p_spellings) was
+-- issued for a deposit, or the volume including this withdrawal is above
+-- the asset's daily cap. The service then creates the withdrawal the
+-- ordinary way, which gives the exact answer. The key itself is claimed,
+-- with the response, by the withdrawal's own transaction.
 --
--- Like idempotency_claim and withdrawal_window_reserve it must be a
--- transaction of its own, whose commit does not wait for the WAL flush:
--- the asset's window row is locked only until that commit, and the
--- withdrawal's own commit, later in the WAL, flushes it.
-CREATE FUNCTION withdrawal_reserve_auto(
-    p_key text, p_method text, p_path text, p_hash bytea, p_token uuid, p_claimed_at timestamptz,
-    p_asset text, p_version bigint, p_gross bigint, p_spellings text[], p_now timestamptz) RETURNS bigint
+-- Like withdrawal_window_reserve it must be a transaction of its own,
+-- whose commit does not wait for the WAL flush: the asset's window row is
+-- locked only until that commit, and the withdrawal's own commit, later in
+-- the WAL, flushes it.
+CREATE FUNCTION withdrawal_reserve_auto(p_key text, p_asset text, p_version bigint, p_gross bigint,
+    p_spellings text[], p_now timestamptz) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cap   bigint;
     v_total bigint;
 BEGIN
-    IF p_key IS NULL THEN
-        IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
-            RAISE EXCEPTION 'withdrawal_reserve_auto must run in a transaction of its own';
-        END IF;
-        PERFORM set_config('synchronous_commit', 'off', true);
-    ELSIF NOT idempotency_claim(p_key, p_method, p_path, p_hash, p_token, p_claimed_at) THEN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION 'withdrawal_reserve_auto must run in a transaction of its own';
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF p_key IS NOT NULL AND EXISTS (SELECT 1 FROM idempotency_keys WHERE key = p_key) THEN
         RAISE EXCEPTION 'withdrawal_reserve_auto: the Idempotency-Key is known' USING ERRCODE = 'SV002';
     END IF;
     SELECT withdrawal_daily_cap INTO v_cap FROM assets WHERE asset = p_asset AND version = p_version;

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/cmd/svc/app/apptest"
 	"svc/modules/asset"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
@@ -134,5 +136,54 @@ func TestGatesStrictInOneRoundTrip(t *testing.T) {
 	auto := e.autoApprovedInParallel(t, parallel, each, func(i int) string { return fmt.Sprint("user-", i) })
 	require.Equal(t, capUnits/each-1, auto, "exactly as many as fit under the cap are auto-approved")
 	require.Positive(t, e.Svc.CreatedInOneRoundTrip())
+	e.requireBooks(t)
+}
+
+// TestOneRoundTripKeyRaces: parallel requests with one Idempotency-Key and
+// one body, with the copy warm, create one withdrawal; every answer is
+// that withdrawal's 201 or a 409 while it was in flight, and the losers'
+// reservations are given back. A 402 on this path is the key's answer too.
+func TestOneRoundTripKeyRaces(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "k", asset.BTC, 100_000)
+	e.create(t, "k", asset.BTC, 10_000, p2wpkh(t, chain.Regtest, "warm"))
+	body := createBody{ExternalUserID: "k", Asset: asset.BTC, Amount: "20000", Destination: p2wpkh(t, chain.Regtest, "race")}
+	const parallel = 12
+	answers := make([]*apptest.Response, parallel)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = e.Do(apptestReq(body, "race-key"))
+		}()
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for _, r := range answers {
+		switch r.Status {
+		case http.StatusCreated:
+			ids[r.Map(t)["withdrawal_id"].(string)] = true
+		case http.StatusConflict:
+		default:
+			t.Fatalf("answer %d: %s", r.Status, r.Body)
+		}
+	}
+	require.Len(t, ids, 1, "one withdrawal for the key")
+	require.Equal(t, "0.00030000", e.balance(t, "k", asset.BTC).Held)
+	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC), "the losers' reservations were given back")
+
+	// Too much for the balance: 402, stored as the key's answer.
+	trips := e.Svc.CreatedInOneRoundTrip()
+	short := createBody{ExternalUserID: "k", Asset: asset.BTC, Amount: "90000", Destination: p2wpkh(t, chain.Regtest, "short")}
+	r := e.Do(apptestReq(short, "short-key"))
+	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
+	e.fund(t, "k", asset.BTC, 100_000)
+	again := e.Do(apptestReq(short, "short-key"))
+	require.Equal(t, http.StatusPaymentRequired, again.Status, "the key keeps its answer")
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, trips, e.Svc.CreatedInOneRoundTrip())
+	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC))
 	e.requireBooks(t)
 }

@@ -207,6 +207,9 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 			return nil
 		})
 		undone = err != nil && !finished
+		if err == nil {
+			markCompleted(rec)
+		}
 	}
 	switch {
 	case err != nil && undone:
@@ -273,7 +276,19 @@ func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asse
 	if err := db.Pipeline(ctx, s.DB, &b, t.read); err != nil {
 		return CreatedView{}, nil, err
 	}
+	markCompleted(rec)
 	return t.view, t.body, nil
+}
+
+// completedMarker is a Completer told when the transaction that stored the
+// response committed (*idempotency.Record): its middleware then stores
+// nothing more.
+type completedMarker interface{ Completed() }
+
+func markCompleted(rec any) {
+	if m, ok := rec.(completedMarker); ok {
+		m.Completed()
+	}
 }
 
 // approvedTx is an auto-approved withdrawal's statements queued in a

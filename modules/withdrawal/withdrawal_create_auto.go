@@ -72,33 +72,51 @@ func (c *assetCopies) put(a asset.Asset) {
 // ordinary way).
 func (s *Service) CreatedInOneRoundTrip() int64 { return s.oneRoundTrip.Load() }
 
-// argsClaimer is a Completer whose Idempotency-Key the creation claims
-// with real parameters (*idempotency.Record).
-type argsClaimer interface {
-	ClaimArgs() []any
-	Claimed(ok bool) error
+// oneTripCompleter is a Completer whose key the creation's own
+// transaction claims together with the response (*idempotency.Record).
+type oneTripCompleter interface {
+	Unclaimed() (string, bool)
+	QueueClaimComplete(b *pgx.Batch, status int, contentType string, body []byte)
+	ReadClaimComplete(br pgx.BatchResults) error
+	completedMarker
 }
+
+// claimCompleting is a oneTripCompleter as the pipelineCompleter
+// queueApproved takes.
+type claimCompleting struct{ oneTripCompleter }
+
+func (c claimCompleting) QueueComplete(b *pgx.Batch, status int, contentType string, body []byte) {
+	c.QueueClaimComplete(b, status, contentType, body)
+}
+
+func (c claimCompleting) ReadComplete(br pgx.BatchResults) error { return c.ReadClaimComplete(br) }
 
 // createAuto creates an auto-approved withdrawal in one round trip. It
 // reports handled false, having written nothing, when the ordinary way
 // must decide: no copy of the asset, a copy that is not auto-approvable or
-// that refuses the request, or a refusal from withdrawal_reserve_auto.
+// that refuses the request, a refusal from withdrawal_reserve_auto, or a
+// key another attempt holds.
 func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer, dest Destination, spellings []string, now time.Time) (_ CreatedView, _ []byte, handled bool, _ error) {
 	a, ok := s.assets.get(p.Asset)
 	if !ok || !a.Enabled || p.Amount < a.WithdrawalMin || a.WithdrawalUserDailyCap != nil ||
 		len(gates(a, p.Amount, 0, "")) > 0 { // the daily cap: in withdrawal_reserve_auto
 		return CreatedView{}, nil, false, nil
 	}
-	pc, canPipeline := rec.(pipelineCompleter)
-	kc, canClaim := rec.(argsClaimer)
-	claim := make([]any, 6) // no key: NULLs
+	var (
+		key       any // the key withdrawal_reserve_auto checks; nil: none
+		unclaimed bool
+		pc        pipelineCompleter
+	)
 	if rec != nil {
-		if !canPipeline || !canClaim {
+		oc, ok := rec.(oneTripCompleter)
+		if !ok {
 			return CreatedView{}, nil, false, nil
 		}
-		if args := kc.ClaimArgs(); args != nil {
-			claim = args
+		var stored string
+		if stored, unclaimed = oc.Unclaimed(); unclaimed {
+			key = stored
 		}
+		pc = claimCompleting{oc}
 	}
 	// The refusals the estimate can give come after the checks of the
 	// database in the SPEC's order: the ordinary way gives them.
@@ -114,15 +132,14 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue("SELECT withdrawal_reserve_auto($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-		append(claim, a.Code, a.Version, p.Amount, spellings, now)...)
+	b.Queue("SELECT withdrawal_reserve_auto($1, $2, $3, $4, $5, $6)", key, a.Code, a.Version, p.Amount, spellings, now)
 	b.Queue("COMMIT")
 	t, err := s.queueApproved(&b, w, a, pc)
 	if err != nil {
 		return CreatedView{}, nil, true, err
 	}
-	// reserved is set once the first transaction committed: the key is
-	// this attempt's and the volume counts the withdrawal.
+	// reserved is set once the first transaction committed: the volume
+	// counts the withdrawal.
 	var reserved bool
 	err = db.PipelineOnce(ctx, s.DB, &b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -151,33 +168,32 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 			}
 			return CreatedView{}, nil, false, nil
 		default:
-			// The connection was lost: the key and the reservation may
-			// have committed, and they stay (as for the ordinary way's
-			// first statement).
+			// The connection was lost: the reservation may have committed,
+			// and it stays (as for the ordinary way's first statement).
 			s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", w.ID, "error", err)
 			return CreatedView{}, nil, true, fmt.Errorf("create withdrawal: %w", err)
-		}
-	}
-	if rec != nil {
-		if cerr := kc.Claimed(true); cerr != nil {
-			return CreatedView{}, nil, true, cerr
 		}
 	}
 	if err != nil && rolledBack(err) && db.IsTransient(err) {
 		// The second transaction met a deadlock or a serialization
 		// failure: send it again, as insertApproved does.
 		b = pgx.Batch{}
-		t, err = s.queueApproved(&b, w, a, pc)
-		if err == nil {
+		if t, err = s.queueApproved(&b, w, a, pc); err == nil {
 			err = db.Pipeline(ctx, s.DB, &b, t.read)
 		}
 	}
 	switch {
 	case err == nil:
+		markCompleted(rec)
 		s.oneRoundTrip.Add(1)
 		return t.view, t.body, true, nil
 	case rolledBack(err):
 		s.giveBack(ctx, w)
+		if unclaimed && (db.IsUniqueViolation(err, "idempotency_keys_pkey") || db.IsUniqueViolation(err, "withdrawals_idempotency_key_key")) {
+			// Another attempt with the key came first: the ordinary way
+			// finds it (a replay, or 409 while it runs).
+			return CreatedView{}, nil, false, nil
+		}
 	default:
 		s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", w.ID, "error", err)
 	}

@@ -87,6 +87,10 @@ type Record struct {
 	// pending is the claim a handler under ClaimInHandler has yet to make;
 	// nil once the key is claimed.
 	pending *pendingClaim
+	// done is set once the handler's own transaction stored the final
+	// response and committed (Completed): the middleware then stores
+	// nothing more.
+	done bool
 }
 
 // pendingClaim is what claiming a key needs besides the record.
@@ -115,17 +119,11 @@ func (r *Record) ClaimExpr() schema.QueryWithArgs {
 	return bun.SafeQuery("idempotency_claim(?, ?, ?, ?, ?::uuid, ?)", r.stored, p.method, p.path, p.hash, r.token.String(), r.store.Now().UTC())
 }
 
-// ClaimArgs are idempotency_claim's arguments for the record's key (key,
-// method, path, request hash, token, time), for a handler whose first
-// statement claims the key with real parameters instead of ClaimExpr; nil
-// for a record claimed already. Report the outcome with Claimed, as for
-// ClaimExpr.
-func (r *Record) ClaimArgs() []any {
-	p := r.pending
-	if p == nil {
-		return nil
-	}
-	return []any{r.stored, p.method, p.path, p.hash, r.token, r.store.Now().UTC()}
+// Unclaimed returns the record's key as stored, while its claim is still
+// to be made (ClaimInHandler), for a handler that claims the key and
+// stores its response in one statement (QueueClaimComplete).
+func (r *Record) Unclaimed() (string, bool) {
+	return r.stored, r.pending != nil
 }
 
 // Claimed takes the value of ClaimExpr: the key is now the attempt's, or,
@@ -310,6 +308,49 @@ func (r *Record) QueueComplete(b *pgx.Batch, status int, contentType string, bod
    WHERE key = $5 AND lock_token = $6 AND state = 'in_flight'
   RETURNING 1)
 SELECT idempotency_require_claim(EXISTS (SELECT 1 FROM done))`, status, contentType, body, r.store.Now().UTC(), r.stored, r.token)
+}
+
+// QueueClaimComplete queues on b the statement that claims the record's
+// unclaimed key and stores the request's final response at once, for a
+// handler whose effect and response commit together in one round trip
+// and that has not claimed the key (Unclaimed): the key is then never in
+// flight. When the key is there already (an earlier or a concurrent
+// attempt), the insert fails with a unique violation, after waiting for
+// the attempt that holds it to end, and the effect is rolled back with it:
+// the handler then claims the key the ordinary way, which finds it. Read
+// its result with ReadClaimComplete, in queue order, and call Completed
+// once the batch committed.
+func (r *Record) QueueClaimComplete(b *pgx.Batch, status int, contentType string, body []byte) {
+	p := r.pending
+	if p == nil {
+		// Claimed already: complete the claim.
+		r.QueueComplete(b, status, contentType, body)
+		return
+	}
+	now := r.store.Now().UTC()
+	b.Queue(`INSERT INTO idempotency_keys (key, method, path, request_hash, state, response_status, response_type, response_body, created_at, completed_at)
+VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $8)`, r.stored, p.method, p.path, p.hash, status, contentType, body, now)
+}
+
+// ReadClaimComplete reads the result of the statement QueueClaimComplete
+// queued.
+func (r *Record) ReadClaimComplete(br pgx.BatchResults) error {
+	if r.pending == nil {
+		return r.ReadComplete(br)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("claim and complete idempotency key: %w", err)
+	}
+	return nil
+}
+
+// Completed tells the record that the handler's transaction, which stored
+// the final response (QueueComplete, QueueClaimComplete), committed: the
+// key is claimed and holds the answer, and the middleware has nothing left
+// to store. Not for CompleteTx inside a transaction the caller has yet to
+// commit.
+func (r *Record) Completed() {
+	r.pending, r.done = nil, true
 }
 
 // codeClaimLost is idempotency_require_claim's SQLSTATE.

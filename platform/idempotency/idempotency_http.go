@@ -151,6 +151,10 @@ func (s *Store) finish(c *fiber.Ctx, rec *Record, herr error, log *slog.Logger) 
 			return werr
 		}
 	}
+	if rec.done && herr == nil {
+		// The handler's transaction stored this answer and committed.
+		return nil
+	}
 	status := c.Response().StatusCode()
 	bg := context.WithoutCancel(c.UserContext())
 	if status >= 500 {
