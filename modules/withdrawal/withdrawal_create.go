@@ -79,8 +79,6 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 	var spellings []string
 	if destErr == nil {
 		spellings = dest.spellings(p.Destination)
-	}
-	if destErr == nil {
 		// The common case in one round trip, when the copy of the asset's
 		// row says it is auto-approved; otherwise, or when the database
 		// says otherwise, the ordinary way below.
