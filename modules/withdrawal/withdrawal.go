@@ -22,7 +22,10 @@
 // Nothing here calls the network inside a transaction: the fee rate is read
 // (and cached) before it. An auto-approved withdrawal, the common case,
 // sends its transaction (the hold, the row, the key's response) as one
-// pipelined round trip (insertApproved).
+// pipelined round trip (insertApproved); when a copy of the asset's row
+// kept from an earlier creation says it is auto-approved, the volume
+// reservation goes in the same round trip, and the database refuses it
+// when the copy is stale (createAuto, withdrawal_create_auto.go).
 //
 // # Gates
 //
