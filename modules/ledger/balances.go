@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"sort"
@@ -11,14 +12,19 @@ import (
 
 	"svc/modules/asset"
 	"svc/platform/db"
+	"svc/platform/money"
 )
 
 // Balance is a user's balance in one asset, in smallest units.
 type Balance struct {
-	Asset     asset.Asset
+	Asset     string // the asset's code
+	Decimals  int    // the asset's decimals
 	Available int64
 	Held      int64
 }
+
+// Format renders smallest units of the balance's asset as a decimal string.
+func (b Balance) Format(units int64) string { return money.Format(units, b.Decimals) }
 
 // Total is available plus held.
 func (b Balance) Total() int64 { return b.Available + b.Held }
@@ -31,48 +37,51 @@ func (b Balance) Total() int64 { return b.Available + b.Held }
 // ledger has never seen has zeros in the enabled assets. They are the
 // materialized balances, which the same statement as every posting keeps
 // equal to the postings.
+//
+// One statement with a real parameter reads the assets and the user's
+// accounts together: a balance read is the most frequent request, and it
+// is one round trip to the database and one prepared plan.
 func Balances(ctx context.Context, idb bun.IDB, externalUserID string) ([]Balance, error) {
-	assets, err := (&asset.Store{DB: idb}).All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: balances: %w", err)
-	}
 	q, err := sqlOf(idb)
 	if err != nil {
 		return nil, err
 	}
 	rows, err := q.QueryContext(ctx, `
-SELECT asset, kind, balance FROM ledger_accounts
- WHERE owner = $1 AND kind IN ('user_available', 'user_hold')`, externalUserID)
+SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
+  FROM assets a
+  LEFT JOIN ledger_accounts b ON b.owner = $1 AND b.asset = a.asset AND b.kind IN ('user_available', 'user_hold')
+ ORDER BY a.asset`, externalUserID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
 	}
 	defer rows.Close()
-	type key struct {
-		asset string
-		kind  AccountKind
-	}
-	got := map[key]int64{}
-	has := map[string]bool{}
+	var out []Balance
 	for rows.Next() {
 		var (
-			k   key
-			bal int64
+			b       Balance
+			enabled bool
+			kind    sql.NullString
+			bal     int64
 		)
-		if err := rows.Scan(&k.asset, &k.kind, &bal); err != nil {
+		if err := rows.Scan(&b.Asset, &b.Decimals, &enabled, &kind, &bal); err != nil {
 			return nil, fmt.Errorf("ledger: balances: %w", err)
 		}
-		got[k] = bal
-		has[k.asset] = true
+		if n := len(out); n == 0 || out[n-1].Asset != b.Asset {
+			if !enabled && !kind.Valid {
+				continue // off, and the user has no account in it
+			}
+			out = append(out, b)
+		}
+		last := &out[len(out)-1]
+		switch AccountKind(kind.String) {
+		case UserAvailable:
+			last.Available = bal
+		case UserHold:
+			last.Held = bal
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
-	}
-	out := make([]Balance, 0, len(assets))
-	for _, a := range assets {
-		if !a.Enabled && !has[a.Code] {
-			continue
-		}
-		out = append(out, Balance{Asset: a, Available: got[key{a.Code, UserAvailable}], Held: got[key{a.Code, UserHold}]})
 	}
 	return out, nil
 }

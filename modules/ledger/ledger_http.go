@@ -96,8 +96,8 @@ func (a *API) balances(c *fiber.Ctx) error {
 	}
 	out := BalancesView{ExternalUserID: user, Balances: make([]BalanceView, len(list))}
 	for i, b := range list {
-		out.Balances[i] = BalanceView{Asset: b.Asset.Code, Available: b.Asset.Format(b.Available),
-			Held: b.Asset.Format(b.Held), Total: b.Asset.Format(b.Total())}
+		out.Balances[i] = BalanceView{Asset: b.Asset, Available: b.Format(b.Available),
+			Held: b.Format(b.Held), Total: b.Format(b.Total())}
 	}
 	return c.JSON(out)
 }
