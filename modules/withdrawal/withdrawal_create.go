@@ -217,7 +217,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		// The commit's outcome is unknown: the withdrawal may exist, and
 		// then the reservation is its own. It stays (the cap errs on the
 		// operator's side) and counts until it leaves the window.
-		s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", intent.ID, "error", err)
+		s.reservationStays(ctx, intent, err)
 	}
 	if errors.Is(err, idempotency.ErrLost) {
 		return CreatedView{}, nil, ErrTakenOver
@@ -230,6 +230,13 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 			"reason", *view.ApprovalReason)
 	}
 	return view, body, nil
+}
+
+// reservationStays logs a creation whose commit outcome is unknown: w may
+// exist, and then the volume reservation is its own, so it stays (the cap
+// errs on the operator's side) and counts until it leaves the window.
+func (s *Service) reservationStays(ctx context.Context, w Withdrawal, err error) {
+	s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", w.ID, "error", err)
 }
 
 // giveBack returns the volume reserved for w, whose transaction rolled

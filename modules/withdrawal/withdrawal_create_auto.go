@@ -170,17 +170,14 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 		default:
 			// The connection was lost: the reservation may have committed,
 			// and it stays (as for the ordinary way's first statement).
-			s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", w.ID, "error", err)
+			s.reservationStays(ctx, w, err)
 			return CreatedView{}, nil, true, fmt.Errorf("create withdrawal: %w", err)
 		}
 	}
 	if err != nil && rolledBack(err) && db.IsTransient(err) {
 		// The second transaction met a deadlock or a serialization
-		// failure: send it again, as insertApproved does.
-		b = pgx.Batch{}
-		if t, err = s.queueApproved(&b, w, a, pc); err == nil {
-			err = db.Pipeline(ctx, s.DB, &b, t.read)
-		}
+		// failure: send it again alone, with insertApproved's retries.
+		t.view, t.body, err = s.insertApproved(ctx, w, a, pc)
 	}
 	switch {
 	case err == nil:
@@ -195,7 +192,7 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 			return CreatedView{}, nil, false, nil
 		}
 	default:
-		s.log().WarnContext(ctx, "withdrawal: commit outcome unknown; its volume reservation stays", "withdrawal_id", w.ID, "error", err)
+		s.reservationStays(ctx, w, err)
 	}
 	if errors.Is(err, idempotency.ErrLost) {
 		return CreatedView{}, nil, true, ErrTakenOver
