@@ -49,7 +49,10 @@ func TestChaos(t *testing.T) {
 		t.Skip("runs the whole service as separate processes")
 	}
 	s := loadSettings(t)
-	t.Logf("chaos seed %d (replay: make chaos CHAOS_SEED=%d), workload %s, a fault every ~%s", s.seed, s.seed, s.duration, s.pause)
+	// make chaos runs 30 minutes by default and make test 45 seconds: a
+	// replay needs the run's own duration and pause to repeat its faults.
+	replay := fmt.Sprintf("make chaos CHAOS_SEED=%d CHAOS_DURATION=%s CHAOS_FAULT_PAUSE=%s", s.seed, s.duration, s.pause)
+	t.Logf("chaos seed %d (replay: %s), workload %s, a fault every ~%s", s.seed, replay, s.duration, s.pause)
 	dir, err := os.MkdirTemp("", "svc-chaos-")
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +118,7 @@ func TestChaos(t *testing.T) {
 	t.Log(summary)
 	_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary+"\n\nfaults:\n"+strings.Join(f.log, "\n")+"\n"), 0o644)
 	if list := v.all(); len(list) > 0 {
-		t.Errorf("%d invariant violations (seed %d; replay with make chaos CHAOS_SEED=%d):\n%s", len(list), s.seed, s.seed, strings.Join(list, "\n"))
+		t.Errorf("%d invariant violations (seed %d; replay with %s):\n%s", len(list), s.seed, replay, strings.Join(list, "\n"))
 		t.Logf("faults injected:\n%s", strings.Join(f.log, "\n"))
 	}
 }
