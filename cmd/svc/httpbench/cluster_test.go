@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,7 +96,8 @@ func startCluster(t testing.TB) *cluster {
 	c.workPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", workerMetrics)
 	c.env = append(c.env, "PLATFORM_WEBHOOK_URL="+c.simURL+"/platform/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret)
 	c.api = &proc{name: "api", bin: c.bin, args: []string{"api"}, log: filepath.Join(logs, "api.log"), ready: c.apiURL + "/healthz",
-		env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics))}
+		env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics),
+			fmt.Sprintf("DATABASE_MAX_CONNS=%d", apiConns()))}
 	c.worker = &proc{name: "worker", bin: c.bin, args: []string{"worker"}, log: filepath.Join(logs, "worker.log"),
 		env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
 		ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
@@ -374,4 +376,14 @@ func readProc(pid int) (procStat, error) {
 		}
 	}
 	return s, sc.Err()
+}
+
+// apiConns is the api's pool: four connections per core of the database
+// server, which runs on this machine, as docs/deployment.md advises
+// (HTTPBENCH_API_CONNS sets another size). The worker keeps the default.
+func apiConns() int {
+	if n, err := strconv.Atoi(os.Getenv("HTTPBENCH_API_CONNS")); err == nil && n > 0 {
+		return n
+	}
+	return 4 * runtime.NumCPU()
 }

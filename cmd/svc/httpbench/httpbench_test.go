@@ -81,6 +81,7 @@ func BenchmarkHTTP(b *testing.B) {
 	t0 := time.Now()
 	c.fund(s.users, 10_000_000_000)
 	logf("funded %d users in %s", s.users, time.Since(t0).Round(time.Millisecond))
+	logf("api pool: %d connections (DATABASE_MAX_CONNS; HTTPBENCH_API_CONNS)", apiConns())
 	// The reference, right before the load, on the same server.
 	tpcb := dbtest.PgbenchTPS(b, 32, 10*time.Second)
 	g := newTargets(c.apiURL, c.key, s.users)
@@ -123,9 +124,22 @@ func BenchmarkHTTP(b *testing.B) {
 	// The overloaded steps of the searches leave thousands of connections'
 	// worth of memory in the api, which the Go runtime returns only
 	// slowly: the hold starts from fresh processes, warmed up at its rate.
-	c.restart(b)
-	attack(g, "", rate, s.warmup, nil)
-	h := holdMix(b, c, g, rate, s)
+	// A rate a 5 s step passed may still not be sustained: the work it
+	// leaves behind (payouts, webhooks, events) builds up over 30 s. A hold
+	// that misses the p99 limit is run again at three quarters of its
+	// rate, at most twice; the last hold is the one reported.
+	var h held
+	for try := 0; ; try++ {
+		c.restart(b)
+		attack(g, "", rate, s.warmup, nil)
+		h = holdMix(b, c, g, rate, s)
+		if h.sustained() || try == 2 {
+			break
+		}
+		logf("the mix held at %d/s for %s: p99 %.1f ms, %d without a 2xx: not sustained; holding again at %d/s",
+			rate, s.hold, ms(h.step.all.quantile(0.99)), h.step.all.failed(), rate*3/4)
+		rate = rate * 3 / 4
+	}
 	r := report{targets: true, tpcb: tpcb, best: best, steps: all, balances10: best10, hold: h, searchRSS: peaks}
 	r.print(logf)
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
@@ -200,6 +214,13 @@ type held struct {
 	pgCPU          float64 // cores, the PostgreSQL backends of the database
 	pgBackends     int
 	profiles       []string
+}
+
+// sustained reports whether the hold kept the p99 limit with every answer
+// a 2xx at its rate.
+func (h held) sustained() bool {
+	return h.step != nil && h.step.all.failed() == 0 && h.step.all.quantile(0.99) <= p99Limit &&
+		h.step.achieved() >= 0.95*float64(h.rate)
 }
 
 type procUse struct {
@@ -613,7 +634,12 @@ func (r report) print(logf func(string, ...any)) {
 		if b := r.best[""]; b != nil {
 			rate = b.rate
 		}
-		logf("  the mix >= 1000 req/s at p99 <= 50 ms: %d req/s: %s", rate, verdict(rate >= 1000))
+		kept := 0
+		if h.sustained() {
+			kept = h.rate
+		}
+		logf("  the mix >= 1000 req/s at p99 <= 50 ms: %d req/s in a %s step, %d req/s held for %s: %s",
+			rate, r.steps[""][0].duration, kept, h.step.duration, verdict(rate >= 1000 && kept >= 1000))
 	}
 	if steps, ok := r.steps[balances]; ok {
 		best10 := 0
