@@ -23,6 +23,10 @@
 #                          benchmark of the real binaries, which prints its
 #                          own targets; HTTPBENCH_* settings in
 #                          docs/performance.md)
+#   WITHDRAWAL_BENCH_ROUNDS rounds of pgbench-then-case of each withdrawal
+#                          creation case (default 3; the median is reported)
+#   WITHDRAWAL_BENCH_CONNS the service's pool in those cases (default four
+#                          per core)
 #   BENCH_FILTER           go test -bench pattern (default .; make
 #                          bench-scale: BenchmarkLedgerScale)
 #   LEDGER_SCALE_POSTINGS  the sizes of BenchmarkLedgerScale's generated
@@ -130,7 +134,8 @@ awk '
 END {
   if (n == 0) exit
   print ""
-  print "Withdrawal creation per second as a ratio of pgbench TPC-B (same server, same clients, run right before each case):"
+  print "Withdrawal creation per second as a ratio of pgbench TPC-B (same server, same clients; each case runs"
+  print "WITHDRAWAL_BENCH_ROUNDS rounds of pgbench then the case, and the round with the median ratio is shown):"
   printf "  %-28s %10s %10s %12s %7s\n", "case", "ops/s", "p99 ms", "pgbench tps", "ratio"
   for (i = 1; i <= n; i++) {
     k = rows[i]
