@@ -30,6 +30,7 @@ type settings struct {
 	warmup   time.Duration // the mix at the hold's rate before the hold, not measured
 	hold     time.Duration // the mix held at its rate, deposits paid meanwhile
 	payRate  int           // deposits paid per second during the hold, at most
+	holdRate int           // when set, no rate searches: the mix is held at this rate
 	pprofDir string        // where CPU profiles of the hold go, if set
 }
 
@@ -48,6 +49,7 @@ func loadSettings(tb testing.TB, s settings) settings {
 	env("HTTPBENCH_STEP", dur(&s.step))
 	env("HTTPBENCH_HOLD", dur(&s.hold))
 	env("HTTPBENCH_PAY_RATE", func(v string) (err error) { s.payRate, err = strconv.Atoi(v); return })
+	env("HTTPBENCH_HOLD_RATE", func(v string) (err error) { s.holdRate, err = strconv.Atoi(v); return })
 	s.pprofDir = os.Getenv("HTTPBENCH_PPROF_DIR")
 	return s
 }
@@ -92,6 +94,10 @@ func BenchmarkHTTP(b *testing.B) {
 	var best10 *step
 	stopPeaks := peakRSS(c.api, c.worker, c.sim)
 	for i, sr := range searches {
+		if s.holdRate > 0 {
+			logf("no rate searches: the mix is held at HTTPBENCH_HOLD_RATE=%d", s.holdRate)
+			break
+		}
 		if i > 0 {
 			// Each search starts from fresh processes: the overloaded
 			// steps of the one before leave a backlog (queued requests,
@@ -120,6 +126,9 @@ func BenchmarkHTTP(b *testing.B) {
 	rate := searches[len(searches)-1].start / 4
 	if m := best[""]; m != nil {
 		rate = m.rate
+	}
+	if s.holdRate > 0 {
+		rate = s.holdRate
 	}
 	// The overloaded steps of the searches leave thousands of connections'
 	// worth of memory in the api, which the Go runtime returns only
@@ -629,7 +638,10 @@ func (r report) print(logf func(string, ...any)) {
 		}
 		return "MISSED"
 	}
-	if _, ok := r.steps[""]; ok {
+	if _, ok := r.steps[""]; !ok {
+		logf("  the mix >= 1000 req/s at p99 <= 50 ms: no rate search; held for %s at %d req/s: p99 %.1f ms: %s",
+			h.step.duration, h.rate, ms(h.step.all.quantile(0.99)), verdict(h.sustained() && h.rate >= 1000))
+	} else {
 		rate := 0
 		if b := r.best[""]; b != nil {
 			rate = b.rate
