@@ -203,8 +203,12 @@ func (s *Service) complete(ctx context.Context, d Deposit, a asset.Asset, rec Co
 }
 
 // pickInvoice returns the invoice of d among those the processor lists for
-// its orderId. More than one means someone else created invoices with our
-// id: the oldest is d's (it is the one a first attempt would have made).
+// its orderId. More than one means several attempts (or someone else)
+// created invoices with our id: the oldest is taken, so that every attempt
+// that finds the same list picks the same one. It is not necessarily the
+// first attempt's (a timed-out request can still create its invoice after
+// a retry's); that does not matter, as d shows no address before it is
+// issued, and the others are reconciled as orphans (reconcileOther).
 func (s *Service) pickInvoice(d Deposit, list []btcpay.Invoice) (btcpay.Invoice, bool) {
 	var out btcpay.Invoice
 	n := 0
