@@ -214,9 +214,6 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		// Rolled back for certain: the reservation is given back.
 		s.giveBack(ctx, intent)
 	case err != nil:
-		// The commit's outcome is unknown: the withdrawal may exist, and
-		// then the reservation is its own. It stays (the cap errs on the
-		// operator's side) and counts until it leaves the window.
 		s.reservationStays(ctx, intent, err)
 	}
 	if errors.Is(err, idempotency.ErrLost) {

@@ -88,16 +88,18 @@ func BenchmarkHTTP(b *testing.B) {
 	tpcb := dbtest.PgbenchTPS(b, 32, 10*time.Second)
 	g := newTargets(c.apiURL, c.key, s.users)
 
-	logf("rate searches: each step %s, p99 limit %s, every answer a 2xx", s.step, p99Limit)
+	plan := searches
+	if s.holdRate > 0 {
+		plan = nil
+		logf("no rate searches: the mix is held at HTTPBENCH_HOLD_RATE=%d", s.holdRate)
+	} else {
+		logf("rate searches: each step %s, p99 limit %s, every answer a 2xx", s.step, p99Limit)
+	}
 	best := map[endpoint]*step{}
 	all := map[endpoint][]*step{}
 	var best10 *step
 	stopPeaks := peakRSS(c.api, c.worker, c.sim)
-	for i, sr := range searches {
-		if s.holdRate > 0 {
-			logf("no rate searches: the mix is held at HTTPBENCH_HOLD_RATE=%d", s.holdRate)
-			break
-		}
+	for i, sr := range plan {
 		if i > 0 {
 			// Each search starts from fresh processes: the overloaded
 			// steps of the one before leave a backlog (queued requests,
