@@ -119,6 +119,17 @@ func TestDatabaseRefuses(t *testing.T) {
 		{"UnknownEntryKind", "ledger_entries_kind_check", func() error {
 			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('gift', 'BTC', 'x')`)
 		}},
+		// The rules of one column are its type (migration 0029): each
+		// still refuses, under its constraint's old name.
+		{"EmptySourceRef", "ledger_entries_source_ref_check", func() error {
+			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('deposit_credit', 'BTC', '')`)
+		}},
+		{"LongMemo", "ledger_entries_memo_check", func() error {
+			return exec(`INSERT INTO ledger_entries (kind, asset, source_ref, memo) VALUES ('deposit_credit', 'BTC', 'x', repeat('m', 2001))`)
+		}},
+		{"UnknownAccountKind", "ledger_accounts_kind_check", func() error {
+			return exec(`INSERT INTO ledger_accounts (asset, kind, owner) VALUES ('BTC', 'treasure', '')`)
+		}},
 	} {
 		err := tc.run()
 		require.Error(t, err, tc.name)

@@ -74,11 +74,16 @@ func insertNew(ctx context.Context, idb bun.IDB, w Withdrawal) error {
 	return nil
 }
 
-// insertNewSQL is the statement of insertNew, with insertNewArgs.
+// insertNewSQL is the statement of insertNew, with insertNewArgs. It
+// casts the values of the columns whose type is a domain (migration 0028)
+// to the domain's base type: a parameter typed as the domain is read by
+// domain_in, which prepares the domain's rules anew for every parameter
+// of every statement, where the plan checks a base-type value against the
+// rules it prepared once.
 const insertNewSQL = `INSERT INTO withdrawals (id, external_user_id, asset, status, destination, amount_gross,
     fee_mode, fee_estimate, approval_mode, approval_reason, volume_minute, payment_hash, invoice_expires_at,
     idempotency_key, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+VALUES ($1, $2::text, $3, $4::text, $5::text, $6::bigint, $7::text, $8::bigint, $9::text, $10, $11, $12, $13, $14, $15, $16)`
 
 func insertNewArgs(w Withdrawal) []any {
 	return []any{w.ID, w.ExternalUserID, w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,

@@ -328,8 +328,12 @@ func (r *Record) QueueClaimComplete(b *pgx.Batch, status int, contentType string
 		return
 	}
 	now := r.store.Now().UTC()
+	// $1 as text: a parameter typed as the column's domain (migration
+	// 0029) is read by domain_in, which prepares the domain's rules anew
+	// for every parameter of every statement; a text is checked by the
+	// rules the plan prepared once.
 	b.Queue(`INSERT INTO idempotency_keys (key, method, path, request_hash, state, response_status, response_type, response_body, created_at, completed_at)
-VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, $8, $8)`, r.stored, p.method, p.path, p.hash, status, contentType, body, now)
+VALUES ($1::text, $2, $3, $4, 'completed', $5, $6, $7, $8, $8)`, r.stored, p.method, p.path, p.hash, status, contentType, body, now)
 }
 
 // ReadClaimComplete reads the result of the statement QueueClaimComplete
