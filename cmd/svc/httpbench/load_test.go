@@ -208,11 +208,30 @@ func (s *step) achieved() float64 {
 func attack(g *targets, only endpoint, rate int, d time.Duration, onResult func(endpoint, *vegeta.Result)) *step {
 	atk := vegeta.NewAttacker(vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.Workers(32),
 		vegeta.MaxBody(4096), vegeta.Redirects(vegeta.NoFollow))
-	s := &step{rate: rate, duration: d, by: map[endpoint]*stats{}}
+	return run(g, only, atk, vegeta.Rate{Freq: rate, Per: time.Second}, d, onResult)
+}
+
+// closedLoop sends the requests of only from clients workers for d, each
+// sending its next request when its last is answered: the load pgbench
+// puts on a server with -c clients, so that a rate at 32 clients compares
+// with TPC-B at 32 clients. The step's rate is the one achieved.
+func closedLoop(g *targets, only endpoint, clients int, d time.Duration) *step {
+	n := uint64(clients)
+	atk := vegeta.NewAttacker(vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.Workers(n), vegeta.MaxWorkers(n),
+		vegeta.MaxBody(4096), vegeta.Redirects(vegeta.NoFollow))
+	s := run(g, only, atk, vegeta.Rate{}, d, nil) // a zero rate: as fast as the workers go
+	s.rate = int(s.all.metrics.Rate)
+	return s
+}
+
+// run sends the requests of only (the mix when empty) with atk at rate
+// for d.
+func run(g *targets, only endpoint, atk *vegeta.Attacker, rate vegeta.Rate, d time.Duration, onResult func(endpoint, *vegeta.Result)) *step {
+	s := &step{rate: rate.Freq, duration: d, by: map[endpoint]*stats{}}
 	for _, e := range endpoints {
 		s.by[e] = &stats{}
 	}
-	for r := range atk.Attack(g.targeter(only), vegeta.Rate{Freq: rate, Per: time.Second}, d, string(only)) {
+	for r := range atk.Attack(g.targeter(only), rate, d, string(only)) {
 		e := endpointOf(r.Method, r.URL)
 		s.all.add(r)
 		s.by[e].add(r)
