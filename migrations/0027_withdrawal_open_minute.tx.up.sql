@@ -50,8 +50,7 @@ BEGIN
     -- The common case: the request's minute is the open one and no bucket
     -- has left the window since the last sweep. The update locks the
     -- asset's window row until the transaction ends: from here on,
-    -- requests of this asset are serialized. withdrawal_reserve_auto has
-    -- the same statement inline: a change here is a change there.
+    -- requests of this asset are serialized.
     UPDATE withdrawal_windows SET total = total + p_gross, open_gross = open_gross + p_gross
      WHERE asset = p_asset AND open_minute = v_minute AND swept_before >= v_cut
     RETURNING total INTO v_total;
@@ -108,12 +107,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_expired boolean;
 BEGIN
-    -- A withdrawal of the open minute is in the open bucket, except one
-    -- counted in withdrawal_volume before this migration, in the minute
-    -- it ran: the open bucket may then hold less than it, and the
-    -- withdrawal comes out of its row of withdrawal_volume below.
     UPDATE withdrawal_windows SET open_gross = open_gross - p_gross, total = total - p_gross
-     WHERE asset = p_asset AND open_minute = p_minute AND open_gross >= p_gross;
+     WHERE asset = p_asset AND open_minute = p_minute;
     IF FOUND THEN
         RETURN;
     END IF;

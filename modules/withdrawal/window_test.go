@@ -110,8 +110,9 @@ func TestWindowMatchesItsMeaning(t *testing.T) {
 // TestWindowReturnsACountFromBeforeTheOpenMinute: a withdrawal counted in
 // withdrawal_volume before migration 0027, in the minute it ran, whose
 // minute then became the open one with less in it, is still taken out of
-// the volume when its money returns (not refused for making the open
-// bucket negative), and the total stays the sum of what counts.
+// the volume when its money returns (migration 0030; not refused for
+// making the open bucket negative), and the total stays the sum of what
+// counts.
 func TestWindowReturnsACountFromBeforeTheOpenMinute(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
