@@ -2,15 +2,10 @@ package migrations_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
-
-	"svc/migrations"
-	"svc/platform/db"
-	"svc/platform/dbtest"
 )
 
 // TestPostingCopiesBackfill: a ledger written before 0025 (a deposit
@@ -21,11 +16,7 @@ import (
 func TestPostingCopiesBackfill(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
-	d, err := db.Open(ctx, dbtest.NewEmptyURL(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	require.NoError(t, db.Migrate(ctx, d, db.MigrationSet{FS: sqlBefore(t, "0025"), River: migrations.River}, log))
+	d := migratedBefore(t, "0025")
 
 	// As the ledger wrote them before: user postings with their running
 	// balance, no copies; every trigger on.
@@ -52,7 +43,7 @@ SELECT e.id, h.id, 300, h.balance FROM e, h`,
 		require.NoError(t, tx.Commit(ctx))
 	}
 
-	require.NoError(t, db.Migrate(ctx, d, migrations.Set, log))
+	migrateAll(t, d)
 	var users, copied, system, bare int64
 	require.NoError(t, d.Pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE a.balance IS NOT NULL),
@@ -73,7 +64,7 @@ SELECT count(*) FILTER (WHERE a.balance IS NOT NULL),
 	require.Equal(t, "réglé ✓", memo)
 
 	// The append-only trigger is back on.
-	_, err = d.Pool.Exec(ctx, `UPDATE ledger_postings SET entry_memo = 'x'`)
+	_, err := d.Pool.Exec(ctx, `UPDATE ledger_postings SET entry_memo = 'x'`)
 	require.ErrorContains(t, err, "append-only")
 	// And the trigger wants copies now: a release without them is refused.
 	release := func(copies string) error {

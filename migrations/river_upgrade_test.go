@@ -172,6 +172,24 @@ func TestUpgradeFromRiverV041(t *testing.T) {
 	require.Equal(t, []string{"processor unreachable"}, errs, "v0.41's attempt error is kept")
 }
 
+// migratedBefore opens a fresh database with the SQL migrations named
+// before name applied, and every River step; migrateAll applies the rest.
+func migratedBefore(t *testing.T, name string) *db.DB {
+	t.Helper()
+	ctx := context.Background()
+	d, err := db.Open(ctx, dbtest.NewEmptyURL(t), 4)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	require.NoError(t, db.Migrate(ctx, d, db.MigrationSet{FS: sqlBefore(t, name), River: migrations.River}, slog.New(slog.DiscardHandler)))
+	return d
+}
+
+// migrateAll applies every migration d has not applied.
+func migrateAll(t *testing.T, d *db.DB) {
+	t.Helper()
+	require.NoError(t, db.Migrate(context.Background(), d, migrations.Set, slog.New(slog.DiscardHandler)))
+}
+
 // sqlBefore returns the SQL migrations named before name.
 func sqlBefore(t *testing.T, name string) fs.FS {
 	t.Helper()
