@@ -153,6 +153,10 @@ type Service struct {
 	// counts the withdrawals created in one round trip (createAuto).
 	assets       assetCopies
 	oneRoundTrip atomic.Int64
+	// batcher shares pipelines between concurrent createAuto creations;
+	// shared counts the creations written in a shared one.
+	batcher autoBatcher
+	shared  atomic.Int64
 	// failedMu guards failedAfter, where the next payout pass resumes its
 	// walk over failed withdrawals.
 	failedMu    sync.Mutex

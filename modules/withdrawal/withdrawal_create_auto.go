@@ -72,6 +72,10 @@ func (c *assetCopies) put(a asset.Asset) {
 // ordinary way).
 func (s *Service) CreatedInOneRoundTrip() int64 { return s.oneRoundTrip.Load() }
 
+// CreatedInSharedPipeline is how many of those shared their pipeline and
+// their transaction with other creations (withdrawal_create_batch.go).
+func (s *Service) CreatedInSharedPipeline() int64 { return s.shared.Load() }
+
 // oneTripCompleter is a Completer whose key the creation's own
 // transaction claims together with the response (*idempotency.Record).
 type oneTripCompleter interface {
@@ -130,31 +134,19 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 		return CreatedView{}, nil, true, err
 	}
 
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue("SELECT withdrawal_reserve_auto($1, $2, $3, $4, $5, $6)", key, a.Code, a.Version, p.Amount, spellings, now)
-	b.Queue("COMMIT")
-	t, err := s.queueApproved(&b, w, a, pc)
+	var b1, b2 pgx.Batch
+	b1.Queue("BEGIN")
+	b1.Queue("SELECT withdrawal_reserve_auto($1, $2, $3, $4, $5, $6)", key, a.Code, a.Version, p.Amount, spellings, now)
+	b1.Queue("COMMIT")
+	t, err := s.queueApproved(&b2, w, a, pc)
 	if err != nil {
 		return CreatedView{}, nil, true, err
 	}
+	it := &autoItem{user: w.ExternalUserID, reserve: b1.QueuedQueries, approve: b2.QueuedQueries, read: t.read}
+	s.sendAuto(ctx, it)
 	// reserved is set once the first transaction committed: the volume
 	// counts the withdrawal.
-	var reserved bool
-	err = db.PipelineOnce(ctx, s.DB, &b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		var total int64
-		if err := br.QueryRow().Scan(&total); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		reserved = true
-		return t.read(br)
-	})
+	reserved, err := it.reserved, it.err
 	if !reserved {
 		var pe *pgconn.PgError
 		switch {
@@ -174,15 +166,21 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 			return CreatedView{}, nil, true, fmt.Errorf("create withdrawal: %w", err)
 		}
 	}
-	if err != nil && rolledBack(err) && db.IsTransient(err) {
+	alone := false // written again alone, after the shared transaction failed
+	if err != nil && rolledBack(err) && (it.shared || db.IsTransient(err)) {
+		alone = true
 		// The second transaction met a deadlock or a serialization
-		// failure: send it again alone, with insertApproved's retries.
+		// failure, or it was shared and another creation in it may have
+		// failed it: send it again alone, with insertApproved's retries.
 		t.view, t.body, err = s.insertApproved(ctx, w, a, pc)
 	}
 	switch {
 	case err == nil:
 		markCompleted(rec)
 		s.oneRoundTrip.Add(1)
+		if it.shared && !alone {
+			s.shared.Add(1)
+		}
 		return t.view, t.body, true, nil
 	case rolledBack(err):
 		s.giveBack(ctx, w)
