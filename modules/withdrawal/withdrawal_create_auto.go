@@ -36,7 +36,9 @@ import (
 // server skipped the second: nothing was written, and the ordinary way
 // runs and gives the exact answer, a withdrawal waiting for an operator or
 // a refusal. So the copy decides only how fast an answer comes, never
-// what it is. docs/performance.md has the figures.
+// what it is. Under load, concurrent creations share one batch, and one
+// transaction for their second parts (withdrawal_create_batch.go).
+// docs/performance.md has the figures.
 
 // codeNotAuto is withdrawal_reserve_auto's refusal.
 const codeNotAuto = "SV002"
