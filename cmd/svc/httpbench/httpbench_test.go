@@ -133,7 +133,13 @@ func BenchmarkHTTP(b *testing.B) {
 		// clients" that compares with TPC-B, paired with a TPC-B run right
 		// before it. The open-loop search above answers another question
 		// (the highest arrival rate at p99 <= 50 ms).
+		// The searches left thousands of approved withdrawals for the
+		// worker to pay: TPC-B run beside that backlog read 274 tps where
+		// it read 2,900 alone. Give the payouts a minute; the verdict
+		// compares with the higher TPC-B reading in any case (report).
 		c.restart(b)
+		waited, left := awaitPayouts(b, c.dbURL, time.Minute)
+		logf("payouts of the searches' withdrawals sent after %s (%d still approved)", waited.Round(time.Second), left)
 		attack(g, withdrawals, 50, s.warmup, nil)
 		closedTPCB = dbtest.PgbenchTPS(b, 32, 10*time.Second)
 		closed = closedLoop(g, withdrawals, 32, 10*time.Second)
@@ -174,7 +180,7 @@ func BenchmarkHTTP(b *testing.B) {
 		b.ReportMetric(float64(m.rate), "mix_req/s")
 	}
 	if closed != nil && closedTPCB > 0 {
-		b.ReportMetric(100*float64(closed.rate)/closedTPCB, "withdrawals_32_clients_pct_of_tpcb")
+		b.ReportMetric(100*float64(closed.rate)/max(closedTPCB, tpcb), "withdrawals_32_clients_pct_of_tpcb")
 	}
 	b.ReportMetric(ms(h.eventP99), "event_p99_ms")
 }
@@ -469,6 +475,29 @@ func simHooks(tb testing.TB, c *cluster) simHookState {
 	return st
 }
 
+// awaitPayouts waits, at most limit, until no withdrawal waits for its
+// payout to be sent (status approved), and returns how long it waited and
+// how many still wait.
+func awaitPayouts(tb testing.TB, u string, limit time.Duration) (time.Duration, int) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
+	if err != nil {
+		tb.Fatalf("payouts: %v", err)
+	}
+	defer conn.Close(ctx)
+	t0 := time.Now()
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM withdrawals WHERE status = 'approved'`).Scan(&n); err != nil {
+			tb.Fatalf("payouts: %v", err)
+		}
+		if n == 0 || time.Since(t0) > limit {
+			return time.Since(t0), n
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // jobBacklog counts the jobs not yet finished (available, scheduled,
 // retryable or running), by kind.
 func jobBacklog(tb testing.TB, u string) map[string]int {
@@ -698,9 +727,12 @@ func (r report) print(logf func(string, ...any)) {
 		if b := r.best[withdrawals]; b != nil {
 			open = b.rate
 		}
-		logf("  withdrawal creations >= 50%% of TPC-B at 32 clients: %d req/s from 32 clients = %.0f%% of %.0f tps (open loop at p99 <= 50 ms: %d req/s = %.0f%% of %.0f): %s",
-			w.rate, 100*float64(w.rate)/r.closedTPCB, r.closedTPCB, open, 100*float64(open)/max(1, r.tpcb), r.tpcb,
-			verdict(w.all.failed() == 0 && float64(w.rate) >= 0.5*r.closedTPCB))
+		// Against the higher of the two TPC-B readings: a reference that
+		// work left over on the server lowered would flatter the ratio.
+		ref := max(r.closedTPCB, r.tpcb)
+		logf("  withdrawal creations >= 50%% of TPC-B at 32 clients: %d req/s from 32 clients = %.0f%% of %.0f tps (TPC-B right before: %.0f; open loop at p99 <= 50 ms: %d req/s = %.0f%% of %.0f): %s",
+			w.rate, 100*float64(w.rate)/ref, ref, r.closedTPCB, open, 100*float64(open)/max(1, r.tpcb), r.tpcb,
+			verdict(w.all.failed() == 0 && float64(w.rate) >= 0.5*ref))
 	}
 	logf("  event first attempt <= 2 s after commit at p99: %.1f ms: %s", ms(h.eventP99), verdict(len(h.events) > 0 && h.eventP99 <= 2*time.Second))
 	logf("  api RSS <= 150 MB: %.1f MB: %s", float64(apiRSS)/(1<<20), verdict(apiRSS > 0 && apiRSS <= 150<<20))
