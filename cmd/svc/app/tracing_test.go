@@ -58,6 +58,14 @@ func TestOneTraceFromDepositRequestToSettledWebhook(t *testing.T) {
 		c.Worker.DepositPollEvery = time.Hour // the webhook settles it, not a poll
 	}))
 	sim.SetWebhook(e.URL+"/webhooks/processor", hookSecret)
+	// The worker polls open deposits and scans the wallet once as it
+	// starts: a first poll that ran after the payment below would settle
+	// the deposit in the poll's own trace. Let them run first.
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		n, err := e.App.DB.Bun.NewSelect().Table("river_job").
+			Where("kind IN ('deposit_poll', 'deposit_wallet_scan') AND state = 'completed'").Count(context.Background())
+		return err == nil && n >= 2
+	}, "the worker's first deposit poll and wallet scan")
 
 	r := e.Post("/v1/deposits", map[string]any{"external_user_id": "tess", "asset": "BTC", "expected_amount": "10000"})
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
