@@ -14,22 +14,33 @@ import (
 	"svc/platform/chain"
 )
 
-// sharedPipeline posts bodies in parallel while every pipeline slot is
-// taken, so that all of them wait, then sends them in one shared pipeline
-// and returns the answers in the order of bodies.
+// sharedPipeline posts bodies in parallel, each with a key of its own,
+// while every pipeline slot is taken (sharedRequests), and returns the
+// answers in the order of bodies.
 func (e *env) sharedPipeline(t *testing.T, bodies []createBody) []*apptest.Response {
 	t.Helper()
-	flush := withdrawal.HoldAutoPipelines(e.Svc)
-	answers := make([]*apptest.Response, len(bodies))
-	var wg sync.WaitGroup
+	reqs := make([]apptest.Req, len(bodies))
 	for i, b := range bodies {
+		reqs[i] = apptestReq(b, fmt.Sprint("shared-", t.Name(), "-", i))
+	}
+	return e.sharedRequests(reqs)
+}
+
+// sharedRequests sends reqs in parallel while every pipeline slot is
+// taken, so that all of them wait, then sends the ones waiting in one
+// shared pipeline, and returns the answers in the order of reqs.
+func (e *env) sharedRequests(reqs []apptest.Req) []*apptest.Response {
+	flush := withdrawal.HoldAutoPipelines(e.Svc)
+	answers := make([]*apptest.Response, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i] = e.Do(apptestReq(b, fmt.Sprint("shared-", t.Name(), "-", i)))
+			answers[i] = e.Do(req)
 		}()
 	}
-	flush(len(bodies))
+	flush(len(reqs))
 	wg.Wait()
 	return answers
 }
@@ -155,20 +166,10 @@ func TestSharedPipelineOneKeyTwice(t *testing.T) {
 	e.fund(t, "else", asset.BTC, 100_000)
 	body := createBody{ExternalUserID: "twice", Asset: asset.BTC, Amount: "20000", Destination: p2wpkh(t, chain.Regtest, "twice")}
 	other := createBody{ExternalUserID: "else", Asset: asset.BTC, Amount: "20000", Destination: p2wpkh(t, chain.Regtest, "else")}
-	flush := withdrawal.HoldAutoPipelines(e.Svc)
-	answers := make([]*apptest.Response, 3)
-	var wg sync.WaitGroup
-	for i, req := range []apptest.Req{apptestReq(body, "same"), apptestReq(body, "same"), apptestReq(other, "else")} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i] = e.Do(req)
-		}()
-	}
 	// Both same-key requests reach the pipeline unless one already
-	// answered 409 (the key in flight): flush waits for the ones that do.
-	flush(3)
-	wg.Wait()
+	// answered 409 (the key in flight): the flush waits for the ones that
+	// do.
+	answers := e.sharedRequests([]apptest.Req{apptestReq(body, "same"), apptestReq(body, "same"), apptestReq(other, "else")})
 	ids := map[string]bool{}
 	for _, r := range answers[:2] {
 		switch r.Status {

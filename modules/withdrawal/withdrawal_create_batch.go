@@ -2,7 +2,6 @@ package withdrawal
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -166,10 +165,9 @@ func (s *Service) pipelineAuto(ctx context.Context, items []*autoItem) {
 			// Reserved, and the shared transaction committed unless the
 			// pipeline's end said otherwise.
 			it.err = err
-		case it.err == nil && err != nil:
-			it.err = err
 		case it.err == nil:
-			it.err = errAutoNoResult
+			// Never read: the pipeline failed before it.
+			it.err = err
 		}
 	}
 }
@@ -188,6 +186,3 @@ func readReservation(br pgx.BatchResults) error {
 	}
 	return nil
 }
-
-// errAutoNoResult is an item the pipeline returned without reading it.
-var errAutoNoResult = errors.New("withdrawal: the creation's pipeline read no result")

@@ -475,15 +475,22 @@ func simHooks(tb testing.TB, c *cluster) simHookState {
 	return st
 }
 
+// adminConn connects as the owner to the database of u.
+func adminConn(tb testing.TB, u string) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), dbtest.AdminURLOf(tb, u))
+	if err != nil {
+		tb.Fatalf("connect as the owner: %v", err)
+	}
+	return conn
+}
+
 // awaitPayouts waits, at most limit, until no withdrawal waits for its
 // payout to be sent (status approved), and returns how long it waited and
 // how many still wait.
 func awaitPayouts(tb testing.TB, u string, limit time.Duration) (time.Duration, int) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
-	if err != nil {
-		tb.Fatalf("payouts: %v", err)
-	}
+	conn := adminConn(tb, u)
 	defer conn.Close(ctx)
 	t0 := time.Now()
 	for {
@@ -502,10 +509,7 @@ func awaitPayouts(tb testing.TB, u string, limit time.Duration) (time.Duration, 
 // retryable or running), by kind.
 func jobBacklog(tb testing.TB, u string) map[string]int {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
-	if err != nil {
-		tb.Fatalf("jobs: %v", err)
-	}
+	conn := adminConn(tb, u)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT kind, count(*) FROM river_job
  WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY kind`)
@@ -527,10 +531,7 @@ func jobBacklog(tb testing.TB, u string) map[string]int {
 
 func pgBackends(tb testing.TB, u string) map[int]time.Duration {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.AdminURLOf(tb, u))
-	if err != nil {
-		tb.Fatalf("backends: %v", err)
-	}
+	conn := adminConn(tb, u)
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
 	if err != nil {
