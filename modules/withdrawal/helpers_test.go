@@ -45,8 +45,16 @@ type env struct {
 
 func setup(t testing.TB, cfg ...func(*config.Config)) *env {
 	t.Helper()
+	return setupSim(t, btcpaysim.Options{}, cfg...)
+}
+
+// setupSim is setup with more of the simulator's options (its clock and
+// tick are the env's).
+func setupSim(t testing.TB, o btcpaysim.Options, cfg ...func(*config.Config)) *env {
+	t.Helper()
 	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
+	o.Now, o.TickEvery = fake.Now, -1
+	sim := btcpaysim.Start(t, o)
 	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}}
 	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
 		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret

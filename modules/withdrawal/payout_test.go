@@ -3,6 +3,7 @@ package withdrawal_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/alert"
 	"svc/modules/asset"
+	"svc/modules/ingress"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay"
 	"svc/platform/btcpay/btcpaysim"
@@ -742,4 +744,54 @@ func TestPaidAfterRefundIsSeenWithoutWebhooks(t *testing.T) {
 	e.Clock.Advance(withdrawal.RefundWatch + time.Hour)
 	e.pass(t)
 	require.Len(t, e.alerts(t, withdrawal.AlertPaidAfterRefund, w.WithdrawalID), 1)
+}
+
+// TestOnePassPaysABacklog: a pass takes batch after batch of what is due
+// (here 450 withdrawals, more than two of its lists), several lanes at
+// once, so a backlog is paid in one pass rather than one list per
+// PAYOUT_POLL_INTERVAL; each withdrawal gets one payout, the ones to one
+// address in turn.
+func TestOnePassPaysABacklog(t *testing.T) {
+	t.Parallel()
+	e := setupSim(t, btcpaysim.Options{AutoCompletePayouts: true})
+	e.limits(t, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
+	const total = 450
+	users, dests := make([]string, 5), make([]string, 30)
+	for i := range users {
+		users[i] = fmt.Sprint("backlog-", i)
+		e.fund(t, users[i], asset.BTC, 100_000_000)
+	}
+	for i := range dests {
+		dests[i] = p2wpkh(t, chain.Regtest, fmt.Sprint("backlog dest ", i))
+	}
+	ids := make([]string, total)
+	for i := range ids {
+		ids[i] = e.create(t, users[i%len(users)], asset.BTC, 20_000+int64(i), dests[i%len(dests)]).WithdrawalID
+	}
+	e.pass(t)
+	for _, id := range ids {
+		require.Equal(t, withdrawal.StatusConfirmed, e.row(t, id).Status, id)
+		e.onePayout(t, id)
+	}
+	require.Len(t, e.Sim.Payouts(), total)
+}
+
+// TestConfirmedNeedsNoProcessor: a payout webhook that arrives after its
+// withdrawal is confirmed (each payout's last ones do) is answered
+// without asking the processor, even when it is down.
+func TestConfirmedNeedsNoProcessor(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pv", asset.BTC, 10_000_000)
+	w := e.create(t, "pv", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "confirmed, then a webhook"))
+	e.pass(t)
+	p := e.onePayout(t, w.WithdrawalID)
+	_, err := e.Sim.CompletePayout(p.ID, "")
+	require.NoError(t, err)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusConfirmed, e.status(t, w.WithdrawalID))
+	e.Sim.GoDown(btcpaysim.DownError)
+	defer e.Sim.Up()
+	require.NoError(t, e.Svc.PayoutEvent(context.Background(), ingress.PayoutEvent{Type: btcpay.EventPayoutUpdated, PayoutID: p.ID}))
+	require.NoError(t, e.Svc.Track(context.Background(), uuid.MustParse(w.WithdrawalID)))
 }

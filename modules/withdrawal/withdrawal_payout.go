@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
+	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,13 +65,23 @@ import (
 // keeps the flat fee quoted at creation, which the invoice's amount was
 // checked against.
 //
+// # Passes
+//
+// A pass (ProcessPayouts, every PAYOUT_POLL_INTERVAL) lists what is due
+// in batches, oldest first, and goes on to the next batch for up to
+// submitBudget; it works payoutLanes withdrawals at once, a destination's
+// withdrawals in one lane and in order. A submission the processor
+// accepts is followed at once from the processor's answer, so that a
+// processor that pays at once is seen without another read.
+//
 // # Tracking (submitted -> broadcast -> confirmed, or failed)
 //
 // The worker polls every open payout (PAYOUT_POLL_INTERVAL) and the processor's
 // payout webhooks trigger the same work at once (PayoutEvent); both
 // re-read the payout, since webhooks carry no amounts, and the result
 // depends only on the payout's state, so duplicated and reordered
-// deliveries do nothing more. InProgress with an on-chain proof is
+// deliveries do nothing more (a confirmed withdrawal's payout is not read
+// at all: nothing moves it). InProgress with an on-chain proof is
 // broadcast (the txid; the ledger's payout_broadcast moves the net plus
 // the network fee actually paid, read from the wallet's transaction, from
 // custody to in flight); Completed is confirmed (ledger.SettlePayout, in
@@ -128,8 +141,18 @@ const (
 	// RequeueWait is how long a withdrawal whose destination has another
 	// open payout waits before it is tried again.
 	RequeueWait = time.Minute
-	// payoutBatch bounds the withdrawals one pass looks at per list.
+	// payoutBatch bounds the withdrawals one pass lists at a time.
 	payoutBatch = 200
+	// payoutLanes is how many withdrawals a pass works at once (payout
+	// calls and their transactions; each lane holds at most one database
+	// connection at a time).
+	payoutLanes = 4
+	// submitBudget is how long a pass goes on taking batches of due
+	// withdrawals: a backlog larger than that is taken up by the next
+	// pass, which runs PAYOUT_POLL_INTERVAL later, and the pass's tracking
+	// of open payouts is not held back by it. Well under the job's
+	// timeout (queue.LongestJobTimeout).
+	submitBudget = 30 * time.Second
 )
 
 // Alert types raised by the payout work.
@@ -177,21 +200,38 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	if s.Processor == nil {
 		return nil
 	}
-	now := s.now()
-	var due []uuid.UUID
-	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
-		Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusApproved, StatusSubmitting})).
-		Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
-		// Nothing of an asset reconciliation found insolvent is submitted
-		// (a claimed one already in the processor's hands is resumed).
-		Where("status = ? OR asset NOT IN (SELECT asset FROM assets WHERE withdrawals_halted_since IS NOT NULL)", StatusSubmitting).
-		OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
-		return fmt.Errorf("list withdrawals to submit: %w", err)
-	}
-	for _, id := range due {
-		if err := s.Submit(ctx, id); err != nil {
-			s.log().WarnContext(ctx, "withdrawal: submit payout", "withdrawal_id", id, "error", err)
+	now, started := s.now(), time.Now()
+	// What is due, batch after batch in the order of creation (each batch
+	// after the last one's end, so that a withdrawal left due by a failed
+	// attempt is not taken again in this pass), until the budget is spent.
+	var last *dueWithdrawal
+	for {
+		q := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id", "created_at", "destination").
+			Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusApproved, StatusSubmitting})).
+			Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
+			// Nothing of an asset reconciliation found insolvent is
+			// submitted (a claimed one already in the processor's hands is
+			// resumed).
+			Where("status = ? OR asset NOT IN (SELECT asset FROM assets WHERE withdrawals_halted_since IS NOT NULL)", StatusSubmitting)
+		if last != nil {
+			q = q.Where("(created_at, id) > (?, ?)", last.CreatedAt, last.ID)
 		}
+		var due []dueWithdrawal
+		if err := q.OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
+			return fmt.Errorf("list withdrawals to submit: %w", err)
+		}
+		// One destination's withdrawals in one lane, in order: the
+		// processor refuses a second open payout to an address
+		// (duplicate-destination), and the older withdrawal goes first.
+		ids := make([]uuid.UUID, len(due))
+		for i, d := range due {
+			ids[i] = d.ID
+		}
+		s.inLanes(ctx, "submit payout", ids, func(i int) string { return due[i].Destination }, s.Submit)
+		if len(due) < payoutBatch || time.Since(started) > submitBudget {
+			break
+		}
+		last = &due[len(due)-1]
 	}
 	// Every open payout, page by page.
 	var after uuid.UUID
@@ -237,12 +277,58 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	return nil
 }
 
+// dueWithdrawal is what a pass lists of a withdrawal due for submission.
+type dueWithdrawal struct {
+	ID          uuid.UUID `bun:"id"`
+	CreatedAt   time.Time `bun:"created_at"`
+	Destination string    `bun:"destination"`
+}
+
 func (s *Service) track(ctx context.Context, ids []uuid.UUID) {
-	for _, id := range ids {
-		if err := s.Track(ctx, id); err != nil {
-			s.log().WarnContext(ctx, "withdrawal: track payout", "withdrawal_id", id, "error", err)
+	s.inLanes(ctx, "track payout", ids, func(i int) string { return ids[i].String() }, s.Track)
+}
+
+// inLanes runs work on each of ids in payoutLanes goroutines: the ids
+// whose key(i) is the same one after another, in order. Every step of
+// the payout work is guarded by the withdrawal's row lock, its state and
+// the submitter's claim, so the lanes need no more than that. A failure
+// is logged (what, the withdrawal, the error) and left for the next pass;
+// a panic is recovered and logged as well, and its lane goes on.
+func (s *Service) inLanes(ctx context.Context, what string, ids []uuid.UUID, key func(i int) string, work func(context.Context, uuid.UUID) error) {
+	lanes := make([][]int, payoutLanes)
+	for i := range ids {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key(i)))
+		l := h.Sum32() % payoutLanes
+		lanes[l] = append(lanes[l], i)
+	}
+	one := func(id uuid.UUID) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log().ErrorContext(ctx, "withdrawal: "+what+" panicked", "withdrawal_id", id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			}
+		}()
+		if err := work(ctx, id); err != nil {
+			s.log().WarnContext(ctx, "withdrawal: "+what, "withdrawal_id", id, "error", err)
 		}
 	}
+	var wg sync.WaitGroup
+	for _, items := range lanes {
+		if len(items) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, i := range items {
+				if ctx.Err() != nil {
+					return // the pass's time is up: the next pass goes on
+				}
+				one(ids[i])
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // submittable reports a withdrawal the submitter may claim now.
@@ -325,10 +411,14 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 	var refused *btcpay.RefusedError
 	switch {
 	case err == nil:
-		if err := s.accept(ctx, w, token, p); err != nil {
+		cur, err := s.accept(ctx, w, token, p)
+		if err != nil {
 			return err
 		}
-		return s.Track(ctx, w.ID)
+		// The processor's answer is the payout as it stands (an instant
+		// payout processor may have completed it already): followed at
+		// once, without reading the withdrawal and the payout again.
+		return s.follow(ctx, cur, p)
 	case errors.As(err, &refused) && refused.Code == "duplicate-destination":
 		return s.release(ctx, w, token, Requeue, map[string]any{"next_attempt_at": s.now().Add(RequeueWait)}, "", err)
 	case errors.As(err, &refused) && !errors.Is(err, errLookup) && definitive(refused):
@@ -448,11 +538,13 @@ func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, 
 	return btcpay.Payout{}, false, nil
 }
 
-// accept records that the processor has the payout: submitted, with its id.
-func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) error {
-	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		cur, err := lockWithdrawal(ctx, tx, w.ID)
-		if err != nil {
+// accept records that the processor has the payout: submitted, with its
+// id. It returns the withdrawal as committed.
+func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (Withdrawal, error) {
+	var cur Withdrawal
+	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		if cur, err = lockWithdrawal(ctx, tx, w.ID); err != nil {
 			return err
 		}
 		if !holdsClaim(cur, token) {
@@ -466,6 +558,7 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 		return s.transit(ctx, tx, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": at,
 			"claim_token": nil, "next_attempt_at": nil})
 	})
+	return cur, err
 }
 
 func holdsClaim(w Withdrawal, token uuid.UUID) bool {
@@ -533,7 +626,10 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 		return nil
 	}
 	w, err := s.Get(ctx, id)
-	if err != nil || !slices.Contains(processorAssets, w.Asset) {
+	if err != nil || !slices.Contains(processorAssets, w.Asset) || w.Status == StatusConfirmed {
+		// Nothing the processor says moves a confirmed withdrawal: the
+		// payout is not read again (each payout's webhooks ask for it
+		// after its confirmation too).
 		return err
 	}
 	if w.BackendRef == nil {
@@ -547,6 +643,11 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 	if err != nil {
 		return fmt.Errorf("withdrawal %s: read payout %s: %w", w.ID, *w.BackendRef, err)
 	}
+	return s.follow(ctx, w, p)
+}
+
+// follow moves withdrawal w (as read) to match its payout p (as read).
+func (s *Service) follow(ctx context.Context, w Withdrawal, p btcpay.Payout) error {
 	if units, err := payoutUnits(p); err != nil || w.AmountNet == nil || units != *w.AmountNet {
 		s.raise(ctx, s.DB, AlertPayoutMismatch, w, fmt.Sprintf("payout %s of withdrawal %s pays %s BTC, not the net of %d sat (or its amount cannot be read: %v); "+
 			"the service does not move the withdrawal: check the payout in the processor", p.ID, w.ID, payoutAmount(p), derefInt(w.AmountNet), err))

@@ -1,0 +1,104 @@
+package withdrawal_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/asset"
+	"svc/modules/withdrawal"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/config"
+	"svc/platform/dbtest"
+	"svc/platform/idempotency"
+)
+
+// BenchmarkPayouts measures how fast the worker's payout passes carry a
+// backlog of approved BTC withdrawals to confirmed, against a processor
+// that completes every approved payout at once (the simulator's
+// AutoCompletePayouts over loopback HTTP). PAYOUT_BENCH_WITHDRAWALS
+// (default 2,000) auto-approved withdrawals from benchUsers users are
+// created first; the clock then runs over the passes alone
+// (Service.ProcessPayouts, back to back, as the worker would run them
+// with nothing else to do) until every withdrawal is confirmed. Each
+// payout is: the claim, the processor's create, the accepted payout
+// recorded, the payout read back, the wallet's transaction and its
+// payouts read, and one transaction that broadcasts and settles it with
+// its two events. Reported: payouts per second, passes, and the CPU of
+// this process (the service, the simulator) and of the database server
+// per payout.
+func BenchmarkPayouts(b *testing.B) {
+	ctx := context.Background()
+	e := setupSim(b, btcpaysim.Options{AutoCompletePayouts: true}, func(c *config.Config) {
+		c.Database.MaxConns = 4 * runtime.NumCPU()
+		c.LogLevel = "error"
+	})
+	total := 2_000
+	if s := os.Getenv("PAYOUT_BENCH_WITHDRAWALS"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(b, err, "PAYOUT_BENCH_WITHDRAWALS")
+		total = v
+	}
+	e.limits(b, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
+	fundMany(b, e, benchUsers, 1<<40)
+	dests := make([]string, 64)
+	for i := range dests {
+		dests[i] = p2wpkh(b, chain.Regtest, fmt.Sprint("bench-dest-", i))
+	}
+	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}
+	work := make(chan int)
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			var first error
+			for i := range work {
+				p := withdrawal.CreateParams{ExternalUserID: fmt.Sprint("bench-", i%benchUsers), Asset: asset.BTC,
+					Amount: 20_000 + int64(i%1000), Destination: dests[i%len(dests)], IdempotencyKey: fmt.Sprint("payout-bench-", i)}
+				rec := idem.Pending(p.IdempotencyKey, "POST", "/v1/withdrawals", idempotency.Hash("POST", "/v1/withdrawals", []byte(p.IdempotencyKey)))
+				if _, _, err := e.Svc.Create(ctx, p, rec); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := range total {
+		work <- i
+	}
+	close(work)
+	for range 16 {
+		require.NoError(b, <-errs)
+	}
+	dbtest.VacuumAnalyze(b, e.App.Cfg.Database.URL)
+
+	open := func() int {
+		var left int
+		require.NoError(b, e.App.DB.Bun.NewSelect().Table("withdrawals").ColumnExpr("count(*)").
+			Where("status <> 'confirmed'").Scan(ctx, &left))
+		return left
+	}
+	cpu := dbtest.CPU(b, e.App.DB)
+	self0, server0 := cpu()
+	b.ResetTimer()
+	start := time.Now()
+	passes := 0
+	for left := total; left > 0; left = open() {
+		require.Less(b, passes, total, "payouts stopped moving: %d withdrawals not confirmed", left)
+		require.NoError(b, e.Svc.ProcessPayouts(ctx))
+		passes++
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	self1, server1 := cpu()
+	b.ReportMetric(float64(total)/elapsed.Seconds(), "payouts/s")
+	b.ReportMetric(float64(passes), "passes")
+	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(total), "go_cpu_ms/payout")
+	b.ReportMetric(float64((server1-server0).Microseconds())/1000/float64(total), "pg_cpu_ms/payout")
+}
