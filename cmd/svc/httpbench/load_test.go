@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -134,7 +135,9 @@ func (s *stats) add(r *vegeta.Result) {
 		s.codes, s.samples, s.errors = map[int]int{}, map[int]string{}, map[string]int{}
 	}
 	if r.Code == 0 {
-		s.errors[r.Error]++
+		// Counted by kind: the request's URL (a user's, a withdrawal's)
+		// would make each error one of its own.
+		s.errors[requestURL.ReplaceAllString(r.Error, `"URL"`)]++
 		return
 	}
 	s.codes[int(r.Code)]++
@@ -142,6 +145,8 @@ func (s *stats) add(r *vegeta.Result) {
 		s.samples[int(r.Code)] = string(r.Body)
 	}
 }
+
+var requestURL = regexp.MustCompile(`"https?://[^"]*"`)
 
 func (s *stats) requests() int { return int(s.metrics.Requests) }
 
