@@ -172,8 +172,8 @@ func (s *Sim) createPayout(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "amount", "Amount is not specified in destination or payout request")
 		return
 	}
-	for _, other := range s.payouts {
-		if other.dedup == dedup && other.state != poCompleted && other.state != poCancelled {
+	for _, other := range s.byDedup[dedup] {
+		if other.state != poCompleted && other.state != poCancelled {
 			problem(w, http.StatusBadRequest, "duplicate-destination", "This destination is already in use by another payout")
 			return
 		}
@@ -185,6 +185,7 @@ func (s *Sim) createPayout(w http.ResponseWriter, r *http.Request) {
 	po := &payout{id: newID(20), date: s.now(), destination: dest, method: method, amount: *amount,
 		state: poAwaitingApproval, metadata: meta, dedup: dedup}
 	s.payouts[po.id] = po
+	s.byDedup[dedup] = append(s.byDedup[dedup], po)
 	s.payOrder = append(s.payOrder, po.id)
 	s.emitPayout(po, btcpay.EventPayoutCreated)
 	if body.Approved {
@@ -350,7 +351,7 @@ func (s *Sim) broadcastLocked(po *payout, txid string) {
 	// The wallet pays the amount and a miner fee on top.
 	fee, _ := s.feeRate.Mul(decimal.MustNew(141, 8))
 	sent, _ := po.amount.Add(fee.Ceil(8))
-	s.wallet.txs = append(s.wallet.txs, &walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payouts: []string{po.id}})
+	s.wallet.add(&walletTx{hash: txid, amount: sent.Neg(), ts: s.now(), payouts: []string{po.id}})
 }
 
 // CompletePayout completes an approved or in-progress payout: on chain its

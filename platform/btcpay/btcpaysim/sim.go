@@ -120,6 +120,7 @@ type Sim struct {
 	invoices map[string]*invoice
 	invOrder []string
 	payouts  map[string]*payout
+	byDedup  map[string][]*payout // by destination (an address, a payment hash)
 	payOrder []string
 	listings int // GET .../payouts answered
 	wallet   wallet
@@ -202,7 +203,7 @@ func New(o Options) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{o: o, net: net, ln: node, log: o.Log, now: func() time.Time { return o.Now().UTC().Truncate(time.Second) },
-		rates: rates, invoices: map[string]*invoice{}, payouts: map[string]*payout{}, feeRate: fee}
+		rates: rates, invoices: map[string]*invoice{}, payouts: map[string]*payout{}, byDedup: map[string][]*payout{}, feeRate: fee}
 	for _, m := range o.PaymentMethods {
 		s.methods = append(s.methods, btcpay.NormalizeMethodID(m))
 	}

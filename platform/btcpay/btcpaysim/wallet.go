@@ -29,7 +29,8 @@ type walletTx struct {
 // wallet is the store's on-chain wallet and Lightning node.
 type wallet struct {
 	txs             []*walletTx
-	baseConfirmed   decimal.Decimal // balance not explained by txs (SetWalletBalance)
+	byHash          map[string]*walletTx // the first of txs with each hash
+	baseConfirmed   decimal.Decimal      // balance not explained by txs (SetWalletBalance)
 	baseUnconfirmed decimal.Decimal
 	height          int64
 	lnLocalMsat     int64
@@ -40,18 +41,22 @@ func newWallet() wallet {
 	return wallet{height: 200, lnLocalMsat: 0, lnRemoteMsat: 50_000_000_000}
 }
 
-func (w *wallet) find(hash string) *walletTx {
-	for _, t := range w.txs {
-		if t.hash == hash {
-			return t
-		}
+func (w *wallet) find(hash string) *walletTx { return w.byHash[hash] }
+
+// add appends t to the wallet's transactions.
+func (w *wallet) add(t *walletTx) {
+	w.txs = append(w.txs, t)
+	if w.byHash == nil {
+		w.byHash = map[string]*walletTx{}
 	}
-	return nil
+	if w.byHash[t.hash] == nil {
+		w.byHash[t.hash] = t
+	}
 }
 
 func (w *wallet) receive(hash string, amt decimal.Decimal, confs int64, at time.Time, invoiceID string) {
 	t := &walletTx{hash: hash, amount: amt, ts: at, invoiceID: invoiceID}
-	w.txs = append(w.txs, t)
+	w.add(t)
 	if confs > 0 {
 		w.confirm(hash, confs)
 	}
@@ -75,6 +80,7 @@ func (w *wallet) confirm(hash string, confs int64) {
 
 func (w *wallet) drop(hash string) {
 	w.txs = slices.DeleteFunc(w.txs, func(t *walletTx) bool { return t.hash == hash })
+	delete(w.byHash, hash)
 }
 
 // unpay takes payout po out of the transaction that pays it: the whole
