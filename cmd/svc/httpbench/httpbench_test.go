@@ -172,9 +172,17 @@ func BenchmarkHTTP(b *testing.B) {
 		c.awaitQuiet(logf, "the closed loop")
 		attack(g, withdrawals, 50, s.warmup, nil)
 		closedTPCB = dbtest.PgbenchTPS(b, 32, 10*time.Second)
+		w0, _ := readProc(c.worker.pid())
+		from := time.Now()
 		closed = closedLoop(g, withdrawals, 32, 10*time.Second)
+		to := time.Now()
+		w1, _ := readProc(c.worker.pid())
 		logf("withdrawal creations, 32 clients, closed loop, 10 s: %d/s, p50 %.2f ms, p99 %.2f ms, not 2xx %d %s; TPC-B right before: %.0f tps",
 			closed.rate, ms(closed.all.quantile(0.5)), ms(closed.all.quantile(0.99)), closed.all.failed(), closed.all.failures(), closedTPCB)
+		// The worker pays the loop's withdrawals as they come (a pass
+		// every 10 s): how much of the loop it ran beside.
+		logf("  beside it: %d withdrawals paid out by the worker, which took %.2f of a core",
+			confirmedBetween(b, c.dbURL, from, to), (w1.cpu-w0.cpu).Seconds()/to.Sub(from).Seconds())
 	}
 	r := report{targets: true, tpcb: tpcb, best: best, steps: all, balances10: best10, hold: h, searchRSS: peaks,
 		closed: closed, closedTPCB: closedTPCB}
@@ -516,6 +524,18 @@ func (c *cluster) awaitQuiet(logf func(string, ...any), before string) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// confirmedBetween counts the withdrawals confirmed between from and to.
+func confirmedBetween(tb testing.TB, u string, from, to time.Time) int {
+	ctx := context.Background()
+	conn := adminConn(tb, u)
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM withdrawals WHERE status = 'confirmed' AND updated_at BETWEEN $1 AND $2`, from, to).Scan(&n); err != nil {
+		tb.Fatalf("confirmed withdrawals: %v", err)
+	}
+	return n
 }
 
 // How quiet awaitQuiet waits for, and how long at most.
