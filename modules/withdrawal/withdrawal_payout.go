@@ -605,18 +605,31 @@ func (s *Service) failTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.
 }
 
 // PayoutEvent acts on a processor payout webhook (ingress.PayoutHandler):
-// it tracks the withdrawal whose payout it names. A payout the service
-// has not recorded yet is left to the submitter, which records it.
+// it tracks the withdrawal whose payout it names, read with the same
+// statement that finds it. A payout the service has not recorded yet is
+// left to the submitter, which records it.
+//
+// PayoutCreated and PayoutApproved are not followed by a read of the
+// payout: they are sent when the payout is created and approved, which
+// the submitter learnt from the processor's answer when it recorded the
+// payout, and every later state change (InProgress, Completed, Cancelled,
+// AwaitingPayment again after a failed Lightning attempt) is a
+// PayoutUpdated of its own. One that arrives late therefore has nothing
+// to say; were the PayoutUpdated after it lost, the pass's poll of every
+// open payout sees the change, as it sees any lost webhook.
 func (s *Service) PayoutEvent(ctx context.Context, e ingress.PayoutEvent) error {
-	var id uuid.UUID
-	err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").Where("backend_ref = ?", e.PayoutID).Scan(ctx, &id)
+	if e.Type == btcpay.EventPayoutCreated || e.Type == btcpay.EventPayoutApproved {
+		return nil
+	}
+	var w Withdrawal
+	err := s.DB.NewSelect().Model(&w).Where("backend_ref = ?", e.PayoutID).Scan(ctx)
 	if db.IsNoRows(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("find the withdrawal of payout %s: %w", e.PayoutID, err)
 	}
-	return s.Track(ctx, id)
+	return s.trackRow(ctx, w)
 }
 
 // Track reads a withdrawal's payout from the processor and moves the
@@ -626,11 +639,19 @@ func (s *Service) Track(ctx context.Context, id uuid.UUID) error {
 		return nil
 	}
 	w, err := s.Get(ctx, id)
-	if err != nil || !slices.Contains(processorAssets, w.Asset) || w.Status == StatusConfirmed {
+	if err != nil {
+		return err
+	}
+	return s.trackRow(ctx, w)
+}
+
+// trackRow is Track of withdrawal w, as already read.
+func (s *Service) trackRow(ctx context.Context, w Withdrawal) error {
+	if s.Processor == nil || !slices.Contains(processorAssets, w.Asset) || w.Status == StatusConfirmed {
 		// Nothing the processor says moves a confirmed withdrawal: the
 		// payout is not read again (each payout's webhooks ask for it
 		// after its confirmation too).
-		return err
+		return nil
 	}
 	if w.BackendRef == nil {
 		// A Lightning withdrawal that failed before any payout existed.
