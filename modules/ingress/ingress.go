@@ -41,6 +41,20 @@ var subscribed = map[string]bool{
 // Subscribed reports whether the service acts on events of type typ.
 func Subscribed(typ string) bool { return subscribed[typ] }
 
+// recordOnly are the subscribed event types that are stored, for the
+// record, as processed when they arrive, with no job and no handler call:
+// nothing they could say is news. BTCPay sends PayoutCreated and
+// PayoutApproved when a payout is created and approved (auto-approval at
+// creation included), which the submitter learnt from the processor's
+// answer when it recorded the payout, or, after an ambiguous call, finds
+// by its lookup before any retry; every later state change (InProgress,
+// Completed, Cancelled, AwaitingPayment again after a failed Lightning
+// attempt) is a PayoutUpdated of its own, which is processed. Were one of
+// those lost, the payout pass's poll of every open payout sees the change,
+// as it does for any lost webhook. Processing them cost every withdrawal
+// two jobs and two reads of its payout.
+var recordOnly = map[string]bool{btcpay.EventPayoutCreated: true, btcpay.EventPayoutApproved: true}
+
 // InvoiceEvent is an invoice event handed to the deposit work.
 type InvoiceEvent struct {
 	DeliveryKey     string // the stored delivery's identity

@@ -36,12 +36,22 @@ func nullable(s string) *string {
 	return &s
 }
 
-// store records a delivery and its processing job in one transaction. It
-// reports false when the delivery was already stored (a duplicate), in
-// which case nothing is inserted.
+// store records a delivery and its processing job in one transaction, or,
+// for a type stored only for the record (recordOnly), the delivery as
+// processed in one statement. It reports false when the delivery was
+// already stored (a duplicate), in which case nothing is inserted.
 func (s *Service) store(ctx context.Context, key string, ev btcpay.WebhookEvent, body []byte) (bool, error) {
 	d := &Delivery{DeliveryKey: key, DeliveryID: nullable(ev.DeliveryID), EventType: ev.Type, StoreID: ev.StoreID,
 		InvoiceID: nullable(ev.InvoiceID), PayoutID: nullable(ev.PayoutID), Body: body, ReceivedAt: s.Now().UTC()}
+	if recordOnly[ev.Type] {
+		d.ProcessedAt = &d.ReceivedAt
+		res, err := s.DB.NewInsert().Model(d).On("CONFLICT (delivery_key) DO NOTHING").Exec(ctx)
+		if err != nil {
+			return false, fmt.Errorf("store processor webhook: %w", err)
+		}
+		n, err := res.RowsAffected()
+		return n == 1, err
+	}
 	var stored bool
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		stored = false

@@ -263,12 +263,13 @@ func TestSimulatorWebhooksReachTheHandlers(t *testing.T) {
 	apptest.Eventually(t, 10*time.Second, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
-		return len(rec.payouts) == 4
+		return len(rec.payouts) == 2
 	}, "payout events handled")
 	rec.mu.Lock()
 	states := map[btcpay.PayoutState]bool{}
 	for _, e := range rec.payouts {
 		require.Equal(t, p.ID, e.PayoutID)
+		require.Equal(t, btcpay.EventPayoutUpdated, e.Type)
 		states[e.State] = true
 	}
 	rec.mu.Unlock()
@@ -278,6 +279,10 @@ func TestSimulatorWebhooksReachTheHandlers(t *testing.T) {
 		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NULL") == 0
 	}, "every delivery processed")
 	require.Equal(t, 8, b.count(t, "SELECT count(*) FROM processor_webhooks"))
+	// PayoutCreated and PayoutApproved are kept for the record, stored as
+	// processed, with no job: the other six deliveries have one each.
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE event_type IN ('PayoutCreated', 'PayoutApproved') AND attempts = 0"))
+	require.Equal(t, 6, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook'"))
 }
 
 func TestFailedProcessingIsRetried(t *testing.T) {

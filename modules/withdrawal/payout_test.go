@@ -795,25 +795,3 @@ func TestConfirmedNeedsNoProcessor(t *testing.T) {
 	require.NoError(t, e.Svc.PayoutEvent(context.Background(), ingress.PayoutEvent{Type: btcpay.EventPayoutUpdated, PayoutID: p.ID}))
 	require.NoError(t, e.Svc.Track(context.Background(), uuid.MustParse(w.WithdrawalID)))
 }
-
-// TestCreatedAndApprovedAreNotRead: the webhooks of a payout's creation
-// and approval tell nothing the submitter did not learn from the
-// processor's answer, so they are answered without reading the payout
-// (here: while the processor is down); a PayoutUpdated is read.
-func TestCreatedAndApprovedAreNotRead(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.fund(t, "pc", asset.BTC, 10_000_000)
-	w := e.create(t, "pc", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "created and approved webhooks"))
-	e.pass(t)
-	p := e.onePayout(t, w.WithdrawalID)
-	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
-	e.Sim.GoDown(btcpaysim.DownError)
-	defer e.Sim.Up()
-	ctx := context.Background()
-	for _, typ := range []string{btcpay.EventPayoutCreated, btcpay.EventPayoutApproved} {
-		require.NoError(t, e.Svc.PayoutEvent(ctx, ingress.PayoutEvent{Type: typ, PayoutID: p.ID}), typ)
-	}
-	require.Error(t, e.Svc.PayoutEvent(ctx, ingress.PayoutEvent{Type: btcpay.EventPayoutUpdated, PayoutID: p.ID}))
-	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
-}

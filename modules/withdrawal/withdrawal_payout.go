@@ -607,20 +607,10 @@ func (s *Service) failTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.
 // PayoutEvent acts on a processor payout webhook (ingress.PayoutHandler):
 // it tracks the withdrawal whose payout it names, read with the same
 // statement that finds it. A payout the service has not recorded yet is
-// left to the submitter, which records it.
-//
-// PayoutCreated and PayoutApproved are not followed by a read of the
-// payout: they are sent when the payout is created and approved, which
-// the submitter learnt from the processor's answer when it recorded the
-// payout, and every later state change (InProgress, Completed, Cancelled,
-// AwaitingPayment again after a failed Lightning attempt) is a
-// PayoutUpdated of its own. One that arrives late therefore has nothing
-// to say; were the PayoutUpdated after it lost, the pass's poll of every
-// open payout sees the change, as it sees any lost webhook.
+// left to the submitter, which records it. (The ingress stores
+// PayoutCreated and PayoutApproved without handing them here: see its
+// recordOnly.)
 func (s *Service) PayoutEvent(ctx context.Context, e ingress.PayoutEvent) error {
-	if e.Type == btcpay.EventPayoutCreated || e.Type == btcpay.EventPayoutApproved {
-		return nil
-	}
 	var w Withdrawal
 	err := s.DB.NewSelect().Model(&w).Where("backend_ref = ?", e.PayoutID).Scan(ctx)
 	if db.IsNoRows(err) {
