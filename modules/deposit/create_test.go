@@ -2,6 +2,7 @@ package deposit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/deposit"
 	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/idempotency"
 )
 
 // countDeposits counts the user's deposits in the database.
@@ -233,4 +235,62 @@ func TestCreateIsIdempotent(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, other.Status)
 	require.Equal(t, 1, e.countDeposits(t, "kim"))
 	require.Len(t, e.Sim.Invoices(), 1)
+}
+
+// TestIssuedInOneStatementAnswersAsRead: a creation's 201, issued and
+// stored with its key in one statement from the deposit as the request
+// created it, is the deposit as read back, and the row holds the invoice.
+func TestIssuedInOneStatementAnswersAsRead(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for i, body := range []createBody{
+		{ExternalUserID: "ivy", Asset: "BTC", ExpectedAmount: units("12345")},
+		{ExternalUserID: "ivy", Asset: "BTC"},
+		{ExternalUserID: "ivy", Asset: "BTC_LN", ExpectedAmount: units("1000")},
+	} {
+		r := e.Do(apptest.Req{Method: "POST", Path: "/v1/deposits", Idem: fmt.Sprint("at-once-", i), Body: body})
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+		var v deposit.View
+		r.JSON(t, &v)
+		require.Equal(t, deposit.StatusPending, v.Status)
+		require.NotNil(t, v.Address)
+		got := e.Get("/v1/deposits/" + v.DepositID)
+		require.Equal(t, http.StatusOK, got.Status)
+		require.JSONEq(t, string(got.Body), string(r.Body))
+		var row struct {
+			Status    string  `bun:"status"`
+			InvoiceID *string `bun:"invoice_id"`
+			Address   *string `bun:"address"`
+		}
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("deposits").Column("status", "invoice_id", "address").
+			Where("id = ?", v.DepositID).Scan(context.Background(), &row))
+		require.Equal(t, "pending", row.Status)
+		require.NotNil(t, row.InvoiceID)
+		require.Equal(t, *v.Address, *row.Address)
+	}
+}
+
+// TestTakenOverKeyIssuesNothing: an attempt whose key a newer attempt took
+// over gets ErrTakenOver from its issuing statement, which then applies
+// nothing: the deposit stays creating, for the newer attempt to finish.
+func TestTakenOverKeyIssuesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	store := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}
+	rec, stored, err := store.Begin(ctx, "taken-over", "POST", "/v1/deposits", []byte("hash"))
+	require.NoError(t, err)
+	require.Nil(t, stored)
+	// A newer attempt takes the key over while this one calls the processor.
+	_, err = e.App.DB.Bun.NewRaw("UPDATE idempotency_keys SET lock_token = gen_random_uuid() WHERE key LIKE '%taken-over'").Exec(ctx)
+	require.NoError(t, err)
+	_, _, err = e.Svc.Create(ctx, deposit.CreateParams{ExternalUserID: "jo", Asset: asset.BTC, IdempotencyKey: "taken-over"}, rec)
+	require.ErrorIs(t, err, deposit.ErrTakenOver)
+	var status string
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("deposits").Column("status").
+		Where("external_user_id = 'jo'").Scan(ctx, &status))
+	require.Equal(t, "creating", status)
+	n, err := e.App.DB.Bun.NewSelect().Table("idempotency_keys").Where("key LIKE '%taken-over' AND state = 'in_flight'").Count(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the key still in flight, the newer attempt's")
 }

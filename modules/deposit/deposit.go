@@ -24,7 +24,11 @@
 // whose orderId is the deposit id and adopt the one they find: an invoice is
 // never created twice blindly. An ambiguous failure (unreachable, timeout,
 // 5xx) answers 503 and leaves the deposit creating; a definitive refusal
-// marks it failed and answers 502.
+// marks it failed and answers 502. The invoice's address is recorded
+// (creating -> pending) together with the key's 201: for an asset without
+// an address pool, in one statement that applies only while the deposit is
+// still creating (issueAtOnce); otherwise, or when it did not apply, in a
+// transaction that locks and reads the deposit first (issue).
 //
 // # Payments
 //

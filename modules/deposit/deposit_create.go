@@ -72,17 +72,20 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	if p.IdempotencyKey != "" {
 		intent.IdempotencyKey = &p.IdempotencyKey
 	}
-	var d Deposit
-	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		d = intent // the function may run again: start from the intent each time
-		if pooled(d.Asset) {
+	d := intent
+	if pooled(d.Asset) {
+		err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+			d = intent // the function may run again: start from the intent each time
 			if err := s.holdPoolSlot(ctx, tx, &d, now); err != nil {
 				return err
 			}
-		}
-		_, err := tx.NewInsert().Model(&d).Exec(ctx)
-		return err
-	})
+			_, err := tx.NewInsert().Model(&d).Exec(ctx)
+			return err
+		})
+	} else {
+		// One statement: no transaction around it.
+		_, err = s.DB.NewInsert().Model(&d).Exec(ctx)
+	}
 	if db.IsUniqueViolation(err, "deposits_idempotency_key_key") {
 		// An attempt with the same key that was taken over committed its
 		// intent meanwhile: continue that deposit.
@@ -199,7 +202,64 @@ func (s *Service) complete(ctx context.Context, d Deposit, a asset.Asset, rec Co
 	if !ok || pm.Destination == "" {
 		return View{}, nil, s.fail(ctx, d.ID, fmt.Sprintf("invoice %s offers no %s address", inv.ID, a.PaymentMethod), nil)
 	}
+	if v, body, ok, err := s.issueAtOnce(ctx, d, a, inv, pm.Destination, rec); ok || err != nil {
+		return v, body, err
+	}
 	return s.issue(ctx, d.ID, inv, pm.Destination, rec)
+}
+
+// effectCompleter stores a request's final response in the statement of
+// its effect (*idempotency.Record), and is told when that committed.
+type effectCompleter interface {
+	CompleteWithEffect(effect string, args []any, status int, contentType string, body []byte) (string, []any, bool)
+	Completed()
+}
+
+// issueAtOnce is issue in one statement, for what nearly every creation
+// is: a deposit of an asset without an address pool, still creating, with
+// no payment recorded, and a request with an Idempotency-Key. Its 201 body
+// is rendered from d as this request created it (nothing but issuing
+// changes a creating deposit's view) and stored with the key in the
+// statement that issues it, which applies only when the deposit is still
+// creating and has no payment (CompleteWithEffect). ok is false, nothing
+// changed, when any of that is not so: issue then does it in full.
+func (s *Service) issueAtOnce(ctx context.Context, d Deposit, a asset.Asset, inv btcpay.Invoice, address string, rec Completer) (_ View, _ []byte, ok bool, _ error) {
+	ec, is := rec.(effectCompleter)
+	if !is || pooled(d.Asset) || d.Status != StatusCreating {
+		return View{}, nil, false, nil
+	}
+	s.recordInvoiceFields(&d, inv, address)
+	d.Status = StatusPending // AddressIssued: no event
+	view := render(d, nil, a.Decimals)
+	body, err := json.Marshal(view)
+	if err != nil {
+		return View{}, nil, false, err
+	}
+	q, args, is := ec.CompleteWithEffect(`UPDATE deposits
+   SET invoice_id = $2, address = $3, checkout_link = $4, expires_at = $5, monitoring_until = $6, status = $7, updated_at = $8
+ WHERE id = $1::uuid AND status = $9
+   AND NOT EXISTS (SELECT 1 FROM deposit_payments WHERE deposit_id = $1::uuid)
+RETURNING 1`, []any{d.ID, d.InvoiceID, d.Address, d.CheckoutLink, d.ExpiresAt, d.MonitoringUntil, StatusPending, d.UpdatedAt, StatusCreating},
+		http.StatusCreated, "application/json", body)
+	if !is {
+		return View{}, nil, false, nil
+	}
+	sqldb, err := db.SQLOf(s.DB)
+	if err != nil {
+		return View{}, nil, false, err
+	}
+	var applied bool
+	err = idempotency.CompleteError(sqldb.QueryRowContext(ctx, q, args...).Scan(&applied))
+	switch {
+	case errors.Is(err, idempotency.ErrLost):
+		return View{}, nil, false, ErrTakenOver
+	case err != nil:
+		return View{}, nil, false, fmt.Errorf("issue deposit %s: %w", d.ID, err)
+	case !applied:
+		return View{}, nil, false, nil
+	}
+	ec.Completed()
+	return view, body, true, nil
 }
 
 // pickInvoice returns the invoice of d among those the processor lists for
@@ -308,9 +368,9 @@ func (s *Service) issue(ctx context.Context, id uuid.UUID, inv btcpay.Invoice, a
 	return view, body, nil
 }
 
-// recordInvoice stores the invoice's id, address, checkout link and times
-// on d (locked), and for a pooled asset its reservation.
-func (s *Service) recordInvoice(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay.Invoice, address string) error {
+// recordInvoiceFields sets the invoice's id, address, checkout link and
+// times on d, and its update time.
+func (s *Service) recordInvoiceFields(d *Deposit, inv btcpay.Invoice, address string) {
 	now := s.now()
 	exp := inv.ExpirationTime.Time
 	if exp.IsZero() {
@@ -324,12 +384,18 @@ func (s *Service) recordInvoice(ctx context.Context, tx bun.Tx, d *Deposit, inv 
 	if inv.CheckoutLink != "" {
 		d.CheckoutLink = &inv.CheckoutLink
 	}
+	d.UpdatedAt = now
+}
+
+// recordInvoice stores the invoice's id, address, checkout link and times
+// on d (locked), and for a pooled asset its reservation.
+func (s *Service) recordInvoice(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay.Invoice, address string) error {
+	s.recordInvoiceFields(d, inv, address)
 	if pooled(d.Asset) {
-		if err := s.recordPoolAddress(ctx, tx, d, address, exp, now); err != nil {
+		if err := s.recordPoolAddress(ctx, tx, d, address, *d.ExpiresAt, d.UpdatedAt); err != nil {
 			return err
 		}
 	}
-	d.UpdatedAt = now
 	_, err := tx.NewUpdate().Model(d).
 		Column("invoice_id", "address", "checkout_link", "expires_at", "monitoring_until", "address_reserved_from",
 			"address_reserved_until", "address_released_at", "address_clash", "updated_at").

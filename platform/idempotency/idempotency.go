@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -365,7 +366,14 @@ const codeClaimLost = "SV001"
 // taken over (nothing of the batch committed).
 func (r *Record) ReadComplete(br pgx.BatchResults) error {
 	var ok bool
-	err := br.QueryRow().Scan(&ok)
+	return CompleteError(br.QueryRow().Scan(&ok))
+}
+
+// CompleteError is the error of a statement that stored a request's final
+// response (QueueComplete, CompleteWithEffect), as the caller returns it:
+// one wrapping both ErrLost and the database's refusal when the key was
+// taken over (nothing the statement did is applied); nil for nil.
+func CompleteError(err error) error {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == codeClaimLost:
@@ -374,6 +382,37 @@ func (r *Record) ReadComplete(br pgx.BatchResults) error {
 		return fmt.Errorf("complete idempotency key: %w", err)
 	}
 	return nil
+}
+
+// CompleteWithEffect returns one statement, and its arguments, that
+// applies effect and, only when effect applied, stores the request's final
+// response: for a handler whose effect is a single data-modifying
+// statement, which then commits with the response in one round trip, no
+// transaction around them. effect is an INSERT, UPDATE or DELETE with
+// parameters $1 to $len(args) that returns a row when it applied (RETURNING
+// 1). The statement returns one boolean: whether effect applied; when it
+// did not, nothing changed and the key is still the attempt's. When effect
+// applied but the attempt no longer owns its key (a newer attempt took it
+// over), the statement fails (idempotency_require_claim) and nothing is
+// applied: CompleteError turns that into ErrLost. ok is false for a record
+// whose claim is still to be made (ClaimInHandler): such a handler claims
+// with its first statement instead.
+func (r *Record) CompleteWithEffect(effect string, args []any, status int, contentType string, body []byte) (query string, all []any, ok bool) {
+	if r.pending != nil {
+		return "", nil, false
+	}
+	n := len(args)
+	query = fmt.Sprintf(`WITH effect AS (%s),
+done AS (
+  UPDATE idempotency_keys
+     SET state = 'completed', response_status = $%d, response_type = $%d, response_body = $%d, completed_at = $%d,
+         lock_token = NULL, locked_at = NULL
+   WHERE key = $%d::text AND lock_token = $%d::uuid AND state = 'in_flight' AND EXISTS (SELECT 1 FROM effect)
+  RETURNING 1)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM effect) THEN idempotency_require_claim(EXISTS (SELECT 1 FROM done)) ELSE false END`,
+		effect, n+1, n+2, n+3, n+4, n+5, n+6)
+	all = append(slices.Clip(args), status, contentType, body, r.store.Now().UTC(), r.stored, r.token)
+	return query, all, true
 }
 
 // completed reports whether the record's key holds a final response.
