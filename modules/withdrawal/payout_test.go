@@ -292,6 +292,49 @@ func TestPayoutWorkerKilledAfterTheCall(t *testing.T) {
 	e.onePayout(t, w.WithdrawalID)
 }
 
+// takenOverDuringCreate is a processor during whose payout creation
+// another submitter takes the withdrawal's claim over (as after the
+// claim's end), with a claim of its own.
+type takenOverDuringCreate struct {
+	withdrawal.Processor
+	take func()
+}
+
+func (c takenOverDuringCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error) {
+	out, err := c.Processor.CreatePayout(ctx, p)
+	c.take()
+	return out, err
+}
+
+// TestPayoutClaimLostBeforeAccept: a submitter whose claim was taken over
+// while it created the payout records nothing (the newer claim stands);
+// once that claim ends, the next pass adopts the payout, the only one.
+func TestPayoutClaimLostBeforeAccept(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "pl", asset.BTC, 10_000_000)
+	w := e.create(t, "pl", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "claim lost"))
+	real := e.Svc.Processor
+	other := uuid.New()
+	e.Svc.Processor = takenOverDuringCreate{Processor: real, take: func() {
+		_, err := e.App.DB.Bun.NewRaw("UPDATE withdrawals SET claim_token = ? WHERE id = ?", other, w.WithdrawalID).Exec(context.Background())
+		require.NoError(t, err)
+	}}
+	err := e.Svc.Submit(context.Background(), uuid.MustParse(w.WithdrawalID))
+	require.ErrorContains(t, err, "the claim was lost")
+	e.Svc.Processor = real
+	row := e.row(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitting, row.Status)
+	require.Equal(t, other, *row.ClaimToken, "the newer claim stands")
+	require.Nil(t, row.BackendRef)
+	p := e.onePayout(t, w.WithdrawalID)
+	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
+	require.Equal(t, p.ID, *e.row(t, w.WithdrawalID).BackendRef)
+	e.onePayout(t, w.WithdrawalID)
+}
+
 // TestPayoutSubmittersRace: many submitters and passes at once, one
 // payout.
 func TestPayoutSubmittersRace(t *testing.T) {

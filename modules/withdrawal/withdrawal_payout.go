@@ -539,26 +539,32 @@ func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, 
 }
 
 // accept records that the processor has the payout: submitted, with its
-// id. It returns the withdrawal as committed.
+// id. It returns the withdrawal as committed. One guarded statement, no
+// transaction around it: it applies only while the withdrawal is still
+// submitting under this submitter's claim (holdsClaim).
 func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (Withdrawal, error) {
+	tr, err := Next(StatusSubmitting, Accept)
+	if err != nil {
+		return Withdrawal{}, err
+	}
+	// An adopted payout's deadline counts from its creation.
+	now := s.now()
+	at := now
+	if !p.Date.IsZero() && p.Date.Before(at) {
+		at = p.Date.UTC()
+	}
 	var cur Withdrawal
-	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		var err error
-		if cur, err = lockWithdrawal(ctx, tx, w.ID); err != nil {
-			return err
-		}
-		if !holdsClaim(cur, token) {
-			return fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
-		}
-		// An adopted payout's deadline counts from its creation.
-		at := s.now()
-		if !p.Date.IsZero() && p.Date.Before(at) {
-			at = p.Date.UTC()
-		}
-		return s.transit(ctx, tx, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": at,
-			"claim_token": nil, "next_attempt_at": nil})
-	})
-	return cur, err
+	err = s.DB.NewUpdate().Model(&cur).
+		Set("status = ?, updated_at = ?, backend_ref = ?, submitted_at = ?, claim_token = NULL, next_attempt_at = NULL", tr.To, now, p.ID, at).
+		Where("id = ? AND status = ? AND claim_token = ?", w.ID, StatusSubmitting, token).
+		Returning("*").Scan(ctx)
+	if db.IsNoRows(err) {
+		return Withdrawal{}, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
+	}
+	if err != nil {
+		return Withdrawal{}, fmt.Errorf("withdrawal %s: record payout %s: %w", w.ID, p.ID, err)
+	}
+	return cur, nil
 }
 
 func holdsClaim(w Withdrawal, token uuid.UUID) bool {
