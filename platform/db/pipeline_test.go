@@ -2,11 +2,16 @@ package db_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 
 	"svc/platform/db"
 	"svc/platform/dbtest"
@@ -109,4 +114,66 @@ func TestQueriesWithoutArgumentsAreNotPrepared(t *testing.T) {
 		require.Equal(t, i+1, n)
 	}
 	require.Equal(t, before, prepared(), "no statement without arguments was prepared, and the counting one only once")
+}
+
+// modelRow is a bun model of every kind of column the service scans.
+type modelRow struct {
+	bun.BaseModel `bun:"table:m,alias:row"`
+
+	ID      uuid.UUID       `bun:"id,pk"`
+	N       int64           `bun:"n"`
+	Name    *string         `bun:"name"`
+	At      time.Time       `bun:"at"`
+	Maybe   *time.Time      `bun:"maybe"`
+	Body    []byte          `bun:"body"`
+	Payload json.RawMessage `bun:"payload,type:jsonb"`
+	On      bool            `bun:"on"`
+}
+
+// TestQueryModel: a model read with real parameters (GetModel, and
+// QueryModel with RETURNING) holds what bun's own Scan reads, in a
+// transaction too; no row is sql.ErrNoRows; each statement is prepared
+// once per connection, however often it runs.
+func TestQueryModel(t *testing.T) {
+	t.Parallel()
+	d := openEmpty(t)
+	ctx := context.Background()
+	_, err := d.Bun.ExecContext(ctx, `CREATE TABLE m (id uuid PRIMARY KEY, n bigint NOT NULL, name text, at timestamptz NOT NULL,
+		maybe timestamptz, body bytea, payload jsonb, "on" boolean NOT NULL)`)
+	require.NoError(t, err)
+	name := "a 'quoted' name"
+	in := modelRow{ID: uuid.New(), N: 42, Name: &name, At: time.Now().UTC().Truncate(time.Microsecond), Body: []byte{0, 1, 2},
+		Payload: json.RawMessage(`{"a": [1, "x"]}`), On: true}
+	_, err = d.Bun.NewInsert().Model(&in).Exec(ctx)
+	require.NoError(t, err)
+	var viaBun modelRow
+	require.NoError(t, d.Bun.NewSelect().Model(&viaBun).Where("id = ?", in.ID).Scan(ctx))
+	for range 3 {
+		var got modelRow
+		require.NoError(t, db.GetModel(ctx, d.Bun, &got, "WHERE id = $1", in.ID))
+		require.Equal(t, viaBun, got)
+	}
+	var got modelRow
+	require.ErrorIs(t, db.GetModel(ctx, d.Bun, &got, "WHERE id = $1", uuid.New()), sql.ErrNoRows)
+	err = db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
+		var locked modelRow
+		if err := db.GetModel(ctx, tx, &locked, "WHERE id = $1 FOR UPDATE", in.ID); err != nil {
+			return err
+		}
+		return db.QueryModel(ctx, tx, &got, `UPDATE m SET n = n + $2, maybe = $3 WHERE id = $1 RETURNING *`, in.ID, 1, in.At)
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(43), got.N)
+	require.Equal(t, in.At, got.Maybe.UTC())
+	require.Equal(t, name, *got.Name)
+
+	conn, err := d.Bun.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	for range 3 {
+		require.NoError(t, db.GetModel(ctx, conn, &got, "WHERE id = $1", in.ID))
+	}
+	var prepared int
+	require.NoError(t, conn.Conn.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%FROM "m" AS "row" WHERE id = _1' AND $1`, true).Scan(&prepared))
+	require.Equal(t, 1, prepared, "prepared once on the connection, for three reads")
 }

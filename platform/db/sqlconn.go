@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -37,6 +39,61 @@ func SQLOf(idb bun.IDB) (Querier, error) {
 		return v.Conn, nil
 	}
 	return nil, fmt.Errorf("db: unsupported database handle %T", idb)
+}
+
+// QueryModel runs query, a statement that returns the rows of a bun model
+// (a SELECT, or an INSERT, UPDATE or DELETE with RETURNING), with real
+// parameters ($1, $2, ...) through idb's database/sql handle (see
+// Querier), and scans its first row into dest, a pointer to the model, as
+// bun scans. It returns sql.ErrNoRows when there is no row, as bun's Scan
+// does. The statement is prepared once per connection; bun's own query
+// would be parsed and planned anew for every call, which for a short
+// statement costs PostgreSQL more than running it.
+func QueryModel(ctx context.Context, idb bun.IDB, dest any, query string, args ...any) error {
+	q, err := SQLOf(idb)
+	if err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := idb.NewSelect().DB().ScanRow(ctx, rows, dest); err != nil {
+		return err
+	}
+	for rows.Next() { // drain, so that an error after the first row shows
+	}
+	return rows.Err()
+}
+
+// GetModel reads one row into dest, a pointer to a bun model, with
+// QueryModel: SELECT the model's columns FROM its table AS its alias (as
+// bun writes them), then tail, the rest of the statement ("WHERE id = $1
+// FOR UPDATE"), with args.
+func GetModel(ctx context.Context, idb bun.IDB, dest any, tail string, args ...any) error {
+	return QueryModel(ctx, idb, dest, selectHead(idb, dest)+" "+tail, args...)
+}
+
+// selectHeads caches selectHead by model type: the text never changes.
+var selectHeads sync.Map // reflect.Type -> string
+
+// selectHead is "SELECT <columns> FROM <table> AS <alias>" of the model
+// dest points to, as bun writes it.
+func selectHead(idb bun.IDB, dest any) string {
+	t := reflect.TypeOf(dest)
+	if h, ok := selectHeads.Load(t); ok {
+		return h.(string)
+	}
+	h := idb.NewSelect().Model(dest).String()
+	selectHeads.Store(t, h)
+	return h
 }
 
 // Pipeline sends the statements queued on b in one round trip, as one
