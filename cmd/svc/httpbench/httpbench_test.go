@@ -1,6 +1,7 @@
 package httpbench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -263,7 +264,10 @@ type held struct {
 	machineBusy    float64 // share of all cores busy, from /proc/stat
 	pgCPU          float64 // cores, the PostgreSQL backends of the database
 	pgBackends     int
-	profiles       []string
+	// statements: what PostgreSQL ran for the database during the hold,
+	// from pg_stat_statements when the server has it (nil otherwise).
+	statements *statementCount
+	profiles   []string
 }
 
 // sustained reports whether the hold kept the p99 limit with every answer
@@ -306,6 +310,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	}
 	h.backlog0, h.hooks0 = jobBacklog(tb, c.dbURL), simHooks(tb, c)
 	pg0 := pgBackends(tb, c.dbURL)
+	stmts0 := pgStatements(tb, c.dbURL)
 	busy0, total0 := machineCPU()
 	done := make(chan struct{})
 	var (
@@ -374,6 +379,9 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 		h.pgCPU += (cpu - pg0[pid]).Seconds() / wall.Seconds()
 	}
 	h.pgBackends = len(pg1)
+	if stmts0 != nil {
+		h.statements = stmts0.since(pgStatements(tb, c.dbURL))
+	}
 	if total1 > total0 {
 		h.machineBusy = float64(busy1-busy0) / float64(total1-total0)
 	}
@@ -716,6 +724,7 @@ func (r report) print(logf func(string, ...any)) {
 			apiRSS = p.rss
 		}
 	}
+	h.statements.print(logf, h.step.all.requests())
 	if len(r.searchRSS) == 3 {
 		logf("  largest RSS during the rate searches (overloaded steps included; the hold ran on a restarted api and worker): api %.1f MB, worker %.1f MB, simulator %.1f MB",
 			float64(r.searchRSS[0])/(1<<20), float64(r.searchRSS[1])/(1<<20), float64(r.searchRSS[2])/(1<<20))
@@ -776,4 +785,93 @@ func (r report) print(logf func(string, ...any)) {
 	}
 	logf("  event first attempt <= 2 s after commit at p99: %.1f ms: %s", ms(h.eventP99), verdict(len(h.events) > 0 && h.eventP99 <= 2*time.Second))
 	logf("  api RSS <= 150 MB: %.1f MB: %s", float64(apiRSS)/(1<<20), verdict(apiRSS > 0 && apiRSS <= 150<<20))
+}
+
+// statementCount is what pg_stat_statements counted for one database:
+// calls by statement text (normalized by the extension).
+type statementCount struct {
+	calls map[string]int64
+}
+
+// pgStatements reads pg_stat_statements for the database of u, when the
+// server loads it (shared_preload_libraries, an operator's choice; the
+// benchmark turns nothing on in the server): the extension is created in
+// the benchmark's own database. nil when it is not there.
+func pgStatements(tb testing.TB, u string) *statementCount {
+	ctx := context.Background()
+	conn := adminConn(tb, u)
+	defer conn.Close(ctx)
+	var loaded bool
+	if err := conn.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'`).Scan(&loaded); err != nil || !loaded {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return nil
+	}
+	rows, err := conn.Query(ctx, `SELECT query, sum(calls)::bigint FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) GROUP BY query`)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	out := &statementCount{calls: map[string]int64{}}
+	for rows.Next() {
+		var q string
+		var n int64
+		if err := rows.Scan(&q, &n); err != nil {
+			return nil
+		}
+		out.calls[q] = n
+	}
+	if rows.Err() != nil {
+		return nil
+	}
+	return out
+}
+
+// since returns the calls counted between c and later.
+func (c *statementCount) since(later *statementCount) *statementCount {
+	if later == nil {
+		return nil
+	}
+	out := &statementCount{calls: map[string]int64{}}
+	for q, n := range later.calls {
+		if d := n - c.calls[q]; d > 0 {
+			out.calls[q] = d
+		}
+	}
+	return out
+}
+
+// print logs the statements per request of the hold: all of them, the
+// transactions (COMMIT), and the most called.
+func (c *statementCount) print(logf func(string, ...any), requests int) {
+	if c == nil || requests == 0 {
+		return
+	}
+	type stmt struct {
+		q string
+		n int64
+	}
+	var all []stmt
+	var total, commits int64
+	for q, n := range c.calls {
+		total += n
+		switch strings.ToLower(strings.TrimSpace(q)) {
+		case "commit", "end":
+			commits += n
+		}
+		all = append(all, stmt{q, n})
+	}
+	slices.SortFunc(all, func(a, b stmt) int { return cmp.Compare(b.n, a.n) })
+	per := func(n int64) float64 { return float64(n) / float64(requests) }
+	logf("  PostgreSQL statements during the hold (pg_stat_statements), per request of the mix: %.2f, of which %.2f transactions (COMMIT); the most called:",
+		per(total), per(commits))
+	for _, s := range all[:min(len(all), 12)] {
+		q := strings.Join(strings.Fields(s.q), " ")
+		if len(q) > 110 {
+			q = q[:110] + "..."
+		}
+		logf("    %6.2f  %s", per(s.n), q)
+	}
 }
