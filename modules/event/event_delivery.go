@@ -133,11 +133,9 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 	start := d.Now().UTC().Truncate(time.Microsecond)
 	token := uuid.New()
 	var e Event
-	err := d.DB.NewUpdate().Model(&e).
-		Set("claim_token = ?, claimed_until = ?", token, start.Add(d.timeout()+claimMargin)).
-		Where("id = ? AND status = ? AND next_attempt_at <= ?", id, StatusPending, start).
-		Where("(claimed_until IS NULL OR claimed_until <= ?)", start).
-		Returning(eventColumns).Scan(ctx)
+	err := db.QueryModel(ctx, d.DB, &e, `UPDATE outbound_events SET claim_token = $1, claimed_until = $2
+ WHERE id = $3 AND status = $4 AND next_attempt_at <= $5 AND (claimed_until IS NULL OR claimed_until <= $5)
+RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(StatusPending), start)
 	if db.IsNoRows(err) {
 		return OutcomeSkipped, nil
 	}
@@ -186,13 +184,18 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 }
 
 // recordDelivered records the delivery of event id by the attempt holding
-// token, in one statement: no transaction around it, which would cost two
-// more round trips for every event delivered. OutcomeSkipped when the
+// token, in one statement with real parameters (db.Querier): no
+// transaction around it, which would cost two more round trips for every
+// event delivered. OutcomeSkipped when the
 // claim expired and another attempt took the event over.
 func (d *Deliverer) recordDelivered(ctx context.Context, id, token uuid.UUID) (Outcome, error) {
-	res, err := d.DB.NewUpdate().Model((*Event)(nil)).
-		Set("status = ?, attempts = attempts + 1, delivered_at = ?, last_error = NULL, claim_token = NULL, claimed_until = NULL", StatusDelivered, d.Now().UTC()).
-		Where("id = ? AND claim_token = ?", id, token).Exec(ctx)
+	q, err := db.SQLOf(d.DB)
+	if err != nil {
+		return "", err
+	}
+	res, err := q.ExecContext(ctx, `UPDATE outbound_events
+   SET status = $1, attempts = attempts + 1, delivered_at = $2, last_error = NULL, claim_token = NULL, claimed_until = NULL
+ WHERE id = $3 AND claim_token = $4`, string(StatusDelivered), d.Now().UTC(), id, token)
 	if err != nil {
 		return "", err
 	}

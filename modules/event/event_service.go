@@ -61,7 +61,14 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 		return Event{}, fmt.Errorf("emit %s: encode: %w", typ, err)
 	}
 	e := Event{ID: id, Type: typ, Status: StatusPending, NextAttemptAt: now, Payload: payload, CreatedAt: now}
-	if _, err := tx.NewInsert().Model(&e).Exec(ctx); err != nil {
+	// Real parameters (db.Querier): every state change that reports
+	// itself runs this.
+	q, err := db.SQLOf(tx)
+	if err != nil {
+		return Event{}, err
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
+VALUES ($1, $2, $3, 0, $4, $5, $6, 0)`, e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt); err != nil {
 		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
 	}
 	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1}, nil); err != nil {

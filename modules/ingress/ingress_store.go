@@ -45,36 +45,52 @@ func (s *Service) store(ctx context.Context, key string, ev btcpay.WebhookEvent,
 		InvoiceID: nullable(ev.InvoiceID), PayoutID: nullable(ev.PayoutID), Body: body, ReceivedAt: s.Now().UTC()}
 	if recordOnly[ev.Type] {
 		d.ProcessedAt = &d.ReceivedAt
-		res, err := s.DB.NewInsert().Model(d).On("CONFLICT (delivery_key) DO NOTHING").Exec(ctx)
+		stored, err := insertDelivery(ctx, s.DB, d)
 		if err != nil {
 			return false, fmt.Errorf("store processor webhook: %w", err)
 		}
-		n, err := res.RowsAffected()
-		return n == 1, err
+		return stored, nil
 	}
 	var stored bool
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		stored = false
-		res, err := tx.NewInsert().Model(d).On("CONFLICT (delivery_key) DO NOTHING").Returning("id").Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("store processor webhook: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // already stored, and its job with it
+		var err error
+		if stored, err = insertDelivery(ctx, tx, d); err != nil || !stored {
+			return err // already stored, and its job with it
 		}
 		if _, err := s.Inserter.InsertTx(ctx, tx.Tx, ProcessArgs{DeliveryID: d.ID}, nil); err != nil {
+			stored = false
 			return fmt.Errorf("queue processor webhook %d: %w", d.ID, err)
 		}
-		stored = true
 		return nil
 	})
-	return stored, err
+	if err != nil {
+		return false, fmt.Errorf("store processor webhook: %w", err)
+	}
+	return stored, nil
+}
+
+// insertDelivery inserts d and sets its id; false when a delivery with its
+// key is stored already (nothing inserted). The statement sends real
+// parameters (db.Querier): it runs for every webhook.
+func insertDelivery(ctx context.Context, idb bun.IDB, d *Delivery) (bool, error) {
+	q, err := db.SQLOf(idb)
+	if err != nil {
+		return false, err
+	}
+	err = q.QueryRowContext(ctx, `INSERT INTO processor_webhooks (delivery_key, delivery_id, event_type, store_id, invoice_id, payout_id, body, received_at, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (delivery_key) DO NOTHING
+RETURNING id`, d.DeliveryKey, d.DeliveryID, d.EventType, d.StoreID, d.InvoiceID, d.PayoutID, d.Body, d.ReceivedAt, d.ProcessedAt).Scan(&d.ID)
+	if db.IsNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Get returns a stored delivery.
 func (s *Service) Get(ctx context.Context, id int64) (Delivery, error) {
 	var d Delivery
-	err := s.DB.NewSelect().Model(&d).Where("id = ?", id).Scan(ctx)
+	err := db.GetModel(ctx, s.DB, &d, "WHERE id = $1", id)
 	return d, err
 }
 
@@ -86,16 +102,23 @@ func (s *Service) ByKey(ctx context.Context, key string) (Delivery, error) {
 }
 
 func (s *Service) markProcessed(ctx context.Context, id int64) error {
-	_, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
-		Set("processed_at = ?, attempts = attempts + 1, last_error = NULL", s.Now().UTC()).
-		Where("id = ? AND processed_at IS NULL", id).Exec(ctx)
-	return err
+	return s.exec(ctx, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
+		s.Now().UTC(), id)
 }
 
 func (s *Service) markFailed(ctx context.Context, id int64, cause error) error {
-	_, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
-		Set("attempts = attempts + 1, last_error = ?", truncate(cause.Error(), 1000)).
-		Where("id = ? AND processed_at IS NULL", id).Exec(ctx)
+	return s.exec(ctx, "UPDATE processor_webhooks SET attempts = attempts + 1, last_error = $1 WHERE id = $2 AND processed_at IS NULL",
+		truncate(cause.Error(), 1000), id)
+}
+
+// exec runs a statement with real parameters (db.Querier): the marks run
+// for every webhook.
+func (s *Service) exec(ctx context.Context, query string, args ...any) error {
+	q, err := db.SQLOf(s.DB)
+	if err != nil {
+		return err
+	}
+	_, err = q.ExecContext(ctx, query, args...)
 	return err
 }
 
