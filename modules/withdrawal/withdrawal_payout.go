@@ -554,10 +554,10 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 		at = p.Date.UTC()
 	}
 	var cur Withdrawal
-	err = s.DB.NewUpdate().Model(&cur).
-		Set("status = ?, updated_at = ?, backend_ref = ?, submitted_at = ?, claim_token = NULL, next_attempt_at = NULL", tr.To, now, p.ID, at).
-		Where("id = ? AND status = ? AND claim_token = ?", w.ID, StatusSubmitting, token).
-		Returning("*").Scan(ctx)
+	err = db.QueryModel(ctx, s.DB, &cur, `UPDATE withdrawals
+   SET status = $1, updated_at = $2, backend_ref = $3, submitted_at = $4, claim_token = NULL, next_attempt_at = NULL
+ WHERE id = $5 AND status = $6 AND claim_token = $7
+RETURNING *`, string(tr.To), now, p.ID, at, w.ID, string(StatusSubmitting), token)
 	if db.IsNoRows(err) {
 		return Withdrawal{}, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
 	}
@@ -618,7 +618,7 @@ func (s *Service) failTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.
 // recordOnly.)
 func (s *Service) PayoutEvent(ctx context.Context, e ingress.PayoutEvent) error {
 	var w Withdrawal
-	err := s.DB.NewSelect().Model(&w).Where("backend_ref = ?", e.PayoutID).Scan(ctx)
+	err := db.GetModel(ctx, s.DB, &w, "WHERE backend_ref = $1", e.PayoutID)
 	if db.IsNoRows(err) {
 		return nil
 	}

@@ -3,7 +3,11 @@ package withdrawal
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
@@ -161,12 +165,18 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigg
 		return err
 	}
 	from := w.Status
-	q := tx.NewUpdate().Model(w).Set("status = ?, updated_at = ?", tr.To, s.now()).
-		Where("id = ? AND status = ?", w.ID, from)
-	for col, v := range set {
-		q = q.Set("? = ?", bun.Ident(col), v)
+	// Real parameters (db.QueryModel), the columns in a fixed order: one
+	// statement text per set of columns, prepared once per connection.
+	var b strings.Builder
+	args := []any{string(tr.To), s.now()}
+	b.WriteString("UPDATE withdrawals SET status = $1, updated_at = $2")
+	for _, col := range slices.Sorted(maps.Keys(set)) {
+		args = append(args, set[col])
+		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
 	}
-	err = q.Returning("*").Scan(ctx)
+	args = append(args, w.ID, string(from))
+	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d RETURNING *", len(args)-1, len(args))
+	err = db.QueryModel(ctx, tx, w, b.String(), args...)
 	if db.IsNoRows(err) {
 		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, from), ErrIllegalTransition)
 	}

@@ -17,13 +17,16 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Withdrawal, error) {
 	return getWithdrawal(ctx, s.DB, id, false)
 }
 
+// getWithdrawal reads withdrawal id, and locks it until idb's transaction
+// ends when lock is set; real parameters (db.GetModel): every step of a
+// withdrawal's life reads it.
 func getWithdrawal(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Withdrawal, error) {
 	var w Withdrawal
-	q := idb.NewSelect().Model(&w).Where("id = ?", id)
+	tail := "WHERE id = $1"
 	if lock {
-		q = q.For("UPDATE")
+		tail += " FOR UPDATE"
 	}
-	err := q.Scan(ctx)
+	err := db.GetModel(ctx, idb, &w, tail, id)
 	if db.IsNoRows(err) {
 		return Withdrawal{}, ErrNotFound
 	}
