@@ -84,9 +84,11 @@ func (s *Store) Enabled(ctx context.Context) ([]Asset, error) {
 }
 
 // Get returns one asset, enabled or not; ErrUnknown when there is none.
+// Real parameters (db.GetModel): most steps of deposits and withdrawals
+// read their asset.
 func (s *Store) Get(ctx context.Context, code string) (Asset, error) {
 	var a Asset
-	err := s.DB.NewSelect().Model(&a).Where("asset = ?", code).Scan(ctx)
+	err := db.GetModel(ctx, s.DB, &a, "WHERE asset = $1", code)
 	if db.IsNoRows(err) {
 		return Asset{}, ErrUnknown
 	}

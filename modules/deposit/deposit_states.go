@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/event"
+	"svc/platform/db"
 )
 
 // Status is a deposit's state (SPEC "States and transitions").
@@ -112,15 +113,20 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, d *Deposit, t Trigger,
 	now := s.now()
 	from := d.Status
 	if tr.To != from {
-		q := tx.NewUpdate().Model((*Deposit)(nil)).Set("status = ?, updated_at = ?", tr.To, now).
-			Where("id = ? AND status = ?", d.ID, from)
+		// Real parameters (db.Querier): every step of every deposit.
+		set := ""
 		switch tr.To {
 		case StatusSettled, StatusExpired:
-			q = q.Set("closed_at = COALESCE(closed_at, ?)", now)
+			set = ", closed_at = COALESCE(closed_at, $2)"
 		case StatusReview:
-			q = q.Set("review_at = ?", now)
+			set = ", review_at = $2"
 		}
-		res, err := q.Exec(ctx)
+		q, err := db.SQLOf(tx)
+		if err != nil {
+			return err
+		}
+		res, err := q.ExecContext(ctx, "UPDATE deposits SET status = $1, updated_at = $2"+set+" WHERE id = $3 AND status = $4",
+			string(tr.To), now, d.ID, string(from))
 		if err != nil {
 			return fmt.Errorf("deposit %s: %s -> %s: %w", d.ID, from, tr.To, err)
 		}

@@ -20,13 +20,16 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Deposit, error) {
 	return getDeposit(ctx, s.DB, id, false)
 }
 
+// getDeposit reads deposit id, and locks it until idb's transaction ends
+// when lock is set; real parameters (db.GetModel): every webhook, poll and
+// creation reads it.
 func getDeposit(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Deposit, error) {
 	var d Deposit
-	q := idb.NewSelect().Model(&d).Where("id = ?", id)
+	tail := "WHERE id = $1"
 	if lock {
-		q = q.For("UPDATE")
+		tail += " FOR UPDATE"
 	}
-	err := q.Scan(ctx)
+	err := db.GetModel(ctx, idb, &d, tail, id)
 	if db.IsNoRows(err) {
 		return Deposit{}, ErrNotFound
 	}
@@ -45,7 +48,7 @@ func lockDeposit(ctx context.Context, tx bun.Tx, id uuid.UUID) (Deposit, error) 
 
 func depositByKey(ctx context.Context, idb bun.IDB, key string) (Deposit, bool, error) {
 	var d Deposit
-	err := idb.NewSelect().Model(&d).Where("idempotency_key = ?", key).Scan(ctx)
+	err := db.GetModel(ctx, idb, &d, "WHERE idempotency_key = $1", key)
 	if db.IsNoRows(err) {
 		return Deposit{}, false, nil
 	}
