@@ -225,11 +225,14 @@ type effectCompleter interface {
 // changed, when any of that is not so: issue then does it in full.
 func (s *Service) issueAtOnce(ctx context.Context, d Deposit, a asset.Asset, inv btcpay.Invoice, address string, rec Completer) (_ View, _ []byte, ok bool, _ error) {
 	ec, is := rec.(effectCompleter)
-	if !is || pooled(d.Asset) || d.Status != StatusCreating {
+	tr, err := Next(StatusCreating, AddressIssued)
+	if !is || pooled(d.Asset) || d.Status != StatusCreating || err != nil || tr.Event != "" {
+		// (A transition that reports itself needs its event written with
+		// it: issue does that.)
 		return View{}, nil, false, nil
 	}
 	s.recordInvoiceFields(&d, inv, address)
-	d.Status = StatusPending // AddressIssued: no event
+	d.Status = tr.To
 	view := render(d, nil, a.Decimals)
 	body, err := json.Marshal(view)
 	if err != nil {
@@ -239,7 +242,7 @@ func (s *Service) issueAtOnce(ctx context.Context, d Deposit, a asset.Asset, inv
    SET invoice_id = $2, address = $3, checkout_link = $4, expires_at = $5, monitoring_until = $6, status = $7, updated_at = $8
  WHERE id = $1::uuid AND status = $9
    AND NOT EXISTS (SELECT 1 FROM deposit_payments WHERE deposit_id = $1::uuid)
-RETURNING 1`, []any{d.ID, d.InvoiceID, d.Address, d.CheckoutLink, d.ExpiresAt, d.MonitoringUntil, StatusPending, d.UpdatedAt, StatusCreating},
+RETURNING 1`, []any{d.ID, d.InvoiceID, d.Address, d.CheckoutLink, d.ExpiresAt, d.MonitoringUntil, string(tr.To), d.UpdatedAt, string(StatusCreating)},
 		http.StatusCreated, "application/json", body)
 	if !is {
 		return View{}, nil, false, nil
