@@ -557,7 +557,7 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 	err = db.QueryModel(ctx, s.DB, &cur, `UPDATE withdrawals
    SET status = $1, updated_at = $2, backend_ref = $3, submitted_at = $4, claim_token = NULL, next_attempt_at = NULL
  WHERE id = $5 AND status = $6 AND claim_token = $7
-RETURNING *`, string(tr.To), now, p.ID, at, w.ID, string(StatusSubmitting), token)
+RETURNING `+db.Columns(s.DB, &cur), string(tr.To), now, p.ID, at, w.ID, string(StatusSubmitting), token)
 	if db.IsNoRows(err) {
 		return Withdrawal{}, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
 	}

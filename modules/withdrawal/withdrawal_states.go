@@ -175,7 +175,7 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigg
 		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
 	}
 	args = append(args, w.ID, string(from))
-	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d RETURNING *", len(args)-1, len(args))
+	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d RETURNING %s", len(args)-1, len(args), db.Columns(tx, w))
 	err = db.QueryModel(ctx, tx, w, b.String(), args...)
 	if db.IsNoRows(err) {
 		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, from), ErrIllegalTransition)

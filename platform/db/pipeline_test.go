@@ -160,7 +160,7 @@ func TestQueryModel(t *testing.T) {
 		if err := db.GetModel(ctx, tx, &locked, "WHERE id = $1 FOR UPDATE", in.ID); err != nil {
 			return err
 		}
-		return db.QueryModel(ctx, tx, &got, `UPDATE m SET n = n + $2, maybe = $3 WHERE id = $1 RETURNING *`, in.ID, 1, in.At)
+		return db.QueryModel(ctx, tx, &got, `UPDATE m SET n = n + $2, maybe = $3 WHERE id = $1 RETURNING `+db.Columns(tx, &got), in.ID, 1, in.At)
 	})
 	require.NoError(t, err)
 	require.Equal(t, int64(43), got.N)
@@ -176,4 +176,15 @@ func TestQueryModel(t *testing.T) {
 	var prepared int
 	require.NoError(t, conn.Conn.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%FROM "m" AS "row" WHERE id = _1' AND $1`, true).Scan(&prepared))
 	require.Equal(t, 1, prepared, "prepared once on the connection, for three reads")
+
+	// A column added while the statements stay prepared changes neither
+	// their columns nor what they return ("RETURNING *" would fail here:
+	// cached plan must not change result type).
+	update := `UPDATE m SET n = n + 1 WHERE id = $1 RETURNING ` + db.Columns(conn, &got)
+	require.NoError(t, db.QueryModel(ctx, conn, &got, update, in.ID))
+	_, err = d.Bun.ExecContext(ctx, "ALTER TABLE m ADD COLUMN extra int")
+	require.NoError(t, err)
+	require.NoError(t, db.QueryModel(ctx, conn, &got, update, in.ID))
+	require.NoError(t, db.GetModel(ctx, conn, &got, "WHERE id = $1", in.ID))
+	require.Equal(t, int64(45), got.N)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +81,29 @@ func QueryModel(ctx context.Context, idb bun.IDB, dest any, query string, args .
 func GetModel(ctx context.Context, idb bun.IDB, dest any, tail string, args ...any) error {
 	return QueryModel(ctx, idb, dest, selectHead(idb, dest)+" "+tail, args...)
 }
+
+// Columns returns the columns of the bun model dest points to, quoted and
+// comma-separated, for a RETURNING clause of QueryModel: named rather than
+// "*", so that a column added by a migration while the service runs does
+// not change the result of a statement a connection has prepared (which
+// PostgreSQL refuses to run until it is prepared again).
+func Columns(idb bun.IDB, dest any) string {
+	t := reflect.TypeOf(dest)
+	if c, ok := modelColumns.Load(t); ok {
+		return c.(string)
+	}
+	table := idb.Dialect().Tables().Get(t)
+	names := make([]string, len(table.Fields))
+	for i, f := range table.Fields {
+		names[i] = string(f.SQLName)
+	}
+	c := strings.Join(names, ", ")
+	modelColumns.Store(t, c)
+	return c
+}
+
+// modelColumns caches Columns by model type.
+var modelColumns sync.Map // reflect.Type -> string
 
 // selectHeads caches selectHead by model type: the text never changes.
 var selectHeads sync.Map // reflect.Type -> string
