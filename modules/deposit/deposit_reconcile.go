@@ -282,11 +282,7 @@ func (s *Service) adopt(ctx context.Context, d Deposit) (bool, error) {
 // markPolled records when the deposit was last reconciled; real
 // parameters (db.Querier): every poll and webhook of every open deposit.
 func (s *Service) markPolled(ctx context.Context, tx bun.Tx, id uuid.UUID) error {
-	q, err := db.SQLOf(tx)
-	if err != nil {
-		return err
-	}
-	_, err = q.ExecContext(ctx, "UPDATE deposits SET polled_at = $1 WHERE id = $2", s.now(), id)
+	_, err := db.Exec(ctx, tx, "UPDATE deposits SET polled_at = $1 WHERE id = $2", s.now(), id)
 	return err
 }
 

@@ -121,11 +121,7 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, d *Deposit, t Trigger,
 		case StatusReview:
 			set = ", review_at = $2"
 		}
-		q, err := db.SQLOf(tx)
-		if err != nil {
-			return err
-		}
-		res, err := q.ExecContext(ctx, "UPDATE deposits SET status = $1, updated_at = $2"+set+" WHERE id = $3 AND status = $4",
+		res, err := db.Exec(ctx, tx, "UPDATE deposits SET status = $1, updated_at = $2"+set+" WHERE id = $3 AND status = $4",
 			string(tr.To), now, d.ID, string(from))
 		if err != nil {
 			return fmt.Errorf("deposit %s: %s -> %s: %w", d.ID, from, tr.To, err)

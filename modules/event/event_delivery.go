@@ -184,16 +184,12 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(
 }
 
 // recordDelivered records the delivery of event id by the attempt holding
-// token, in one statement with real parameters (db.Querier): no
-// transaction around it, which would cost two more round trips for every
-// event delivered. OutcomeSkipped when the
-// claim expired and another attempt took the event over.
+// token, in one statement with real parameters (db.Exec): no transaction
+// around it, which would cost two more round trips for every event
+// delivered. OutcomeSkipped when the claim expired and another attempt
+// took the event over.
 func (d *Deliverer) recordDelivered(ctx context.Context, id, token uuid.UUID) (Outcome, error) {
-	q, err := db.SQLOf(d.DB)
-	if err != nil {
-		return "", err
-	}
-	res, err := q.ExecContext(ctx, `UPDATE outbound_events
+	res, err := db.Exec(ctx, d.DB, `UPDATE outbound_events
    SET status = $1, attempts = attempts + 1, delivered_at = $2, last_error = NULL, claim_token = NULL, claimed_until = NULL
  WHERE id = $3 AND claim_token = $4`, string(StatusDelivered), d.Now().UTC(), id, token)
 	if err != nil {

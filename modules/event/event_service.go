@@ -63,11 +63,7 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 	e := Event{ID: id, Type: typ, Status: StatusPending, NextAttemptAt: now, Payload: payload, CreatedAt: now}
 	// Real parameters (db.Querier): every state change that reports
 	// itself runs this.
-	q, err := db.SQLOf(tx)
-	if err != nil {
-		return Event{}, err
-	}
-	if _, err := q.ExecContext(ctx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
+	if _, err := db.Exec(ctx, tx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
 VALUES ($1, $2, $3, 0, $4, $5, $6, 0)`, e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt); err != nil {
 		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
 	}

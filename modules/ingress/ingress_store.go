@@ -101,24 +101,17 @@ func (s *Service) ByKey(ctx context.Context, key string) (Delivery, error) {
 	return d, err
 }
 
+// markProcessed and markFailed run for every webhook: real parameters
+// (db.Exec).
 func (s *Service) markProcessed(ctx context.Context, id int64) error {
-	return s.exec(ctx, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
+	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
 		s.Now().UTC(), id)
+	return err
 }
 
 func (s *Service) markFailed(ctx context.Context, id int64, cause error) error {
-	return s.exec(ctx, "UPDATE processor_webhooks SET attempts = attempts + 1, last_error = $1 WHERE id = $2 AND processed_at IS NULL",
+	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET attempts = attempts + 1, last_error = $1 WHERE id = $2 AND processed_at IS NULL",
 		truncate(cause.Error(), 1000), id)
-}
-
-// exec runs a statement with real parameters (db.Querier): the marks run
-// for every webhook.
-func (s *Service) exec(ctx context.Context, query string, args ...any) error {
-	q, err := db.SQLOf(s.DB)
-	if err != nil {
-		return err
-	}
-	_, err = q.ExecContext(ctx, query, args...)
 	return err
 }
 

@@ -540,25 +540,18 @@ func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, 
 
 // accept records that the processor has the payout: submitted, with its
 // id. It returns the withdrawal as committed. One guarded statement, no
-// transaction around it: it applies only while the withdrawal is still
+// transaction around it: it applies only while w (as claimed) is still
 // submitting under this submitter's claim (holdsClaim).
 func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (Withdrawal, error) {
-	tr, err := Next(StatusSubmitting, Accept)
-	if err != nil {
-		return Withdrawal{}, err
-	}
 	// An adopted payout's deadline counts from its creation.
-	now := s.now()
-	at := now
+	at := s.now()
 	if !p.Date.IsZero() && p.Date.Before(at) {
 		at = p.Date.UTC()
 	}
-	var cur Withdrawal
-	err = db.QueryModel(ctx, s.DB, &cur, `UPDATE withdrawals
-   SET status = $1, updated_at = $2, backend_ref = $3, submitted_at = $4, claim_token = NULL, next_attempt_at = NULL
- WHERE id = $5 AND status = $6 AND claim_token = $7
-RETURNING `+db.Columns(s.DB, &cur), string(tr.To), now, p.ID, at, w.ID, string(StatusSubmitting), token)
-	if db.IsNoRows(err) {
+	cur := w
+	err := s.transitIf(ctx, s.DB, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": at,
+		"claim_token": nil, "next_attempt_at": nil}, "claim_token", token)
+	if errors.Is(err, ErrIllegalTransition) {
 		return Withdrawal{}, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
 	}
 	if err != nil {

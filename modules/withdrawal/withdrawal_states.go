@@ -160,6 +160,13 @@ func Next(from Status, t Trigger) (Transition, error) {
 // setting the columns of set as well, and reads the row it wrote back into
 // w. The update is guarded on the status the caller read.
 func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigger, set map[string]any) error {
+	return s.transitIf(ctx, tx, w, t, set, "", nil)
+}
+
+// transitIf is transit in one statement on any handle (no lock needed),
+// guarded as well on column guard holding value when guard is not empty:
+// the update applies only while both hold, else ErrIllegalTransition.
+func (s *Service) transitIf(ctx context.Context, idb bun.IDB, w *Withdrawal, t Trigger, set map[string]any, guard string, value any) error {
 	tr, err := Next(w.Status, t)
 	if err != nil {
 		return err
@@ -175,8 +182,13 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigg
 		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
 	}
 	args = append(args, w.ID, string(from))
-	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d RETURNING %s", len(args)-1, len(args), db.Columns(tx, w))
-	err = db.QueryModel(ctx, tx, w, b.String(), args...)
+	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d", len(args)-1, len(args))
+	if guard != "" {
+		args = append(args, value)
+		fmt.Fprintf(&b, " AND %s = $%d", pgx.Identifier{guard}.Sanitize(), len(args))
+	}
+	b.WriteString(" RETURNING " + db.Columns(idb, w))
+	err = db.QueryModel(ctx, idb, w, b.String(), args...)
 	if db.IsNoRows(err) {
 		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, from), ErrIllegalTransition)
 	}

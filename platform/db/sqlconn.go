@@ -42,6 +42,17 @@ func SQLOf(idb bun.IDB) (Querier, error) {
 	return nil, fmt.Errorf("db: unsupported database handle %T", idb)
 }
 
+// Exec runs a statement that returns no rows with real parameters ($1, $2,
+// ...) through idb's database/sql handle (see Querier): prepared once per
+// connection, for the statements that run on every request or job.
+func Exec(ctx context.Context, idb bun.IDB, query string, args ...any) (sql.Result, error) {
+	q, err := SQLOf(idb)
+	if err != nil {
+		return nil, err
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
 // QueryModel runs query, a statement that returns the rows of a bun model
 // (a SELECT, or an INSERT, UPDATE or DELETE with RETURNING), with real
 // parameters ($1, $2, ...) through idb's database/sql handle (see
