@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
 )
 
 // simpleConnector is the database/sql connector of the pool with one
@@ -40,7 +41,8 @@ func (c simpleConnector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // simpleConn is a pgx connection whose argument-less queries use the
-// simple protocol (simpleConnector). Every other method is pgx's own.
+// simple protocol (simpleConnector), and which sends lib/pq's arrays as
+// the text they are (textArrays). Every other method is pgx's own.
 type simpleConn struct{ *stdlib.Conn }
 
 var simpleProtocol = []driver.NamedValue{{Ordinal: 1, Value: pgx.QueryExecModeSimpleProtocol}}
@@ -49,7 +51,62 @@ func (c simpleConn) QueryContext(ctx context.Context, query string, args []drive
 	if len(args) == 0 {
 		args = simpleProtocol
 	}
+	args, err := textArrays(args)
+	if err != nil {
+		return nil, err
+	}
 	return c.Conn.QueryContext(ctx, query, args)
+}
+
+func (c simpleConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	args, err := textArrays(args)
+	if err != nil {
+		return nil, err
+	}
+	return c.Conn.ExecContext(ctx, query, args)
+}
+
+// textArrays replaces every lib/pq array among args by its value: the
+// array's text form (or nil for NULL), which pgx sends as a text parameter
+// as it stands.
+//
+// River's database/sql driver, through which every job is inserted inside
+// the service's transactions (queue.NewInserter), passes each column of
+// its batch insert as a lib/pq array: thirteen per job. Handed the
+// driver.Valuer, pgx asks for its value, a string, and then, the
+// parameter's type being an array it encodes in binary, parses that string
+// back into Go values, trying and failing plans on the way, to encode them
+// again: a profile of the api under load put 14% of its CPU there, storing
+// processor webhooks with their jobs (docs/performance.md). The text form
+// is exactly what lib/pq itself sends and what PostgreSQL parses.
+func textArrays(args []driver.NamedValue) ([]driver.NamedValue, error) {
+	var out []driver.NamedValue
+	for i, a := range args {
+		if !isPQArray(a.Value) {
+			continue
+		}
+		v, err := a.Value.(driver.Valuer).Value()
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = append([]driver.NamedValue(nil), args...)
+		}
+		out[i].Value = v
+	}
+	if out == nil {
+		return args, nil
+	}
+	return out, nil
+}
+
+// isPQArray reports whether v is one of the arrays pq.Array makes.
+func isPQArray(v any) bool {
+	switch v.(type) {
+	case pq.GenericArray, *pq.BoolArray, *pq.ByteaArray, *pq.Float32Array, *pq.Float64Array, *pq.Int32Array, *pq.Int64Array, *pq.StringArray:
+		return true
+	}
+	return false
 }
 
 // pgxConn returns the pgx connection under a database/sql driver

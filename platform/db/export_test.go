@@ -5,3 +5,6 @@ import "database/sql/driver"
 // SimpleConnector is simpleConnector, for the benchmark that compares it
 // with pgx's other modes.
 func SimpleConnector(c driver.Connector) driver.Connector { return simpleConnector{c} }
+
+// TextArrays is textArrays.
+var TextArrays = textArrays

@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
@@ -187,4 +189,50 @@ func TestQueryModel(t *testing.T) {
 	require.NoError(t, db.QueryModel(ctx, conn, &got, update, in.ID))
 	require.NoError(t, db.GetModel(ctx, conn, &got, "WHERE id = $1", in.ID))
 	require.Equal(t, int64(45), got.N)
+}
+
+// TestPQArraysTravelAsText: lib/pq's arrays (River's database/sql driver
+// passes every column of its job insert as one) reach pgx as their text,
+// a NULL one as nil, other arguments untouched; and each kind reads back
+// through the pool as it was sent.
+func TestPQArraysTravelAsText(t *testing.T) {
+	t.Parallel()
+	args := []driver.NamedValue{
+		{Ordinal: 1, Value: pq.Array([]int64{1, -2})},
+		{Ordinal: 2, Value: pq.Array([]string{`a "b"`, `c\d`, "{e,}"})},
+		{Ordinal: 3, Value: pq.Array([][]byte{{0, 0xff}})},
+		{Ordinal: 4, Value: pq.Array([]time.Time{time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)})},
+		{Ordinal: 5, Value: pq.Array([]int64(nil))},
+		{Ordinal: 6, Value: int64(7)},
+	}
+	got, err := db.TextArrays(args)
+	require.NoError(t, err)
+	require.Equal(t, `{1,-2}`, got[0].Value)
+	require.IsType(t, "", got[1].Value)
+	require.IsType(t, "", got[2].Value)
+	require.IsType(t, "", got[3].Value)
+	require.Nil(t, got[4].Value)
+	require.Equal(t, int64(7), got[5].Value)
+	require.IsType(t, &pq.Int64Array{}, args[0].Value, "the caller's arguments are left as they were")
+	plain := []driver.NamedValue{{Ordinal: 1, Value: "x"}}
+	same, err := db.TextArrays(plain)
+	require.NoError(t, err)
+	require.Same(t, &plain[0], &same[0], "arguments without an array are passed on as they are")
+
+	d := openEmpty(t)
+	var (
+		ints  []int64
+		strs  []string
+		bytes [][]byte
+		at    time.Time
+		null  bool
+	)
+	row := d.SQL.QueryRowContext(context.Background(), `SELECT $1::bigint[], $2::text[], $3::bytea[], ($4::timestamptz[])[1], $5::bigint[] IS NULL`,
+		args[0].Value, args[1].Value, args[2].Value, args[3].Value, args[4].Value)
+	require.NoError(t, row.Scan(pq.Array(&ints), pq.Array(&strs), pq.Array(&bytes), &at, &null))
+	require.Equal(t, []int64{1, -2}, ints)
+	require.Equal(t, []string{`a "b"`, `c\d`, "{e,}"}, strs)
+	require.Equal(t, [][]byte{{0, 0xff}}, bytes)
+	require.True(t, at.Equal(time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)), "%v", at)
+	require.True(t, null)
 }
