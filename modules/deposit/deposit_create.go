@@ -368,6 +368,7 @@ func (s *Service) issue(ctx context.Context, id uuid.UUID, inv btcpay.Invoice, a
 	if err != nil {
 		return View{}, nil, err
 	}
+	idempotency.MarkCompleted(rec)
 	return view, body, nil
 }
 

@@ -246,6 +246,7 @@ func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, re
 	if err != nil {
 		return ResolveResult{}, nil, err
 	}
+	idempotency.MarkCompleted(rec)
 	s.log().InfoContext(ctx, "deposit: review resolved", "deposit_id", p.DepositID, "action", p.Action, "by", p.By, "credited", out.Credited)
 	return out, body, nil
 }

@@ -114,6 +114,7 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	if err != nil {
 		return fmt.Errorf("redeliver: %w", err)
 	}
+	rec.Completed()
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(fiber.StatusOK).Send(body)
 }

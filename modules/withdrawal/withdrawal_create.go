@@ -206,7 +206,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		})
 		undone = err != nil && !finished
 		if err == nil {
-			markCompleted(rec)
+			idempotency.MarkCompleted(rec)
 		}
 	}
 	switch {
@@ -278,7 +278,7 @@ func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asse
 	if err := db.Pipeline(ctx, s.DB, &b, t.read); err != nil {
 		return CreatedView{}, nil, err
 	}
-	markCompleted(rec)
+	idempotency.MarkCompleted(rec)
 	return t.view, t.body, nil
 }
 
@@ -286,12 +286,6 @@ func (s *Service) insertApproved(ctx context.Context, w Withdrawal, a asset.Asse
 // response committed (*idempotency.Record): its middleware then stores
 // nothing more.
 type completedMarker interface{ Completed() }
-
-func markCompleted(rec any) {
-	if m, ok := rec.(completedMarker); ok {
-		m.Completed()
-	}
-}
 
 // approvedTx is an auto-approved withdrawal's statements queued in a
 // batch: the hold, the row and the key's response.

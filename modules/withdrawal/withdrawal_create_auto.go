@@ -178,7 +178,7 @@ func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer,
 	}
 	switch {
 	case err == nil:
-		markCompleted(rec)
+		idempotency.MarkCompleted(rec)
 		s.oneRoundTrip.Add(1)
 		if it.shared && !alone {
 			s.shared.Add(1)

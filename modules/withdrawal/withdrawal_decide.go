@@ -262,6 +262,7 @@ func (s *Service) decideTx(ctx context.Context, p DecideParams, action string, p
 	if err != nil {
 		return nil, err
 	}
+	idempotency.MarkCompleted(rec)
 	return body, nil
 }
 
