@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
@@ -41,8 +42,8 @@ func (c simpleConnector) Connect(ctx context.Context) (driver.Conn, error) {
 }
 
 // simpleConn is a pgx connection whose argument-less queries use the
-// simple protocol (simpleConnector), and which sends lib/pq's arrays as
-// the text they are (textArrays). Every other method is pgx's own.
+// simple protocol (simpleConnector), and which sends lib/pq's arrays and
+// uuids as their text (textParams). Every other method is pgx's own.
 type simpleConn struct{ *stdlib.Conn }
 
 var simpleProtocol = []driver.NamedValue{{Ordinal: 1, Value: pgx.QueryExecModeSimpleProtocol}}
@@ -51,7 +52,7 @@ func (c simpleConn) QueryContext(ctx context.Context, query string, args []drive
 	if len(args) == 0 {
 		args = simpleProtocol
 	}
-	args, err := textArrays(args)
+	args, err := textParams(args)
 	if err != nil {
 		return nil, err
 	}
@@ -59,16 +60,18 @@ func (c simpleConn) QueryContext(ctx context.Context, query string, args []drive
 }
 
 func (c simpleConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	args, err := textArrays(args)
+	args, err := textParams(args)
 	if err != nil {
 		return nil, err
 	}
 	return c.Conn.ExecContext(ctx, query, args)
 }
 
-// textArrays replaces every lib/pq array among args by its value: the
+// textParams replaces every lib/pq array among args by its value: the
 // array's text form (or nil for NULL), which pgx sends as a text parameter
-// as it stands.
+// as it stands; and every uuid.UUID by its text, for the same reason (pgx
+// otherwise takes it through its Valuer, plans anew how to encode the
+// string as a uuid, and parses it: every id of every hot statement).
 //
 // River's database/sql driver, through which every job is inserted inside
 // the service's transactions (queue.NewInserter), passes each column of
@@ -79,15 +82,21 @@ func (c simpleConn) ExecContext(ctx context.Context, query string, args []driver
 // again: a profile of the api under load put 14% of its CPU there, storing
 // processor webhooks with their jobs (docs/performance.md). The text form
 // is exactly what lib/pq itself sends and what PostgreSQL parses.
-func textArrays(args []driver.NamedValue) ([]driver.NamedValue, error) {
+func textParams(args []driver.NamedValue) ([]driver.NamedValue, error) {
 	var out []driver.NamedValue
 	for i, a := range args {
-		if !isPQArray(a.Value) {
-			continue
-		}
-		v, err := a.Value.(driver.Valuer).Value()
-		if err != nil {
-			return nil, err
+		var v driver.Value
+		switch x := a.Value.(type) {
+		case uuid.UUID:
+			v = x.String()
+		default:
+			if !isPQArray(x) {
+				continue
+			}
+			var err error
+			if v, err = x.(driver.Valuer).Value(); err != nil {
+				return nil, err
+			}
 		}
 		if out == nil {
 			out = append([]driver.NamedValue(nil), args...)

@@ -6,5 +6,5 @@ import "database/sql/driver"
 // with pgx's other modes.
 func SimpleConnector(c driver.Connector) driver.Connector { return simpleConnector{c} }
 
-// TextArrays is textArrays.
-var TextArrays = textArrays
+// TextParams is textParams.
+var TextParams = textParams

@@ -191,11 +191,11 @@ func TestQueryModel(t *testing.T) {
 	require.Equal(t, int64(45), got.N)
 }
 
-// TestPQArraysTravelAsText: lib/pq's arrays (River's database/sql driver
-// passes every column of its job insert as one) reach pgx as their text,
-// a NULL one as nil, other arguments untouched; and each kind reads back
-// through the pool as it was sent.
-func TestPQArraysTravelAsText(t *testing.T) {
+// TestArraysAndUUIDsTravelAsText: lib/pq's arrays (River's database/sql
+// driver passes every column of its job insert as one) and uuids reach pgx
+// as their text, a NULL array as nil, other arguments untouched; and each
+// kind reads back through the pool as it was sent.
+func TestArraysAndUUIDsTravelAsText(t *testing.T) {
 	t.Parallel()
 	args := []driver.NamedValue{
 		{Ordinal: 1, Value: pq.Array([]int64{1, -2})},
@@ -204,8 +204,9 @@ func TestPQArraysTravelAsText(t *testing.T) {
 		{Ordinal: 4, Value: pq.Array([]time.Time{time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)})},
 		{Ordinal: 5, Value: pq.Array([]int64(nil))},
 		{Ordinal: 6, Value: int64(7)},
+		{Ordinal: 7, Value: uuid.MustParse("0b7e4d2a-9c1f-4e3a-8d5b-6f2a1c9e0d47")},
 	}
-	got, err := db.TextArrays(args)
+	got, err := db.TextParams(args)
 	require.NoError(t, err)
 	require.Equal(t, `{1,-2}`, got[0].Value)
 	require.IsType(t, "", got[1].Value)
@@ -213,9 +214,10 @@ func TestPQArraysTravelAsText(t *testing.T) {
 	require.IsType(t, "", got[3].Value)
 	require.Nil(t, got[4].Value)
 	require.Equal(t, int64(7), got[5].Value)
+	require.Equal(t, "0b7e4d2a-9c1f-4e3a-8d5b-6f2a1c9e0d47", got[6].Value)
 	require.IsType(t, &pq.Int64Array{}, args[0].Value, "the caller's arguments are left as they were")
 	plain := []driver.NamedValue{{Ordinal: 1, Value: "x"}}
-	same, err := db.TextArrays(plain)
+	same, err := db.TextParams(plain)
 	require.NoError(t, err)
 	require.Same(t, &plain[0], &same[0], "arguments without an array are passed on as they are")
 
@@ -226,13 +228,17 @@ func TestPQArraysTravelAsText(t *testing.T) {
 		bytes [][]byte
 		at    time.Time
 		null  bool
+		id    uuid.UUID
+		asTxt string
 	)
-	row := d.SQL.QueryRowContext(context.Background(), `SELECT $1::bigint[], $2::text[], $3::bytea[], ($4::timestamptz[])[1], $5::bigint[] IS NULL`,
-		args[0].Value, args[1].Value, args[2].Value, args[3].Value, args[4].Value)
-	require.NoError(t, row.Scan(pq.Array(&ints), pq.Array(&strs), pq.Array(&bytes), &at, &null))
+	row := d.SQL.QueryRowContext(context.Background(), `SELECT $1::bigint[], $2::text[], $3::bytea[], ($4::timestamptz[])[1], $5::bigint[] IS NULL, $6::uuid, $7::text`,
+		args[0].Value, args[1].Value, args[2].Value, args[3].Value, args[4].Value, args[6].Value, args[6].Value)
+	require.NoError(t, row.Scan(pq.Array(&ints), pq.Array(&strs), pq.Array(&bytes), &at, &null, &id, &asTxt))
 	require.Equal(t, []int64{1, -2}, ints)
 	require.Equal(t, []string{`a "b"`, `c\d`, "{e,}"}, strs)
 	require.Equal(t, [][]byte{{0, 0xff}}, bytes)
 	require.True(t, at.Equal(time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)), "%v", at)
 	require.True(t, null)
+	require.Equal(t, args[6].Value, id)
+	require.Equal(t, "0b7e4d2a-9c1f-4e3a-8d5b-6f2a1c9e0d47", asTxt)
 }
