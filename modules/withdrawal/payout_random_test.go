@@ -151,7 +151,7 @@ func TestRandomPayouts(t *testing.T) {
 			if id, ok := pick(withdrawal.StatusApproved); ok {
 				real := e.Svc.Processor
 				cctx, cancel := context.WithCancel(ctx)
-				e.Svc.Processor = crashAfterCreate{Processor: real, cancel: cancel}
+				e.Svc.Processor = afterCreate{Processor: real, then: cancel} // the worker dies after the call
 				err := e.Svc.Submit(cctx, uuid.MustParse(id))
 				e.Svc.Processor = real
 				cancel()

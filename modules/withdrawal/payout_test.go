@@ -251,16 +251,18 @@ func TestPayoutProcessorDown(t *testing.T) {
 	e.onePayout(t, w.WithdrawalID)
 }
 
-// crashAfterCreate is the processor as seen by a worker killed right
-// after its create call returned: nothing after the call commits.
-type crashAfterCreate struct {
+// afterCreate is the processor with something happening right after its
+// payout creation returned, before the submitter goes on: the worker
+// killed (nothing after the call commits), another submitter taking the
+// claim over.
+type afterCreate struct {
 	withdrawal.Processor
-	cancel context.CancelFunc
+	then func()
 }
 
-func (c crashAfterCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error) {
+func (c afterCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error) {
 	out, err := c.Processor.CreatePayout(ctx, p)
-	c.cancel() // the process dies: its next transaction never commits
+	c.then()
 	return out, err
 }
 
@@ -274,7 +276,8 @@ func TestPayoutWorkerKilledAfterTheCall(t *testing.T) {
 	w := e.create(t, "pe", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "killed"))
 	real := e.Svc.Processor
 	ctx, cancel := context.WithCancel(context.Background())
-	e.Svc.Processor = crashAfterCreate{Processor: real, cancel: cancel}
+	// The process dies after the call: its next transaction never commits.
+	e.Svc.Processor = afterCreate{Processor: real, then: cancel}
 	err := e.Svc.Submit(ctx, uuid.MustParse(w.WithdrawalID))
 	require.ErrorIs(t, err, context.Canceled)
 	e.Svc.Processor = real
@@ -292,20 +295,6 @@ func TestPayoutWorkerKilledAfterTheCall(t *testing.T) {
 	e.onePayout(t, w.WithdrawalID)
 }
 
-// takenOverDuringCreate is a processor during whose payout creation
-// another submitter takes the withdrawal's claim over (as after the
-// claim's end), with a claim of its own.
-type takenOverDuringCreate struct {
-	withdrawal.Processor
-	take func()
-}
-
-func (c takenOverDuringCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutParams) (btcpay.Payout, error) {
-	out, err := c.Processor.CreatePayout(ctx, p)
-	c.take()
-	return out, err
-}
-
 // TestPayoutClaimLostBeforeAccept: a submitter whose claim was taken over
 // while it created the payout records nothing (the newer claim stands);
 // once that claim ends, the next pass adopts the payout, the only one.
@@ -316,7 +305,9 @@ func TestPayoutClaimLostBeforeAccept(t *testing.T) {
 	w := e.create(t, "pl", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "claim lost"))
 	real := e.Svc.Processor
 	other := uuid.New()
-	e.Svc.Processor = takenOverDuringCreate{Processor: real, take: func() {
+	// During the payout's creation another submitter takes the claim over
+	// (as after the claim's end), with a claim of its own.
+	e.Svc.Processor = afterCreate{Processor: real, then: func() {
 		_, err := e.App.DB.Bun.NewRaw("UPDATE withdrawals SET claim_token = ? WHERE id = ?", other, w.WithdrawalID).Exec(context.Background())
 		require.NoError(t, err)
 	}}
