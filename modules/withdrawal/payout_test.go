@@ -266,6 +266,17 @@ func (c afterCreate) CreatePayout(ctx context.Context, p btcpay.CreatePayoutPara
 	return out, err
 }
 
+// adoptedOnceTheClaimEnds: once the submitter's claim has run out, the
+// next pass adopts payout p, the withdrawal's only one.
+func (e *env) adoptedOnceTheClaimEnds(t testing.TB, id string, p btcpaysim.PayoutInfo) {
+	t.Helper()
+	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, id))
+	require.Equal(t, p.ID, *e.row(t, id).BackendRef)
+	e.onePayout(t, id)
+}
+
 // TestPayoutWorkerKilledAfterTheCall: the worker dies between the
 // processor call and the commit of its outcome; after the claim expires
 // the next pass finds the payout.
@@ -288,11 +299,7 @@ func TestPayoutWorkerKilledAfterTheCall(t *testing.T) {
 	// The claim still stands: nobody touches it.
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
-	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
-	require.Equal(t, p.ID, *e.row(t, w.WithdrawalID).BackendRef)
-	e.onePayout(t, w.WithdrawalID)
+	e.adoptedOnceTheClaimEnds(t, w.WithdrawalID, p)
 }
 
 // TestPayoutClaimLostBeforeAccept: a submitter whose claim was taken over
@@ -319,11 +326,7 @@ func TestPayoutClaimLostBeforeAccept(t *testing.T) {
 	require.Equal(t, other, *row.ClaimToken, "the newer claim stands")
 	require.Nil(t, row.BackendRef)
 	p := e.onePayout(t, w.WithdrawalID)
-	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w.WithdrawalID))
-	require.Equal(t, p.ID, *e.row(t, w.WithdrawalID).BackendRef)
-	e.onePayout(t, w.WithdrawalID)
+	e.adoptedOnceTheClaimEnds(t, w.WithdrawalID, p)
 }
 
 // TestPayoutSubmittersRace: many submitters and passes at once, one
