@@ -13,7 +13,9 @@
 #                          with URL a superuser's: create the schema owner
 #                          (svc_owner) and the runtime role (svc_app) when
 #                          missing, give the owner URL's database and every
-#                          object in its public schema to the owner, and print
+#                          object in its public schema to the owner, take
+#                          TEMPORARY on the database from PUBLIC and svc_app,
+#                          and print
 #                          the owner's URL, then the runtime role's
 #                          (docs/operations.md)
 #   scripts/db.sh standby PRIMARY_PORT NAME [APPLY_DELAY]
@@ -237,6 +239,9 @@ DO \$\$ BEGIN
   END IF;
 END \$\$;
 ALTER DATABASE "$db" OWNER TO svc_owner;
+-- No temporary tables for the runtime role (svc migrate revokes it too;
+-- docs/operations.md).
+REVOKE TEMPORARY ON DATABASE "$db" FROM PUBLIC, svc_app;
 -- A database migrated before the roles were split: its objects move to
 -- the owner (the functions too, so later migrations may replace them).
 DO \$\$ DECLARE r record; BEGIN

@@ -161,6 +161,15 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			// Every function the owner owns runs with a fixed search path,
+			// River's and any a migration created without one included.
+			pinned, err := db.PinSearchPath(cmd.Context(), d)
+			if err != nil {
+				return err
+			}
+			if pinned > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "search path pinned on %d functions\n", pinned)
+			}
 			if cfg.Database.MigrateURL == "" {
 				return nil
 			}

@@ -60,11 +60,40 @@ func TestGrantRuntime(t *testing.T) {
 		var create bool
 		require.NoError(t, owner.Pool.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", dbtest.RuntimeRole).Scan(&create))
 		require.False(t, create)
+		// No temporary tables, for the runtime role or for PUBLIC.
+		var temp, public bool
+		require.NoError(t, owner.Pool.QueryRow(ctx, `SELECT has_database_privilege($1, current_database(), 'TEMPORARY'),
+       EXISTS (SELECT 1 FROM pg_database d, aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) a
+                WHERE d.datname = current_database() AND a.grantee = 0 AND a.privilege_type = 'TEMPORARY')`,
+			dbtest.RuntimeRole).Scan(&temp, &public))
+		require.False(t, temp, "the runtime role may create temporary tables")
+		require.False(t, public, "PUBLIC may create temporary tables")
 	}
 	check()
 	require.NoError(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole))
 	require.NoError(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole))
 	check()
+
+	// TEMPORARY given back (to PUBLIC, as a new database has it) is taken
+	// again; one the owner cannot take (granted by a superuser to a role
+	// the runtime role belongs to) fails the grants with the fix.
+	su, err := pgx.Connect(ctx, dbtest.AdminURLOf(t, u))
+	require.NoError(t, err)
+	defer su.Close(ctx)
+	var name string
+	require.NoError(t, su.QueryRow(ctx, "SELECT current_database()").Scan(&name))
+	_, err = su.Exec(ctx, "GRANT TEMPORARY ON DATABASE "+name+" TO PUBLIC")
+	require.NoError(t, err)
+	require.NoError(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole))
+	check()
+	group := fmt.Sprintf("svc_temp_%d", time.Now().UnixNano())
+	_, err = su.Exec(ctx, "CREATE ROLE "+group+" NOLOGIN")
+	require.NoError(t, err)
+	defer su.Exec(context.Background(), "DROP OWNED BY "+group+"; DROP ROLE IF EXISTS "+group) //nolint:errcheck // runs before the close above
+	_, err = su.Exec(ctx, "GRANT TEMPORARY ON DATABASE "+name+" TO "+group+"; GRANT "+group+" TO "+dbtest.RuntimeRole)
+	require.NoError(t, err)
+	defer su.Exec(context.Background(), "REVOKE "+group+" FROM "+dbtest.RuntimeRole) //nolint:errcheck // runs before the drop above
+	require.ErrorContains(t, db.GrantRuntime(ctx, owner, dbtest.RuntimeRole), "can still create temporary tables")
 
 	err = db.GrantRuntime(ctx, owner, dbtest.OwnerRole)
 	require.ErrorContains(t, err, "must be another one")
@@ -114,4 +143,13 @@ func TestRuntimeRoleProblems(t *testing.T) {
 	mu.User = url.User(member)
 	p = strings.Join(problems(mu.String()), "; ")
 	require.Contains(t, p, "owns the ledger's tables")
+
+	// A runtime role that may create temporary tables (TEMPORARY given
+	// back to PUBLIC, as a new database has it) is named, and only for that.
+	_, err = admin.Exec(ctx, "GRANT TEMPORARY ON DATABASE "+strings.TrimPrefix(mu.Path, "/")+" TO PUBLIC")
+	require.NoError(t, err)
+	got := problems(u)
+	require.Len(t, got, 2, "%q", got)
+	require.Contains(t, got[0], "may create temporary tables")
+	require.Contains(t, got[1], "MIGRATE_DATABASE_URL")
 }

@@ -102,6 +102,7 @@ func copyOf(t testing.TB, tmpl, strategy string) string {
 	if err != nil {
 		t.Fatalf("dbtest: create database: %v", err)
 	}
+	revokeTemporary(t, name)
 	t.Cleanup(func() {
 		c, err := pgx.Connect(context.Background(), admin)
 		if err != nil {
@@ -111,6 +112,24 @@ func copyOf(t testing.TB, tmpl, strategy string) string {
 		_, _ = c.Exec(context.Background(), fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
 	})
 	return withUser(withDatabase(admin, name), RuntimeRole)
+}
+
+// revokeTemporary gives the database name what svc migrate gives a
+// production database on the database itself (db.RevokeTemporary: no
+// TEMPORARY for PUBLIC or the runtime role), as its owner: CREATE
+// DATABASE ... TEMPLATE copies the template's schema and rows, not the
+// privileges granted on the template database.
+func revokeTemporary(t testing.TB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, withUser(withDatabase(AdminURL(t), name), OwnerRole))
+	if err != nil {
+		t.Fatalf("dbtest: connect as owner: %v", err)
+	}
+	defer conn.Close(ctx)
+	if err := db.RevokeTemporary(ctx, conn, RuntimeRole); err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
 }
 
 // OwnerURL returns the URL of the same database as u, connecting as the
@@ -275,6 +294,9 @@ func template(ctx context.Context, admin string) (string, error) {
 		return "", err
 	}
 	err = db.Migrate(ctx, d, migrations.Set, slog.New(slog.DiscardHandler))
+	if err == nil {
+		_, err = db.PinSearchPath(ctx, d)
+	}
 	if err == nil {
 		err = db.GrantRuntime(ctx, d, RuntimeRole)
 	}

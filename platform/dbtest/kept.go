@@ -69,6 +69,7 @@ func Kept(t testing.TB, key string, build func(url string)) string {
 			t.Fatalf("dbtest: %s: %v", q, err)
 		}
 	}
+	revokeTemporary(t, building)
 	start := time.Now()
 	build(withUser(withDatabase(admin, building), RuntimeRole))
 	if t.Failed() {
