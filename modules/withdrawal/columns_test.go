@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"svc/modules/asset"
@@ -44,4 +45,72 @@ func TestDatabaseRefusesBadWithdrawalColumns(t *testing.T) {
 	got := e.get(t, w.WithdrawalID)
 	require.Equal(t, withdrawal.StatusApproved, got.Status)
 	require.Equal(t, "0.00050000", got.AmountGross)
+}
+
+// TestDatabaseKeepsAQueuedPayoutsInstructions: what the submitter pays
+// (the destination, the gross, the asset, the user, the fee mode, and the
+// fee and net once fixed) cannot be changed by the runtime role the
+// service runs as (migration 0032), before the fee is fixed or after; the
+// fee is fixed once, by the submitter, to what the fee mode makes it, and
+// the processor is asked for exactly what was requested.
+func TestDatabaseKeepsAQueuedPayoutsInstructions(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "q", asset.BTC, 1_000_000)
+	dest := p2wpkh(t, chain.Regtest, "queued payout")
+	w := e.create(t, "q", asset.BTC, 100_000, dest)
+	require.Equal(t, withdrawal.StatusApproved, w.Status)
+	ctx := context.Background()
+	refused := func(want, set string) {
+		t.Helper()
+		_, err := e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET "+set+" WHERE id = ?", w.WithdrawalID)
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe, set)
+		require.Equal(t, want, pe.ConstraintName, "%s: %v", set, err)
+	}
+	mallory := p2wpkh(t, chain.Regtest, "mallory")
+	for _, set := range []string{
+		"destination = '" + mallory + "'",
+		"amount_gross = amount_gross * 1000",
+		"asset = 'BTC_LN'",
+		"external_user_id = 'mallory'",
+		"fee_mode = 'absorb'",
+		"id = gen_random_uuid()",
+	} {
+		refused("withdrawals_instructions_fixed", set)
+	}
+	for _, set := range []string{
+		"fee = 0, amount_net = amount_gross * 1000",
+		"fee = 0, amount_net = amount_gross - 1",
+		"fee = 10, amount_net = amount_gross",
+		"amount_net = 1",
+		"fee = 1",
+	} {
+		refused("withdrawals_fee_net", set)
+	}
+
+	// The submitter fixes the fee once: NULL to a value.
+	e.pass(t)
+	v := e.get(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitted, v.Status)
+	row := e.row(t, w.WithdrawalID)
+	require.Equal(t, int64(100_000), *row.Fee+*row.AmountNet)
+	for _, set := range []string{
+		"amount_net = amount_gross * 1000",
+		"fee = 0, amount_net = amount_gross",
+		"fee = fee + 1, amount_net = amount_net - 1",
+		"fee = NULL, amount_net = NULL",
+		"destination = '" + mallory + "'",
+	} {
+		refused("withdrawals_instructions_fixed", set)
+	}
+	// Nor deleted, to be inserted again with other instructions.
+	_, err := e.App.DB.Bun.ExecContext(ctx, "DELETE FROM withdrawals WHERE id = ?", w.WithdrawalID)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "withdrawals_never_deleted", pe.ConstraintName, "%v", err)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.Equal(t, dest, p.Destination)
+	require.Equal(t, *v.AmountNet, p.Amount)
+	require.Equal(t, row, e.row(t, w.WithdrawalID))
 }
