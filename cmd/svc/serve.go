@@ -167,7 +167,10 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if pinned > 0 {
+			switch {
+			case pinned == 1:
+				fmt.Fprintln(cmd.OutOrStdout(), "search path pinned on 1 function")
+			case pinned > 1:
 				fmt.Fprintf(cmd.OutOrStdout(), "search path pinned on %d functions\n", pinned)
 			}
 			if cfg.Database.MigrateURL == "" {
