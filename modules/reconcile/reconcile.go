@@ -704,8 +704,8 @@ func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep R
 				return err
 			}
 		}
-		detail := fmt.Sprintf("the %s ledger is inconsistent: the ledger check (%s) has %d findings that concern it (report %d: unbalanced_entries, materialized_vs_derived_drifts, negative balances, hold mismatches)",
-			line.Asset, rep.LedgerCheck.Scope, f.findings, reportID)
+		detail := fmt.Sprintf("the %s ledger is inconsistent: the %s ledger check of report %d has %d findings that concern it (its unbalanced_entries, materialized_vs_derived_drifts and alerts list them)",
+			line.Asset, rep.LedgerCheck.Scope, reportID, f.findings)
 		// What a full check found, the incremental one may not read (rows
 		// below its boundary): only a full check ends that.
 		endable := func(ep Episode) (bool, error) {
