@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/audit"
 	"svc/modules/reconcile"
 	"svc/platform/timefmt"
@@ -13,7 +15,7 @@ import (
 
 // adminReconciliationCmd is `svc admin reconciliation`: the report now (as
 // GET /v1/admin/reconciliation), the history the hourly job keeps, and
-// the acknowledgement that lifts an insolvency halt.
+// the acknowledgement that lifts an insolvency or inconsistency halt.
 func adminReconciliationCmd() *cobra.Command {
 	var (
 		history bool
@@ -24,8 +26,11 @@ func adminReconciliationCmd() *cobra.Command {
 		Use:   "reconciliation [--full] [--history [--limit 24]]",
 		Short: "Reconcile the ledger and custody now, or list the last reports (--history)",
 		Long: `Without flags: computes the reconciliation report now (the hourly job's computation), stores it
-in the history and acts on it as the job does (an insolvent asset's withdrawals are halted, a
-solvent one's halt lifted), and prints it. Its ledger check is incremental, as the hourly job's (what
+in the history and acts on it as the job does (the withdrawals of an insolvent asset, or of one
+whose ledger is inconsistent, are halted; a clean one's halt lifted), and prints it. SHORTFALL is
+what the chain lacks to cover what users are owed: (user obligations - expected shortfall) - chain
+balance; positive is insolvent, zero or negative the margin. ACCEPTED is the shortfall an
+acknowledgement accepted (ack). Its ledger check is incremental, as the hourly job's (what
 was committed since the last consistent check, and the accounts written since); --full checks the
 whole ledger.
 --history lists the last stored reports, newest first. docs/reconciliation.md explains every field
@@ -70,10 +75,19 @@ and what to do when it is red.`,
 			fmt.Fprintf(out, "healthy %t, ledger consistent %t (at %s)\n", rep.Healthy, rep.LedgerConsistent, rep.GeneratedAt)
 			fmt.Fprintf(out, "ledger check: %s\n", rep.LedgerCheck)
 			tw := table(out)
-			fmt.Fprintln(tw, "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tCHAIN\tDIFFERENCE\tINSOLVENT\tSOURCE")
+			fmt.Fprintln(tw, "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tEXPECTED SHORTFALL\tCHAIN\tDIFFERENCE\tSHORTFALL\tINSOLVENT\tACCEPTED\tINCONSISTENT\tSOURCE")
 			for _, l := range rep.Custody {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
-					orNull(l.ChainBalance), orNull(l.Difference), l.Insolvent, l.ChainSource)
+				inconsistent := "false"
+				if l.Inconsistent {
+					inconsistent = fmt.Sprintf("true (%d findings", l.LedgerFindings)
+					if l.AcknowledgedFindings != nil {
+						inconsistent += fmt.Sprintf(", %d accepted", *l.AcknowledgedFindings)
+					}
+					inconsistent += ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
+					l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
+					inconsistent, l.ChainSource)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -104,10 +118,13 @@ and what to do when it is red.`,
 	var as, asset, note string
 	ack := &cobra.Command{
 		Use:   "ack --as NAME [--asset ASSET] [--note TEXT]",
-		Short: "Acknowledge an insolvency: lift the halt on withdrawals of the asset (all, without --asset)",
-		Long: `Records that you looked at an insolvency the reconciliation found (audited as cli:NAME): the
-asset's withdrawals flow again at once. The episode stays open, with no new alert or halt, until a
-report finds the asset solvent.`,
+		Short: "Acknowledge an insolvency or an inconsistency: lift the halt on withdrawals of the asset (all, without --asset)",
+		Long: `Records that you looked at an insolvency or an inconsistent ledger the reconciliation found
+(audited as cli:NAME): the asset's withdrawals flow again at once. The acknowledgement accepts what
+the latest report found: the shortfall of an insolvency ((user obligations - expected shortfall) -
+chain balance), the number of findings of an inconsistency. The episode stays open without a halt
+until a report finds the asset solvent (consistent); a report that finds a larger shortfall, or more
+findings, than you accepted halts the asset again with a new alert.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if as == "" {
@@ -130,7 +147,12 @@ report finds the asset solvent.`,
 				return printJSON(cmd.OutOrStdout(), eps)
 			}
 			for _, ep := range eps {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: insolvency since %s acknowledged; withdrawals flow again\n", ep.Asset, timefmt.Format(ep.StartedAt))
+				accepted := "a shortfall of " + orNull(unitsOf(cmd.Context(), a, ep.Asset, ep.AckedShortfall))
+				if ep.Kind == reconcile.KindInconsistency {
+					accepted = "findings: " + orNull(countOf(ep.AckedFindings))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s since %s acknowledged, accepting %s; withdrawals flow again until a report finds more\n",
+					ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), accepted)
 			}
 			return nil
 		},
@@ -140,6 +162,27 @@ report finds the asset solvent.`,
 	ack.Flags().StringVar(&note, "note", "", "what you checked")
 	c.AddCommand(ack)
 	return c
+}
+
+// unitsOf renders units of code in its display units, with the code.
+func unitsOf(ctx context.Context, a *app.App, code string, units *int64) *string {
+	if units == nil {
+		return nil
+	}
+	if as, err := a.Assets.Get(ctx, code); err == nil {
+		s := as.Format(*units) + " " + code
+		return &s
+	}
+	s := fmt.Sprintf("%d units", *units)
+	return &s
+}
+
+func countOf(n *int64) *string {
+	if n == nil {
+		return nil
+	}
+	s := fmt.Sprint(*n)
+	return &s
 }
 
 func orNull(s *string) string {

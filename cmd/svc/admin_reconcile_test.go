@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"svc/modules/ledger"
 	"svc/modules/reconcile"
+	"svc/platform/dbtest"
 )
 
 // TestAdminReconciliation: the report from the command line (a table and
@@ -54,4 +58,58 @@ func TestAdminReconciliation(t *testing.T) {
 	require.ErrorContains(t, err, "--as NAME is required")
 	_, err = run(t, "admin", "reconciliation", "ack", "--as", "ops")
 	require.ErrorContains(t, err, "nothing to acknowledge")
+}
+
+// TestAdminReconciliationAckAcceptsFindings: an inconsistent ledger (an
+// entry without postings, written with the triggers off) shows in the
+// table, halts BTC with an alert; ack accepts the findings it saw and
+// lifts the halt; one more finding halts again with a new alert.
+func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
+	super := dbtest.AdminURL(t) // before adminDB points DATABASE_URL at the runtime role
+	d := adminDB(t)
+	ctx := context.Background()
+	_, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
+	require.NoError(t, err)
+	forge := func(ref string) {
+		runtime := os.Getenv("DATABASE_URL")
+		t.Setenv("DATABASE_URL", super) // ExecBehindTriggers connects as its user
+		dbtest.ExecBehindTriggers(t, runtime,
+			`INSERT INTO ledger_entries (kind, asset, source_ref, memo) VALUES ('correction', 'BTC', $1, 'no postings')`, ref)
+		t.Setenv("DATABASE_URL", runtime)
+	}
+	halted := func() bool {
+		var since *time.Time
+		require.NoError(t, d.Bun.NewSelect().Table("assets").Column("withdrawals_halted_since").Where("asset = 'BTC'").Scan(ctx, &since))
+		return since != nil
+	}
+	alerts := func() int64 {
+		n, err := d.Bun.NewSelect().Table("operator_alerts").Where("type = ?", reconcile.AlertInconsistent).Count(ctx)
+		require.NoError(t, err)
+		return n
+	}
+	forge("forged-1")
+	out, err := run(t, "admin", "reconciliation")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "SHORTFALL")
+	require.Contains(t, out, "true (1 findings)")
+	require.Contains(t, out, "BTC: the ledger is inconsistent")
+	require.True(t, halted())
+	require.Equal(t, int64(1), alerts())
+
+	out, err = run(t, "admin", "reconciliation", "ack", "--as", "ops", "--asset", "BTC", "--note", "a test entry")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "BTC: inconsistency since")
+	require.Contains(t, out, "accepting findings: 1")
+	require.False(t, halted())
+	out, err = run(t, "admin", "reconciliation")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "true (1 findings, 1 accepted)")
+	require.False(t, halted())
+
+	forge("forged-2")
+	out, err = run(t, "admin", "reconciliation")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "true (2 findings, 1 accepted)")
+	require.True(t, halted())
+	require.Equal(t, int64(2), alerts())
 }

@@ -50,9 +50,12 @@ type Asset struct {
 	// withdrawal needs two different operators; nil is off.
 	WithdrawalFourEyesThreshold *int64 `bun:"withdrawal_four_eyes_threshold"`
 	// WithdrawalsHaltedSince is set while reconciliation found the asset
-	// insolvent and no operator acknowledged it (modules/reconcile): new
-	// withdrawals of it wait for an operator and none is submitted.
+	// insolvent or its ledger inconsistent and no operator acknowledged
+	// it (modules/reconcile): new withdrawals of it wait for an operator,
+	// none is approved or submitted. WithdrawalsHaltedBy says why: the
+	// kinds of the episodes that halt it (insolvency, inconsistency).
 	WithdrawalsHaltedSince *time.Time `bun:"withdrawals_halted_since"`
+	WithdrawalsHaltedBy    []string   `bun:"withdrawals_halted_by,array"`
 	UpdatedAt              time.Time  `bun:"updated_at"`
 	// Version moves with every change of the row (a trigger, migration
 	// 0026): a copy of the row at a version is the row while the version

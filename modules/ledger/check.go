@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -42,6 +43,12 @@ type Report struct {
 	// withdrawals holding money, and withdrawals whose entries do not fit
 	// their status (filled by the WithdrawalCheck given to Check).
 	HoldMismatches []string `json:"hold_mismatches"`
+	// ByAsset counts the findings of the four lists (listed or not) by
+	// the asset they concern; the key "" counts those whose asset cannot
+	// be told (a posting of an entry that does not exist). A finding of a
+	// WithdrawalCheck concerns the asset its text starts with (followed by
+	// a space), else none that can be told.
+	ByAsset map[string]int64 `json:"-"`
 
 	// Coverage is what the check read: the whole ledger, or what was
 	// committed since an earlier consistent check (CheckIncremental).
@@ -149,10 +156,11 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 				return err
 			}
 			for _, s := range list {
-				holds.add(s)
+				holds.addAt(fmtr.assetOf(s), s)
 			}
 		}
 		r.HoldMismatches = holds.strings()
+		r.countByAsset(&holds)
 		r.LedgerConsistent = r.LedgerConsistent && len(r.HoldMismatches) == 0
 		if settings {
 			// The users' totals group a million accounts into a handful
@@ -167,6 +175,11 @@ func runCheck(ctx context.Context, idb bun.IDB, incremental bool, withdrawals []
 		if len(carried) > 0 {
 			r.MaterializedVsDerivedDrifts = append(r.MaterializedVsDerivedDrifts, carried...)
 			r.found += int64(len(carried))
+			var sums findings
+			for _, s := range carried {
+				sums.addAt(fmtr.assetOf(s), s)
+			}
+			r.countByAsset(&sums)
 			r.LedgerConsistent = false
 		}
 		return err
@@ -227,6 +240,16 @@ func newAmounts(ctx context.Context, idb bun.IDB) (amounts, error) {
 	return decimals, nil
 }
 
+// assetOf is the asset a finding's text starts with ("BTC user_hold of
+// ..."), "" when it starts with none.
+func (a amounts) assetOf(s string) string {
+	code, _, ok := strings.Cut(s, " ")
+	if _, known := a[code]; ok && known {
+		return code
+	}
+	return ""
+}
+
 func (a amounts) format(code string, units int64) string {
 	if d, ok := a[code]; ok {
 		return money.Format(units, d)
@@ -281,12 +304,12 @@ SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0), n.id, n.
 			materialized.Int64 = derived // cannot happen for user kinds (CHECK)
 		}
 		if materialized.Int64 != derived {
-			drifts.add(fmt.Sprintf("%s: materialized %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
+			drifts.addAt(code, fmt.Sprintf("%s: materialized %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
 		} else if s, ok := newestDrift(amt, code, materialized.Int64, newest, after); !ok {
-			drifts.add(fmt.Sprintf("%s: materialized %s, postings sum %s, %s", name, format(code, materialized.Int64), format(code, derived), s))
+			drifts.addAt(code, fmt.Sprintf("%s: materialized %s, postings sum %s, %s", name, format(code, materialized.Int64), format(code, derived), s))
 		}
 		if materialized.Int64 < 0 || derived < 0 {
-			negative.add(fmt.Sprintf("%s: balance %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
+			negative.addAt(code, fmt.Sprintf("%s: balance %s, postings sum %s", name, format(code, materialized.Int64), format(code, derived)))
 		}
 	}
 	if err := closeRows(rows); err != nil {
@@ -371,9 +394,9 @@ func scanEntrySums(rows *sql.Rows, amt amounts, unbalanced *findings) error {
 		case !exists:
 			unbalanced.add(fmt.Sprintf("entry %d does not exist but has %d postings summing to %s units", id, n, total))
 		case n == 0:
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s) has no postings", id, kind, ref, code))
+			unbalanced.addAt(code, fmt.Sprintf("entry %d (%s %s, %s) has no postings", id, kind, ref, code))
 		default:
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): %d postings sum to %s", id, kind, ref, code, n, formatNumeric(amt.format, code, total)))
+			unbalanced.addAt(code, fmt.Sprintf("entry %d (%s %s, %s): %d postings sum to %s", id, kind, ref, code, n, formatNumeric(amt.format, code, total)))
 		}
 	}
 	return closeRows(rows)
@@ -392,6 +415,10 @@ func foreignPosting(entry int64, kind, code, ref string, posting, account int64,
 func (r *Report) setFindings(drifts, unbalanced, negative *findings) {
 	r.MaterializedVsDerivedDrifts, r.UnbalancedEntries, r.NegativeBalances = drifts.strings(), unbalanced.strings(), negative.strings()
 	r.found = drifts.count() + unbalanced.count() + negative.count()
+	r.ByAsset = nil
+	r.countByAsset(drifts)
+	r.countByAsset(unbalanced)
+	r.countByAsset(negative)
 	r.LedgerConsistent = r.found == 0
 }
 
@@ -402,13 +429,33 @@ func formatNumeric(format func(string, int64) string, code, total string) string
 	return total + " units"
 }
 
-// findings collects up to maxFindings messages and counts the rest.
-type findings struct {
-	list []string
-	more int
+// countByAsset adds f's findings to r.ByAsset.
+func (r *Report) countByAsset(f *findings) {
+	for code, n := range f.assets {
+		if r.ByAsset == nil {
+			r.ByAsset = map[string]int64{}
+		}
+		r.ByAsset[code] += n
+	}
 }
 
-func (f *findings) add(s string) {
+// findings collects up to maxFindings messages and counts the rest, and
+// all of them by the asset they concern.
+type findings struct {
+	list   []string
+	more   int
+	assets map[string]int64
+}
+
+// add adds a finding whose asset cannot be told.
+func (f *findings) add(s string) { f.addAt("", s) }
+
+// addAt adds a finding of the asset code ("": cannot be told).
+func (f *findings) addAt(code, s string) {
+	if f.assets == nil {
+		f.assets = map[string]int64{}
+	}
+	f.assets[code]++
 	if len(f.list) < maxFindings {
 		f.list = append(f.list, s)
 		return

@@ -77,7 +77,7 @@ func scanCopyDrifts(rows *sql.Rows, drifts *findings) error {
 			rows.Close()
 			return err
 		}
-		drifts.add(c.finding())
+		drifts.addAt(c.code, c.finding())
 	}
 	return closeRows(rows)
 }
@@ -100,9 +100,9 @@ func scanPostingFindings(rows *sql.Rows, unbalanced, drifts *findings) error {
 			return err
 		}
 		if foreign {
-			unbalanced.add(foreignPosting(entry, kind, code, ref, posting, account, exists, other))
+			unbalanced.addAt(code, foreignPosting(entry, kind, code, ref, posting, account, exists, other))
 		} else {
-			drifts.add(c.finding())
+			drifts.addAt(c.code, c.finding())
 		}
 	}
 	return closeRows(rows)

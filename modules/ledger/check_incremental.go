@@ -284,14 +284,14 @@ SELECT c.n, m.id, m.asset, m.kind, m.owner, m.balance, m.newest, m.newest_after
 		}
 		name := fmt.Sprintf("%s %s of %q (account %d)", code.String, kind.String, owner.String, id.Int64)
 		if s, ok := newestDrift(amt, code.String, materialized.Int64, newest, after); !ok {
-			drifts.add(fmt.Sprintf("%s: materialized %s, %s", name, amt.format(code.String, materialized.Int64), s))
+			drifts.addAt(code.String, fmt.Sprintf("%s: materialized %s, %s", name, amt.format(code.String, materialized.Int64), s))
 		}
 		if materialized.Int64 < 0 || (after.Valid && after.Int64 < 0) {
 			derived := "none"
 			if after.Valid {
 				derived = amt.format(code.String, after.Int64)
 			}
-			negative.add(fmt.Sprintf("%s: balance %s, running balance of its newest posting %s", name, amt.format(code.String, materialized.Int64), derived))
+			negative.addAt(code.String, fmt.Sprintf("%s: balance %s, running balance of its newest posting %s", name, amt.format(code.String, materialized.Int64), derived))
 		}
 	}
 	if err := closeRows(rows); err != nil {
@@ -358,10 +358,10 @@ SELECT `+copyColumns+`,
 		}
 		posting, entry, account, code, materialized := c.posting, c.entry, c.account, c.code, c.user
 		if foreign { // copyColumns gives account 0 for a missing one
-			unbalanced.add(foreignPosting(entry, c.entryKind, entryAsset, c.entryRef, posting, postedTo, c.account != 0, code))
+			unbalanced.addAt(entryAsset, foreignPosting(entry, c.entryKind, entryAsset, c.entryRef, posting, postedTo, c.account != 0, code))
 		}
 		if drift {
-			drifts.add(c.finding())
+			drifts.addAt(code, c.finding())
 		}
 		if !broken {
 			continue
@@ -369,16 +369,16 @@ SELECT `+copyColumns+`,
 		name := fmt.Sprintf("%s %s of %q (account %d)", code, c.kind, c.owner, account)
 		switch {
 		case !materialized:
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) carries a running balance, but the account has no materialized balance", name, posting, entry))
+			drifts.addAt(code, fmt.Sprintf("%s: posting %d (entry %d) carries a running balance, but the account has no materialized balance", name, posting, entry))
 		case !after.Valid:
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) carries no running balance", name, posting, entry))
+			drifts.addAt(code, fmt.Sprintf("%s: posting %d (entry %d) carries no running balance", name, posting, entry))
 		case !prev.Valid:
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) of %s is the account's first, but left %s", name, posting, entry,
+			drifts.addAt(code, fmt.Sprintf("%s: posting %d (entry %d) of %s is the account's first, but left %s", name, posting, entry,
 				amt.format(code, amount), amt.format(code, after.Int64)))
 		case !prevAfter.Valid:
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) follows posting %d, which carries no running balance", name, posting, entry, prev.Int64))
+			drifts.addAt(code, fmt.Sprintf("%s: posting %d (entry %d) follows posting %d, which carries no running balance", name, posting, entry, prev.Int64))
 		default:
-			drifts.add(fmt.Sprintf("%s: posting %d (entry %d) of %s left %s, but posting %d before it left %s", name, posting, entry,
+			drifts.addAt(code, fmt.Sprintf("%s: posting %d (entry %d) of %s left %s, but posting %d before it left %s", name, posting, entry,
 				amt.format(code, amount), amt.format(code, after.Int64), prev.Int64, amt.format(code, prevAfter.Int64)))
 		}
 	}
@@ -411,7 +411,7 @@ SELECT p.id, p.entry_id, p.account_id, p.amount, e.id IS NOT NULL, coalesce(e.ki
 		if !exists {
 			unbalanced.add(fmt.Sprintf("entry %d does not exist but has posting %d of %d units on account %d", entry, posting, amount, account))
 		} else {
-			unbalanced.add(fmt.Sprintf("entry %d (%s %s, %s): posting %d of %s on account %d was added after check %d had read the entry",
+			unbalanced.addAt(code, fmt.Sprintf("entry %d (%s %s, %s): posting %d of %s on account %d was added after check %d had read the entry",
 				entry, kind, ref, code, posting, amt.format(code, amount), account, since.id))
 		}
 	}

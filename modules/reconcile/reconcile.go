@@ -1,9 +1,10 @@
 // Package reconcile owns the ledger and custody reconciliation: the report
 // of the SPEC (the ledger check, then per asset what the ledger says is in
 // custody and owed against what the processor's wallets and the TRON chain
-// hold), its history, the insolvency episodes it opens and closes (an
-// insolvent asset halts its withdrawals until a clean report or an
-// operator's acknowledgement), and the hot wallet's gas check.
+// hold), its history, the insolvency and inconsistency episodes it opens
+// and closes (an insolvent asset, or one whose ledger is inconsistent,
+// halts its withdrawals until a clean report or an operator's
+// acknowledgement), and the hot wallet's gas check.
 //
 // # The custody line
 //
@@ -19,7 +20,15 @@
 //	                   may have left the wallet before the ledger recorded a
 //	                   broadcast (withdrawal.LeavingCustody)
 //	difference         chain_balance - ledger_custody (negative is bad)
-//	insolvent          chain_balance < user_obligations - expected_shortfall
+//	shortfall          (user_obligations - expected_shortfall) - chain_balance:
+//	                   what the chain lacks to cover what users are owed
+//	                   (zero or negative: covered); null with chain_balance
+//	insolvent          shortfall > 0
+//	inconsistent       the ledger check has findings of the asset (an
+//	                   unbalanced entry, a balance that drifted from its
+//	                   postings, a negative balance, a hold that is not its
+//	                   open withdrawals' gross), or findings whose asset
+//	                   cannot be told, which concern every asset
 //
 // and the asset's latest proof of liabilities (modules/liabilities): the
 // root of its Merkle sum tree, the total that root commits to (users'
@@ -40,15 +49,27 @@
 //
 // # Episodes
 //
-// An insolvent asset opens an insolvency episode (one at a time per
-// asset), which sets assets.withdrawals_halted_since: new withdrawals of
-// the asset wait for an operator with reason insolvency, the submitter
-// hands nothing of it to the processor, and /readyz's reconciliation
-// component is degraded. One operator alert per episode. A later report
-// that finds the asset solvent ends the episode; an operator who has
-// looked acknowledges it (svc admin reconciliation ack), which lifts the
-// halt at once, and no new episode opens for the asset until a clean
-// report ended that one. A source that cannot be read changes nothing.
+// An insolvent asset opens an insolvency episode, and an inconsistent one
+// an inconsistency episode (one of each kind at a time per asset). While
+// an episode of either kind is open and not acknowledged,
+// assets.withdrawals_halted_since is set (withdrawals_halted_by names the
+// kinds): new withdrawals of the asset wait for an operator with reason
+// insolvency or inconsistency, no withdrawal of it is approved (409) or
+// marked broadcast (409), the submitter hands nothing of it to the
+// processor, and /readyz's reconciliation component is degraded with the
+// reason. One operator alert per episode. A later report that finds the
+// asset solvent (consistent) ends the episode; an inconsistency found by a
+// full ledger check ends only at a consistent full check, since the
+// incremental one does not read below its boundary. A source that cannot
+// be read changes nothing about an insolvency.
+//
+// An operator who has looked acknowledges the open episodes (svc admin
+// reconciliation ack): that lifts the halt at once and records what it
+// accepts, the episode's latest shortfall (insolvency) or number of
+// findings (inconsistency). The acknowledged episode stays open without
+// halting; a later report that finds a larger shortfall, or more
+// findings, than was accepted ends it and opens a new episode: a new halt
+// and a new alert.
 // The gas check opens a gas_low episode while the hot wallet's TRX is
 // below TRX_ALERT_THRESHOLD, with one alert each, and ends it when the
 // balance recovers.
@@ -160,15 +181,20 @@ const (
 
 // Alert types.
 const (
-	AlertInsolvent = "reconciliation.insolvent"
-	AlertGasLow    = "tron.gas_low"
+	AlertInsolvent    = "reconciliation.insolvent"
+	AlertInconsistent = "reconciliation.inconsistent"
+	AlertGasLow       = "tron.gas_low"
 )
 
 // Episode kinds.
 const (
-	KindInsolvency = "insolvency"
-	KindGasLow     = "gas_low"
+	KindInsolvency    = "insolvency"
+	KindInconsistency = "inconsistency"
+	KindGasLow        = "gas_low"
 )
+
+// haltingKinds are the episode kinds that halt an asset's withdrawals.
+var haltingKinds = []string{KindInconsistency, KindInsolvency}
 
 // CustodyLine is one asset's custody against the ledger (SPEC).
 type CustodyLine struct {
@@ -180,7 +206,24 @@ type CustodyLine struct {
 	ChainSource       string  `json:"chain_source"`
 	ExpectedShortfall string  `json:"expected_shortfall"`
 	Difference        *string `json:"difference"`
-	Insolvent         bool    `json:"insolvent"`
+	// Shortfall is (user_obligations - expected_shortfall) -
+	// chain_balance: positive is what the chain lacks to cover what users
+	// are owed (insolvent), zero or negative the margin; null when
+	// chain_balance is.
+	Shortfall *string `json:"shortfall"`
+	Insolvent bool    `json:"insolvent"`
+	// AcknowledgedShortfall is the shortfall an operator's acknowledgement
+	// of the open insolvency episode accepted; null when none is
+	// acknowledged. A larger Shortfall halts the asset again.
+	AcknowledgedShortfall *string `json:"acknowledged_shortfall"`
+	// Inconsistent: the ledger check has LedgerFindings findings of the
+	// asset, or of no asset that can be told (those count for every
+	// asset). AcknowledgedFindings is how many an operator's
+	// acknowledgement of the open inconsistency episode accepted; more
+	// halt the asset again.
+	Inconsistent         bool   `json:"inconsistent"`
+	LedgerFindings       int64  `json:"ledger_findings"`
+	AcknowledgedFindings *int64 `json:"acknowledged_findings"`
 	// The asset's latest proof of liabilities; null before the first.
 	LiabilitiesRoot       *string `json:"liabilities_root"`
 	LiabilitiesTotal      *string `json:"liabilities_total"`
@@ -228,6 +271,29 @@ type Episode struct {
 	AckedAt   *time.Time `bun:"acked_at" json:"acked_at"`
 	AckedBy   *string    `bun:"acked_by" json:"acked_by"`
 	EndedAt   *time.Time `bun:"ended_at" json:"ended_at"`
+	// Shortfall (insolvency, in the asset's smallest units) and Findings
+	// (inconsistency) are what the latest report applied to the episode
+	// found; the Acked ones what the acknowledgement accepted.
+	Shortfall      *int64 `bun:"shortfall" json:"shortfall_units"`
+	AckedShortfall *int64 `bun:"acked_shortfall" json:"acked_shortfall_units"`
+	Findings       *int64 `bun:"findings" json:"findings"`
+	AckedFindings  *int64 `bun:"acked_findings" json:"acked_findings"`
+}
+
+// accepted is what the acknowledgement of the episode accepted of what
+// its kind measures (the shortfall, the number of findings).
+func (e Episode) accepted() *int64 {
+	if e.Kind == KindInconsistency {
+		return e.AckedFindings
+	}
+	return e.AckedShortfall
+}
+
+// facts are the figures of one custody line that its episodes follow.
+type facts struct {
+	// shortfall is nil when the chain balance is unknown.
+	shortfall *int64
+	findings  int64
 }
 
 func (s *Service) log() *slog.Logger {
@@ -294,7 +360,7 @@ func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, e
 			s.log().ErrorContext(ctx, "reconciliation: the proof of liabilities failed", "error", snapErr)
 		}
 	}
-	rep, err := s.compute(ctx, snapErr, full)
+	rep, figures, err := s.compute(ctx, snapErr, full)
 	if err != nil {
 		return Report{}, err
 	}
@@ -322,7 +388,7 @@ func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, e
 			s.log().InfoContext(ctx, "reconciliation: a newer report was stored meanwhile; this one changes no episode", "report_id", st.ID)
 			return nil
 		}
-		return s.episodes(ctx, tx, st.ID, rep)
+		return s.episodes(ctx, tx, st.ID, rep, figures)
 	})
 	if err != nil {
 		return Report{}, err
@@ -334,17 +400,24 @@ func (s *Service) run(ctx context.Context, trigger string, full bool) (Report, e
 // outside any transaction, then the ledger check (incremental) and its
 // totals from one snapshot and, at the same time, the deposits' credit
 // check.
-func (s *Service) Compute(ctx context.Context) (Report, error) { return s.compute(ctx, nil, false) }
+func (s *Service) Compute(ctx context.Context) (Report, error) {
+	rep, _, err := s.compute(ctx, nil, false)
+	return rep, err
+}
 
 // ComputeFull is Compute with the full ledger check.
-func (s *Service) ComputeFull(ctx context.Context) (Report, error) { return s.compute(ctx, nil, true) }
+func (s *Service) ComputeFull(ctx context.Context) (Report, error) {
+	rep, _, err := s.compute(ctx, nil, true)
+	return rep, err
+}
 
 // compute is Compute, with the error of the liabilities snapshot the run
-// took (an alert), and the full ledger check when full is set.
-func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report, error) {
+// took (an alert), and the full ledger check when full is set. It returns
+// each custody line's figures in units too, for the episodes.
+func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report, map[string]facts, error) {
 	assets, err := (&asset.Store{DB: s.DB}).All(ctx)
 	if err != nil {
-		return Report{}, err
+		return Report{}, nil, err
 	}
 	chainOf := s.readSources(ctx, assets)
 	// The deposits' credit check reads in a snapshot of its own, as it
@@ -376,10 +449,10 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 	}
 	wg.Wait()
 	if err != nil {
-		return Report{}, err
+		return Report{}, nil, err
 	}
 	if creditsErr != nil {
-		return Report{}, creditsErr
+		return Report{}, nil, creditsErr
 	}
 	rep := Report{LedgerConsistent: lr.LedgerConsistent, MaterializedVsDerivedDrifts: nonNil(lr.MaterializedVsDerivedDrifts),
 		UnbalancedEntries: nonNil(lr.UnbalancedEntries), Alerts: []string{}, Custody: []CustodyLine{},
@@ -407,7 +480,7 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 	if s.Liabilities != nil {
 		latest, err := s.Liabilities.Latest(ctx)
 		if err != nil {
-			return Report{}, err
+			return Report{}, nil, err
 		}
 		for _, p := range latest {
 			published[p.Asset] = p
@@ -420,22 +493,59 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 	leaving := map[string]int64{}
 	if s.Leaving != nil {
 		if leaving, err = s.Leaving(ctx, s.DB); err != nil {
-			return Report{}, err
+			return Report{}, nil, err
 		}
 	}
+	// The findings of the ledger check by asset: those whose asset cannot
+	// be told count for every asset (and all of them do, should an
+	// inconsistent check have counted none).
+	byAsset, anyAsset := lr.ByAsset, lr.ByAsset[""]
+	if !lr.LedgerConsistent {
+		var counted int64
+		for _, n := range byAsset {
+			counted += n
+		}
+		if counted == 0 {
+			anyAsset = 1
+		}
+	}
+	acked, err := s.acknowledged(ctx, s.DB)
+	if err != nil {
+		return Report{}, nil, err
+	}
+	figures := map[string]facts{}
 	insolvent := false
 	for _, a := range assets {
 		t, seen := totals[a.Code]
-		if !a.Enabled && !seen {
+		findings := byAsset[a.Code] + anyAsset
+		if !a.Enabled && !seen && byAsset[a.Code] == 0 {
 			continue
 		}
 		b := chainOf[a.Code]
 		owed, shortfall := t.UserObligations()+t.Suspense, t.InFlight+leaving[a.Code]
 		line := CustodyLine{Asset: a.Code, LedgerCustody: a.Format(t.Custody), LedgerInFlight: a.Format(t.InFlight),
-			UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall)}
+			UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall),
+			Inconsistent: findings > 0, LedgerFindings: findings}
+		f := facts{findings: findings}
+		for _, ep := range acked {
+			if ep.Asset != a.Code {
+				continue
+			}
+			switch {
+			case ep.Kind == KindInsolvency && ep.AckedShortfall != nil:
+				line.AcknowledgedShortfall = ptr(a.Format(*ep.AckedShortfall))
+			case ep.Kind == KindInconsistency:
+				line.AcknowledgedFindings = ep.AckedFindings
+			}
+		}
+		if findings > 0 {
+			add("%s: the ledger is inconsistent: %d findings of the ledger check concern it (listed above)", a.Code, findings)
+		}
 		if b.units != nil {
-			line.ChainBalance, line.Difference = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody))
-			if *b.units < owed-shortfall {
+			short := owed - shortfall - *b.units
+			f.shortfall = &short
+			line.ChainBalance, line.Difference, line.Shortfall = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody)), ptr(a.Format(short))
+			if short > 0 {
 				line.Insolvent, insolvent = true, true
 				add("%s: insolvent: the chain holds %s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
 					a.Code, a.Format(*b.units), a.Format(owed), a.Format(shortfall))
@@ -450,16 +560,17 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 			line.LiabilitiesRoot, line.LiabilitiesTotal, line.LiabilitiesSnapshotAt, line.LiabilitiesSnapshotID = &v.Root, &v.Total, &v.SnapshotAt, &v.SnapshotID
 		}
 		rep.Custody = append(rep.Custody, line)
+		figures[a.Code] = f
 	}
 	gas, err := s.openEpisodes(ctx, s.DB, KindGasLow)
 	if err != nil {
-		return Report{}, err
+		return Report{}, nil, err
 	}
 	for _, g := range gas {
 		add("gas: %s", g.Detail)
 	}
 	rep.Healthy = rep.LedgerConsistent && !insolvent && len(rep.Alerts) == 0
-	return rep, nil
+	return rep, figures, nil
 }
 
 func nonNil(s []string) []string {
@@ -578,61 +689,144 @@ func (s *Service) usdtBalance(ctx context.Context) (int64, error) {
 	return total, first
 }
 
-// episodes opens an insolvency episode for each insolvent asset that has
-// none, and ends the open ones of assets found solvent; an asset whose
-// source could not be read is left as it is.
-func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep Report) error {
-	now := s.now()
+// episodes applies a report to the episodes of each of its custody lines:
+// an insolvency episode follows the line's shortfall (a line whose source
+// could not be read leaves it as it is), an inconsistency episode its
+// ledger findings; then the asset's halt follows its open episodes.
+func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep Report, figures map[string]facts) error {
 	for _, line := range rep.Custody {
-		if line.ChainBalance == nil {
-			continue
-		}
-		if !line.Insolvent {
-			var ended []Episode
-			if err := tx.NewUpdate().Model(&ended).Set("ended_at = ?", now).
-				Where("kind = ? AND asset = ? AND ended_at IS NULL", KindInsolvency, line.Asset).Returning("*").Scan(ctx); err != nil && !db.IsNoRows(err) {
-				return fmt.Errorf("end the insolvency of %s: %w", line.Asset, err)
-			}
-			if len(ended) > 0 {
-				s.log().InfoContext(ctx, "reconciliation: insolvency ended", "asset", line.Asset, "report_id", reportID)
-			}
-			if err := setHalt(ctx, tx, line.Asset, nil); err != nil {
+		f := figures[line.Asset]
+		if f.shortfall != nil {
+			detail := fmt.Sprintf("%s is insolvent: the chain holds %s, users are owed %s, %s is expected to be leaving (in flight, or handed to the processor): a shortfall of %s (report %d)",
+				line.Asset, deref(line.ChainBalance), line.UserObligations, line.ExpectedShortfall, deref(line.Shortfall), reportID)
+			if err := s.episode(ctx, tx, reportID, KindInsolvency, line.Asset, *f.shortfall > 0, *f.shortfall, detail,
+				func(Episode) (bool, error) { return true, nil }); err != nil {
 				return err
 			}
-			continue
 		}
-		detail := fmt.Sprintf("%s is insolvent: the chain holds %s, users are owed %s, %s is in flight (report %d)",
-			line.Asset, *line.ChainBalance, line.UserObligations, line.LedgerInFlight, reportID)
-		ep := Episode{Kind: KindInsolvency, Asset: line.Asset, StartedAt: now, Detail: detail, ReportID: &reportID}
-		res, err := tx.NewInsert().Model(&ep).ExcludeColumn("id").On("CONFLICT (kind, asset) WHERE ended_at IS NULL DO NOTHING").Exec(ctx)
-		if err != nil {
-			return fmt.Errorf("open the insolvency of %s: %w", line.Asset, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			// An episode is open already: acknowledged (no halt), or halting,
-			// and then its halt is (re)asserted.
-			var open Episode
-			if err := tx.NewSelect().Model(&open).Where("kind = ? AND asset = ? AND ended_at IS NULL", KindInsolvency, line.Asset).Scan(ctx); err != nil {
-				return fmt.Errorf("read the insolvency of %s: %w", line.Asset, err)
+		detail := fmt.Sprintf("the %s ledger is inconsistent: the %s ledger check of report %d has %d findings that concern it (its unbalanced_entries, materialized_vs_derived_drifts and alerts list them)",
+			line.Asset, rep.LedgerCheck.Scope, reportID, f.findings)
+		// What a full check found, the incremental one may not read (rows
+		// below its boundary): only a full check ends that.
+		endable := func(ep Episode) (bool, error) {
+			if rep.LedgerCheck.Scope == ledger.ScopeFull || ep.ReportID == nil {
+				return true, nil
 			}
-			if open.AckedAt == nil {
-				if err := setHalt(ctx, tx, line.Asset, &open.StartedAt); err != nil {
-					return err
-				}
+			var scope string
+			err := tx.NewSelect().Model((*Stored)(nil)).ColumnExpr("report -> 'ledger_check' ->> 'scope'").
+				Where("id = ?", *ep.ReportID).Scan(ctx, &scope)
+			if err != nil && !db.IsNoRows(err) {
+				return false, fmt.Errorf("read the report of episode %d: %w", ep.ID, err)
 			}
-			continue
+			return scope != ledger.ScopeFull, nil
 		}
-		if err := setHalt(ctx, tx, line.Asset, &now); err != nil {
+		if err := s.episode(ctx, tx, reportID, KindInconsistency, line.Asset, f.findings > 0, f.findings, detail, endable); err != nil {
 			return err
 		}
-		if s.Alerts != nil {
-			if _, _, err := s.Alerts.Raise(ctx, tx, alert.Params{Type: AlertInsolvent, Subject: fmt.Sprintf("%s:report-%d", line.Asset, reportID),
-				Detail: detail + ". Withdrawals of " + line.Asset + " wait for an operator and none is submitted until a clean report or svc admin reconciliation ack."}); err != nil {
-				return err
-			}
+		if err := syncHalt(ctx, tx, line.Asset); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// episode applies one report's finding to the open episode of kind for
+// code: found with measure (the shortfall, or the number of findings), or
+// not found, in which case an open episode ends when endable says so. A
+// found measure larger than an acknowledgement accepted ends the
+// acknowledged episode and opens a new one, with its alert.
+func (s *Service) episode(ctx context.Context, tx bun.Tx, reportID int64, kind, code string, found bool, measure int64, detail string,
+	endable func(Episode) (bool, error)) error {
+	now := s.now()
+	column := "shortfall"
+	if kind == KindInconsistency {
+		column = "findings"
+	}
+	var open []Episode
+	if err := tx.NewSelect().Model(&open).Where("kind = ? AND asset = ? AND ended_at IS NULL", kind, code).For("UPDATE").Scan(ctx); err != nil {
+		return fmt.Errorf("read the %s of %s: %w", kind, code, err)
+	}
+	end := func(ep Episode, why string) error {
+		if _, err := tx.NewUpdate().Model((*Episode)(nil)).Set("ended_at = ?", now).Where("id = ?", ep.ID).Exec(ctx); err != nil {
+			return fmt.Errorf("end the %s of %s: %w", kind, code, err)
+		}
+		s.log().InfoContext(ctx, "reconciliation: episode ended", "kind", kind, "asset", code, "episode_id", ep.ID, "report_id", reportID, "why", why)
+		return nil
+	}
+	if !found {
+		for _, ep := range open {
+			ok, err := endable(ep)
+			if err != nil {
+				return err
+			}
+			if ok {
+				if err := end(ep, "a clean report"); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if len(open) > 0 {
+		ep := open[0]
+		// An acknowledgement that recorded no figure accepted nothing.
+		accepted := ep.accepted()
+		if accepted == nil {
+			accepted = new(int64)
+		}
+		if ep.AckedAt == nil || measure <= *accepted {
+			// Still the same episode: halting (its halt is reasserted by
+			// syncHalt) or acknowledged within what was accepted.
+			if _, err := tx.NewUpdate().Model((*Episode)(nil)).Set("? = ?", bun.Ident(column), measure).Where("id = ?", ep.ID).Exec(ctx); err != nil {
+				return fmt.Errorf("update the %s of %s: %w", kind, code, err)
+			}
+			return nil
+		}
+		what := fmt.Sprintf("%d findings", *accepted)
+		if kind == KindInsolvency {
+			what = "shortfall of " + s.format(ctx, tx, code, *accepted)
+		}
+		if err := end(ep, "more than was acknowledged"); err != nil {
+			return err
+		}
+		detail += fmt.Sprintf("; more than the %s that %s accepted when acknowledging episode %d", what, deref(ep.AckedBy), ep.ID)
+	}
+	ep := Episode{Kind: kind, Asset: code, StartedAt: now, Detail: detail, ReportID: &reportID}
+	if kind == KindInconsistency {
+		ep.Findings = &measure
+	} else {
+		ep.Shortfall = &measure
+	}
+	if _, err := tx.NewInsert().Model(&ep).ExcludeColumn("id").Returning("id").Exec(ctx); err != nil {
+		return fmt.Errorf("open the %s of %s: %w", kind, code, err)
+	}
+	if s.Alerts == nil {
+		return nil
+	}
+	typ := AlertInsolvent
+	if kind == KindInconsistency {
+		typ = AlertInconsistent
+	}
+	_, _, err := s.Alerts.Raise(ctx, tx, alert.Params{Type: typ, Subject: fmt.Sprintf("%s:report-%d", code, reportID),
+		Detail: detail + ". Withdrawals of " + code + " wait for an operator, none is approved, marked broadcast or submitted until a clean report or svc admin reconciliation ack."})
+	return err
+}
+
+// format renders units of code for a message (plain units when the asset
+// cannot be read).
+func (s *Service) format(ctx context.Context, idb bun.IDB, code string, units int64) string {
+	a, err := (&asset.Store{DB: idb}).Get(ctx, code)
+	if err != nil {
+		return fmt.Sprintf("%d units", units)
+	}
+	return a.Format(units) + " " + code
+}
+
+func deref(v *string) string {
+	if v == nil {
+		return "null"
+	}
+	return *v
 }
 
 // lockEpisodes serializes the transactions that open, end or acknowledge
@@ -644,14 +838,24 @@ func lockEpisodes(ctx context.Context, tx bun.Tx) error {
 	return nil
 }
 
-func setHalt(ctx context.Context, idb bun.IDB, code string, since *time.Time) error {
-	q := idb.NewUpdate().Table("assets").Set("withdrawals_halted_since = ?", since).Where("asset = ?", code)
-	if since == nil {
-		q = q.Where("withdrawals_halted_since IS NOT NULL")
-	} else {
-		q = q.Where("withdrawals_halted_since IS NULL")
-	}
-	if _, err := q.Exec(ctx); err != nil {
+// syncHalt makes the asset's halt what its open, unacknowledged halting
+// episodes say: withdrawals_halted_since the earliest start among them (a
+// halt already set keeps its time), withdrawals_halted_by their kinds; no
+// halt without one. The row is written only when that changes it.
+func syncHalt(ctx context.Context, idb bun.IDB, code string) error {
+	_, err := idb.NewRaw(`
+WITH h AS (SELECT min(started_at) AS since, array_agg(DISTINCT kind ORDER BY kind) AS kinds
+             FROM reconciliation_episodes
+            WHERE asset = ? AND kind IN (?) AND ended_at IS NULL AND acked_at IS NULL
+           HAVING count(*) > 0)
+UPDATE assets a
+   SET withdrawals_halted_since = CASE WHEN h.kinds IS NULL THEN NULL ELSE coalesce(a.withdrawals_halted_since, h.since) END,
+       withdrawals_halted_by = h.kinds
+  FROM (SELECT 1) one LEFT JOIN h ON true
+ WHERE a.asset = ?
+   AND ((a.withdrawals_halted_since IS NULL) <> (h.kinds IS NULL) OR a.withdrawals_halted_by IS DISTINCT FROM h.kinds)`,
+		code, bun.In(haltingKinds), code).Exec(ctx)
+	if err != nil {
 		return fmt.Errorf("halt %s withdrawals: %w", code, err)
 	}
 	return nil
@@ -666,13 +870,29 @@ func (s *Service) openEpisodes(ctx context.Context, idb bun.IDB, kind string) ([
 	return out, nil
 }
 
-// ErrNothingToAck: no open, unacknowledged insolvency episode.
-var ErrNothingToAck = fault.New(fault.Conflict, "no asset is halted by an insolvency: nothing to acknowledge")
+// acknowledged returns the open, acknowledged halting episodes.
+func (s *Service) acknowledged(ctx context.Context, idb bun.IDB) ([]Episode, error) {
+	var out []Episode
+	err := idb.NewSelect().Model(&out).Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NOT NULL", bun.In(haltingKinds)).
+		Order("asset", "kind").Scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read acknowledged episodes: %w", err)
+	}
+	return out, nil
+}
 
-// Ack records that the operator looked at the open insolvency episodes
-// (of one asset, or all when code is ""): their halts are lifted at once,
-// and the episodes stay open (no new alert or halt) until a clean report
-// ends them. It returns the episodes it acknowledged.
+// ErrNothingToAck: no open, unacknowledged insolvency or inconsistency
+// episode.
+var ErrNothingToAck = fault.New(fault.Conflict, "no asset is halted by an insolvency or an inconsistency: nothing to acknowledge")
+
+// Ack records that the operator looked at the open insolvency and
+// inconsistency episodes (of one asset, or all when code is ""): their
+// halts are lifted at once, and each records what it accepts, the
+// shortfall (insolvency) or the number of findings (inconsistency) of the
+// latest report applied to it. The episodes stay open without halting
+// until a clean report ends them, or a report finds more than was
+// accepted, which opens a new episode (a new halt, a new alert). It
+// returns the episodes it acknowledged.
 func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string) ([]Episode, error) {
 	if !actor.Valid() {
 		return nil, fault.New(fault.Unauthenticated, "the operator is not known")
@@ -686,26 +906,35 @@ func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string)
 		if err := lockEpisodes(ctx, tx); err != nil {
 			return err
 		}
-		q := tx.NewUpdate().Model(&acked).Set("acked_at = ?, acked_by = ?", s.now(), actor.String()).
-			Where("kind = ? AND ended_at IS NULL AND acked_at IS NULL", KindInsolvency)
+		q := tx.NewUpdate().Model(&acked).
+			Set("acked_at = ?, acked_by = ?, acked_shortfall = shortfall, acked_findings = findings", s.now(), actor.String()).
+			Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.In(haltingKinds))
 		if code != "" {
 			q = q.Where("asset = ?", code)
 		}
 		if err := q.Returning("*").Scan(ctx); err != nil && !db.IsNoRows(err) {
-			return fmt.Errorf("acknowledge insolvency: %w", err)
+			return fmt.Errorf("acknowledge the episodes: %w", err)
 		}
 		if len(acked) == 0 {
 			return ErrNothingToAck
 		}
+		slices.SortFunc(acked, func(a, b Episode) int { return strings.Compare(a.Asset+" "+a.Kind, b.Asset+" "+b.Kind) })
 		var codes []string
+		accepted := []map[string]any{}
 		for _, ep := range acked {
-			codes = append(codes, ep.Asset)
-			if err := setHalt(ctx, tx, ep.Asset, nil); err != nil {
+			if !slices.Contains(codes, ep.Asset) {
+				codes = append(codes, ep.Asset)
+			}
+			accepted = append(accepted, map[string]any{"episode_id": ep.ID, "asset": ep.Asset, "kind": ep.Kind,
+				"shortfall_units": ep.AckedShortfall, "findings": ep.AckedFindings})
+		}
+		for _, c := range codes {
+			if err := syncHalt(ctx, tx, c); err != nil {
 				return err
 			}
 		}
 		_, err := audit.Record(ctx, tx, s.now(), actor, audit.ReconciliationAck, strings.Join(codes, ","),
-			map[string]any{"assets": codes, "note": note})
+			map[string]any{"assets": codes, "note": note, "accepted": accepted})
 		return err
 	})
 	return acked, err
@@ -720,8 +949,8 @@ func (s *Service) History(ctx context.Context, limit int) ([]Stored, error) {
 	return out, nil
 }
 
-// Halts describes the assets whose withdrawals are halted now, for
-// /readyz; nil when none is.
+// Halts describes the assets whose withdrawals are halted now and why
+// (insolvent, inconsistent), for /readyz; nil when none is.
 func (s *Service) Halts(ctx context.Context) error {
 	var halted []asset.Asset
 	if err := s.DB.NewSelect().Model(&halted).Where("withdrawals_halted_since IS NOT NULL").Order("asset").Scan(ctx); err != nil {
@@ -732,9 +961,30 @@ func (s *Service) Halts(ctx context.Context) error {
 	}
 	var parts []string
 	for _, a := range halted {
-		parts = append(parts, fmt.Sprintf("%s insolvent since %s", a.Code, a.WithdrawalsHaltedSince.UTC().Format(time.RFC3339)))
+		parts = append(parts, fmt.Sprintf("%s %s since %s", a.Code, HaltedBy(a), a.WithdrawalsHaltedSince.UTC().Format(time.RFC3339)))
 	}
 	return fmt.Errorf("withdrawals halted: %s (svc admin reconciliation)", strings.Join(parts, "; "))
+}
+
+// HaltedBy says why a halted asset is halted: "insolvent", "inconsistent"
+// or "inconsistent and insolvent" (a halt without its kinds, written
+// before they were recorded, is an insolvency's).
+func HaltedBy(a asset.Asset) string {
+	var words []string
+	for _, k := range a.WithdrawalsHaltedBy {
+		switch k {
+		case KindInsolvency:
+			words = append(words, "insolvent")
+		case KindInconsistency:
+			words = append(words, "inconsistent")
+		default:
+			words = append(words, k)
+		}
+	}
+	if len(words) == 0 {
+		return "insolvent"
+	}
+	return strings.Join(words, " and ")
 }
 
 // CheckGas reads the hot wallet's TRX and opens a gas_low episode, with

@@ -14,7 +14,8 @@ import (
 // them: every user's user_hold balance equals the gross of their
 // withdrawals whose money is still held, and every withdrawal's ledger
 // entries fit its status (a hold always; a release exactly when refunded; a
-// settlement exactly when confirmed). It is a ledger.WithdrawalCheck.
+// settlement exactly when confirmed). It is a ledger.WithdrawalCheck: each
+// finding starts with the asset it concerns.
 func CheckHolds(ctx context.Context, idb bun.IDB) ([]string, error) {
 	var out []string
 	var sums []struct {
@@ -39,6 +40,7 @@ SELECT coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS ope
 	}
 	var rows []struct {
 		ID       string `bun:"id"`
+		Asset    string `bun:"asset"`
 		Status   Status `bun:"status"`
 		Holds    int    `bun:"holds"`
 		Releases int    `bun:"releases"`
@@ -47,7 +49,7 @@ SELECT coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS ope
 	}
 	err = idb.NewRaw(`
 WITH per AS (
-SELECT w.id::text AS id, w.status,
+SELECT w.id::text AS id, w.asset, w.status,
        count(*) FILTER (WHERE e.kind = 'withdrawal_hold') AS holds,
        count(*) FILTER (WHERE e.kind = 'withdrawal_release') AS releases,
        count(*) FILTER (WHERE e.kind = 'payout_settle') AS settles,
@@ -58,7 +60,7 @@ SELECT w.id::text AS id, w.status,
   FROM withdrawals w
   LEFT JOIN ledger_entries e ON e.source_ref = w.id::text
        AND e.kind IN ('withdrawal_hold', 'withdrawal_release', 'payout_settle')
- GROUP BY w.id, w.status)
+ GROUP BY w.id, w.asset, w.status)
 SELECT * FROM per
  WHERE holds <> 1 OR NOT right_amount
     OR (releases = 1) <> (status IN ('refunded', 'rejected'))
@@ -68,8 +70,8 @@ SELECT * FROM per
 		return nil, fmt.Errorf("withdrawal: check withdrawal entries: %w", err)
 	}
 	for _, r := range rows {
-		out = append(out, fmt.Sprintf("withdrawal %s (%s): %d hold entries (amount right: %v), %d releases, %d settlements",
-			r.ID, r.Status, r.Holds, r.Right, r.Releases, r.Settles))
+		out = append(out, fmt.Sprintf("%s withdrawal %s (%s): %d hold entries (amount right: %v), %d releases, %d settlements",
+			r.Asset, r.ID, r.Status, r.Holds, r.Right, r.Releases, r.Settles))
 	}
 	return out, nil
 }

@@ -56,6 +56,9 @@ func (s *Service) Approve(ctx context.Context, p DecideParams, rec Completer) (A
 			if _, err := Next(w.Status, Approve); err != nil {
 				return nil, err
 			}
+			if err := refuseHalted(a, "approval"); err != nil {
+				return nil, err
+			}
 			var prior []Approval
 			if err := tx.NewSelect().Model(&prior).Where("withdrawal_id = ?", w.ID).OrderExpr("created_at, actor").Scan(ctx); err != nil {
 				return nil, fmt.Errorf("read approvals of withdrawal %s: %w", w.ID, err)

@@ -3,12 +3,15 @@ package withdrawal
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
 	"svc/platform/db"
+	"svc/platform/fault"
 )
 
 // Window is the length of the rolling caps.
@@ -33,7 +36,7 @@ func gates(a asset.Asset, gross, total int64, userCap string) []string {
 		reasons = append(reasons, userCap)
 	}
 	if a.WithdrawalsHaltedSince != nil {
-		reasons = append(reasons, reasonInsolvency(a))
+		reasons = append(reasons, reasonsHalted(a)...)
 	}
 	return reasons
 }
@@ -59,10 +62,38 @@ func reasonUserCap(a asset.Asset, total int64) string {
 		a.Code, a.Format(total), a.Code, a.Format(*a.WithdrawalUserDailyCap), a.Code)
 }
 
-func reasonInsolvency(a asset.Asset) string {
-	return fmt.Sprintf("insolvency: reconciliation found %s custody short of what the users are owed (since %s); "+
-		"%s withdrawals wait for an operator until a clean report or an operator's acknowledgement",
-		a.Code, a.WithdrawalsHaltedSince.UTC().Format(time.RFC3339), a.Code)
+// reasonsHalted are the reasons of a halted asset's halt, one per kind of
+// episode that halts it (modules/reconcile; a halt that names none is an
+// insolvency's).
+func reasonsHalted(a asset.Asset) []string {
+	since := a.WithdrawalsHaltedSince.UTC().Format(time.RFC3339)
+	var out []string
+	for _, kind := range a.WithdrawalsHaltedBy {
+		if kind == "inconsistency" {
+			out = append(out, fmt.Sprintf("inconsistency: reconciliation found the %s ledger inconsistent (since %s); "+
+				"%s withdrawals wait for an operator until a clean report or an operator's acknowledgement", a.Code, since, a.Code))
+		}
+	}
+	if len(out) == 0 || slices.Contains(a.WithdrawalsHaltedBy, "insolvency") {
+		out = append(out, fmt.Sprintf("insolvency: reconciliation found %s custody short of what the users are owed (since %s); "+
+			"%s withdrawals wait for an operator until a clean report or an operator's acknowledgement", a.Code, since, a.Code))
+	}
+	return out
+}
+
+// ErrHalted: the asset's withdrawals are halted by reconciliation, and an
+// operator decision that would let money out (approve, mark-broadcast)
+// waits for a clean report or an acknowledgement.
+var ErrHalted = fault.New(fault.Conflict, "the asset's withdrawals are halted by reconciliation")
+
+// refuseHalted is the 409 of an approval or a mark-broadcast (what) of a
+// halted asset, with the reasons; nil when a is not halted.
+func refuseHalted(a asset.Asset, what string) error {
+	if a.WithdrawalsHaltedSince == nil {
+		return nil
+	}
+	return fault.Wrap(fault.Conflict, fmt.Sprintf("%s refused: %s withdrawals are halted: %s (svc admin reconciliation ack, once you have looked)",
+		what, a.Code, strings.Join(reasonsHalted(a), "; ")), ErrHalted)
 }
 
 // returnedStatuses are the statuses whose money has been returned: the

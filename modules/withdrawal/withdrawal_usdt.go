@@ -109,6 +109,9 @@ func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string
 			if _, err := Next(cur.Status, MarkBroadcast); err != nil {
 				return nil, err
 			}
+			if err := refuseHalted(a, "mark-broadcast"); err != nil {
+				return nil, err
+			}
 			if cur.AmountNet == nil || *cur.AmountNet != *w.AmountNet || cur.Destination != w.Destination {
 				return nil, fault.New(fault.Conflict, "the withdrawal changed while its transfer was checked; retry")
 			}
