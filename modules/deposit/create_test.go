@@ -294,3 +294,28 @@ func TestTakenOverKeyIssuesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the key still in flight, the newer attempt's")
 }
+
+// TestCreateRefusesKeysThatFoldToAField: encoding/json matches a key to a
+// field under Unicode case folding, where "ſ" (U+017F) is an "s": a key
+// such as "external_uſer_id" would set external_user_id, after the exact
+// one. Such a key is a 422 naming it, and nothing is created.
+func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, tc := range []struct{ body, key, field string }{
+		{`{"external_user_id":"alice","asset":"BTC","external_uſer_id":"mallory"}`, "external_uſer_id", "external_user_id"},
+		{`{"external_user_id":"alice","asset":"BTC","external_u\u017fer_id":"mallory"}`, "external_uſer_id", "external_user_id"},
+		{`{"external_user_id":"alice","aſſet":"BTC"}`, "aſſet", "asset"},
+	} {
+		r := e.Post("/v1/deposits", tc.body)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.body, r.Body)
+		fe := r.FieldErrors(t)
+		require.Len(t, fe, 1, string(r.Body))
+		require.Equal(t, []any{"body", tc.key}, fe[0]["loc"], string(r.Body))
+		require.Equal(t, "field_name", fe[0]["type"])
+		require.Contains(t, fe[0]["msg"], "this field is "+tc.field)
+	}
+	require.Zero(t, e.countDeposits(t, "alice"))
+	require.Zero(t, e.countDeposits(t, "mallory"))
+	require.Empty(t, e.Sim.Invoices(), "the processor was not called")
+}
