@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -318,4 +319,34 @@ func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
 	require.Zero(t, e.countDeposits(t, "alice"))
 	require.Zero(t, e.countDeposits(t, "mallory"))
 	require.Empty(t, e.Sim.Invoices(), "the processor was not called")
+}
+
+// TestCreateExpectedAmountHasAnUpperBound: expected_amount is at most the
+// asset's bound (bitcoin's total supply for BTC and BTC_LN, one billion
+// USDT for USDT_TRC20); above it is a 422 field error and nothing is
+// created. At the bound the deposit is created.
+func TestCreateExpectedAmountHasAnUpperBound(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for code, max := range map[string]string{
+		asset.BTC: "2100000000000000", asset.BTCLN: "2100000000000000", asset.USDTTRC20: "1000000000000000",
+	} {
+		bound, err := strconv.ParseInt(max, 10, 64)
+		require.NoError(t, err)
+		for _, above := range []string{fmt.Sprint(bound + 1), "9223372036854775807"} {
+			r := e.Post("/v1/deposits", createBody{ExternalUserID: "big", Asset: code, ExpectedAmount: units(above)})
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s %s: %s", code, above, r.Body)
+			fe := r.FieldErrors(t)
+			require.Len(t, fe, 1, string(r.Body))
+			require.Equal(t, []any{"body", "expected_amount"}, fe[0]["loc"])
+			require.Equal(t, "less_than_equal", fe[0]["type"])
+			require.Equal(t, above, fe[0]["input"])
+			require.Contains(t, fe[0]["msg"], max)
+		}
+	}
+	require.Zero(t, e.countDeposits(t, "big"))
+	require.Empty(t, e.Sim.Invoices(), "the processor was not called")
+
+	v := e.create(t, "big", asset.BTC, units("2100000000000000"))
+	require.Equal(t, "21000000.00000000", *v.AmountExpected)
 }
