@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"svc/platform/config"
 )
 
 func adminUICmd() *cobra.Command {
@@ -17,6 +19,7 @@ func adminUICmd() *cobra.Command {
 its arguments, attempts and errors, and the queues.
 
 It listens on ADMIN_UI_ADDR (--addr; default 127.0.0.1:8092, this machine only) until interrupted.
+In production the address must be a loopback one unless ADMIN_UI_ALLOW_NON_LOOPBACK is true.
 The browser asks for a user name (any) and a password: an admin API key (svc admin keys mint
 --scope admin); a readwrite key is refused. What an operator may do there, and what not:
 docs/operations.md, "River UI".`,
@@ -24,14 +27,15 @@ docs/operations.md, "River UI".`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			a, err := openApp(ctx)
+			a, err := openAppWith(ctx, func(c *config.Config) {
+				if addr != "" {
+					c.AdminUI.Addr = addr
+				}
+			})
 			if err != nil {
 				return err
 			}
 			defer a.Close()
-			if addr != "" {
-				a.Cfg.AdminUI.Addr = addr
-			}
 			listening, stopUI, err := a.ServeAdminUI(ctx)
 			if err != nil {
 				return err

@@ -84,3 +84,30 @@ func TestAdminUI(t *testing.T) {
 		t.Fatal("svc admin ui did not stop")
 	}
 }
+
+// TestAdminUIStaysOnLoopbackInProduction: in production svc admin ui
+// refuses a non-loopback --addr, as it refuses such an ADMIN_UI_ADDR,
+// before it connects to anything, unless ADMIN_UI_ALLOW_NON_LOOPBACK is
+// true.
+func TestAdminUIStaysOnLoopbackInProduction(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://svc@127.0.0.1:1/svc?sslmode=disable&connect_timeout=1")
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	t.Setenv("SVC_ENV", "production")
+	t.Setenv("API_KEY_MODE", "live")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "10.1.2.3:8092"} {
+		out, err := run(t, "admin", "ui", "--addr", addr)
+		require.Error(t, err, out)
+		require.Contains(t, err.Error(), "ADMIN_UI_ADDR: must be a loopback address", addr)
+	}
+	t.Setenv("ADMIN_UI_ADDR", "0.0.0.0:8092")
+	_, err := run(t, "admin", "ui")
+	require.ErrorContains(t, err, "ADMIN_UI_ADDR: must be a loopback address")
+
+	// Allowed: the address is taken, and the command goes on to the
+	// database (unreachable here).
+	t.Setenv("ADMIN_UI_ALLOW_NON_LOOPBACK", "true")
+	_, err = run(t, "admin", "ui", "--addr", "0.0.0.0:0")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "ADMIN_UI_ADDR")
+}

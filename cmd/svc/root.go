@@ -59,10 +59,21 @@ func newLogger(level string) *slog.Logger {
 
 // openApp loads the configuration and assembles the service, with traces
 // when the OTEL_* environment asks for them (tracing.FromEnv).
-func openApp(ctx context.Context) (*app.App, error) {
+func openApp(ctx context.Context) (*app.App, error) { return openAppWith(ctx, nil) }
+
+// openAppWith is openApp with override, a command's flags, applied to the
+// configuration before it is validated again: a flag that stands for a
+// setting obeys the setting's rules.
+func openAppWith(ctx context.Context, override func(*config.Config)) (*app.App, error) {
 	cfg, log, err := loadConfig()
 	if err != nil {
 		return nil, err
+	}
+	if override != nil {
+		override(&cfg)
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	tr, err := tracing.FromEnv(ctx, version)
 	if err != nil {

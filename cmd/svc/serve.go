@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -96,14 +97,18 @@ func newWorkerCmd() *cobra.Command {
 			live, endLive := context.WithCancel(context.WithoutCancel(ctx))
 			defer endLive()
 			recovery := a.RecoveryJobs()
-			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log, Started: started, OnReconnect: func(ctx context.Context) {
-				a.Log.Info("database back: running the catch-up passes now")
-				for _, args := range recovery {
-					if _, err := w.Insert(ctx, args, nil); err != nil {
-						a.Log.Warn("catch-up pass not queued", "kind", args.Kind(), "error", err)
+			go queue.DeadWorkerRescue{Pool: a.DB.Pool, ClientID: w.ID(), Log: a.Log, Started: started,
+				// An event a dead worker was delivering: its claim is freed
+				// with its job, and the job handed back sends it at once.
+				Release: []func(context.Context, time.Duration) (int64, error){a.Deliverer.ReleaseDeadClaims},
+				OnReconnect: func(ctx context.Context) {
+					a.Log.Info("database back: running the catch-up passes now")
+					for _, args := range recovery {
+						if _, err := w.Insert(ctx, args, nil); err != nil {
+							a.Log.Warn("catch-up pass not queued", "kind", args.Kind(), "error", err)
+						}
 					}
-				}
-			}}.Run(live)
+				}}.Run(live)
 			a.Log.Info("worker started", "version", version)
 			<-ctx.Done()
 			a.Log.Info("worker shutting down")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,59 @@ func TestTakenOverKeyIssuesNothing(t *testing.T) {
 	n, err := e.App.DB.Bun.NewSelect().Table("idempotency_keys").Where("key LIKE '%taken-over' AND state = 'in_flight'").Count(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the key still in flight, the newer attempt's")
+}
+
+// TestCreateRefusesKeysThatFoldToAField: encoding/json matches a key to a
+// field under Unicode case folding, where "ſ" (U+017F) is an "s": a key
+// such as "external_uſer_id" would set external_user_id, after the exact
+// one. Such a key is a 422 naming it, and nothing is created.
+func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, tc := range []struct{ body, key, field string }{
+		{`{"external_user_id":"alice","asset":"BTC","external_uſer_id":"mallory"}`, "external_uſer_id", "external_user_id"},
+		{`{"external_user_id":"alice","asset":"BTC","external_u\u017fer_id":"mallory"}`, "external_uſer_id", "external_user_id"},
+		{`{"external_user_id":"alice","aſſet":"BTC"}`, "aſſet", "asset"},
+	} {
+		r := e.Post("/v1/deposits", tc.body)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.body, r.Body)
+		fe := r.FieldErrors(t)
+		require.Len(t, fe, 1, string(r.Body))
+		require.Equal(t, []any{"body", tc.key}, fe[0]["loc"], string(r.Body))
+		require.Equal(t, "field_name", fe[0]["type"])
+		require.Contains(t, fe[0]["msg"], "this field is "+tc.field)
+	}
+	require.Zero(t, e.countDeposits(t, "alice"))
+	require.Zero(t, e.countDeposits(t, "mallory"))
+	require.Empty(t, e.Sim.Invoices(), "the processor was not called")
+}
+
+// TestCreateExpectedAmountHasAnUpperBound: expected_amount is at most the
+// asset's bound (bitcoin's total supply for BTC and BTC_LN, one billion
+// USDT for USDT_TRC20); above it is a 422 field error and nothing is
+// created. At the bound the deposit is created.
+func TestCreateExpectedAmountHasAnUpperBound(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for code, max := range map[string]string{
+		asset.BTC: "2100000000000000", asset.BTCLN: "2100000000000000", asset.USDTTRC20: "1000000000000000",
+	} {
+		bound, err := strconv.ParseInt(max, 10, 64)
+		require.NoError(t, err)
+		for _, above := range []string{fmt.Sprint(bound + 1), "9223372036854775807"} {
+			r := e.Post("/v1/deposits", createBody{ExternalUserID: "big", Asset: code, ExpectedAmount: units(above)})
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s %s: %s", code, above, r.Body)
+			fe := r.FieldErrors(t)
+			require.Len(t, fe, 1, string(r.Body))
+			require.Equal(t, []any{"body", "expected_amount"}, fe[0]["loc"])
+			require.Equal(t, "less_than_equal", fe[0]["type"])
+			require.Equal(t, above, fe[0]["input"])
+			require.Contains(t, fe[0]["msg"], max)
+		}
+	}
+	require.Zero(t, e.countDeposits(t, "big"))
+	require.Empty(t, e.Sim.Invoices(), "the processor was not called")
+
+	v := e.create(t, "big", asset.BTC, units("2100000000000000"))
+	require.Equal(t, "21000000.00000000", *v.AmountExpected)
 }

@@ -2,12 +2,14 @@ package deposit
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
+	"svc/modules/asset"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/idempotency"
@@ -19,6 +21,24 @@ const (
 	MaxExternalUserID = 255
 	MaxAsset          = 32
 )
+
+// maxExpected bounds a deposit's expected_amount, in smallest units, per
+// asset: bitcoin's total supply (21,000,000 BTC) for BTC and BTC_LN, which
+// no payment can exceed; for USDT_TRC20, whose supply has no fixed limit,
+// one billion USDT, the operational maximum a withdrawal's amount has too
+// (withdrawal.MaxAmount). docs/deposits.md and openapi.json state them.
+var maxExpected = map[string]int64{
+	asset.BTC:       2_100_000_000_000_000,
+	asset.BTCLN:     2_100_000_000_000_000,
+	asset.USDTTRC20: 1_000_000_000_000_000,
+}
+
+// MaxExpectedAmount is the largest expected_amount of an asset, in
+// smallest units; false for an asset the service does not have.
+func MaxExpectedAmount(code string) (int64, bool) {
+	n, ok := maxExpected[code]
+	return n, ok
+}
 
 // Routes registers the platform routes on the /v1 router (readwrite) and
 // the operator routes on the /v1/admin router; idem is the Idempotency-Key
@@ -65,6 +85,11 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		n, err := money.ParseUnits(*req.ExpectedAmount, true)
 		if err != nil {
 			f.Add([]any{"body", "expected_amount"}, "value_error", err.Error(), *req.ExpectedAmount)
+		} else if max, ok := MaxExpectedAmount(deref(req.Asset)); ok && n > max {
+			// An unknown asset has no bound here: it is a 404 once the
+			// body fits.
+			f.Add([]any{"body", "expected_amount"}, "less_than_equal",
+				fmt.Sprintf("expected_amount must be at most %d smallest units of %s", max, *req.Asset), *req.ExpectedAmount)
 		}
 		p.ExpectedAmount = &n
 	}

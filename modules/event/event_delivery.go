@@ -125,6 +125,14 @@ const (
 // and records its outcome. It is safe to call at any time and concurrently:
 // only a caller that claims the event sends it.
 func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) {
+	return d.AttemptAs(ctx, id, "")
+}
+
+// AttemptAs is Attempt by the worker whose River client ID is worker: its
+// claim on the event names it, so that once the worker is found dead the
+// claim is freed at once (ReleaseDeadClaims) instead of lapsing. An empty
+// worker names none.
+func (d *Deliverer) AttemptAs(ctx context.Context, id uuid.UUID, worker string) (Outcome, error) {
 	if d.URL == "" {
 		return OutcomeNoURL, nil
 	}
@@ -133,9 +141,10 @@ func (d *Deliverer) Attempt(ctx context.Context, id uuid.UUID) (Outcome, error) 
 	start := d.Now().UTC().Truncate(time.Microsecond)
 	token := uuid.New()
 	var e Event
-	err := db.QueryModel(ctx, d.DB, &e, `UPDATE outbound_events SET claim_token = $1, claimed_until = $2
+	err := db.QueryModel(ctx, d.DB, &e, `UPDATE outbound_events
+   SET claim_token = $1, claimed_until = $2, claimed_by = NULLIF($6, ''), claimed_at = $5
  WHERE id = $3 AND status = $4 AND next_attempt_at <= $5 AND (claimed_until IS NULL OR claimed_until <= $5)
-RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(StatusPending), start)
+RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(StatusPending), start, worker)
 	if db.IsNoRows(err) {
 		return OutcomeSkipped, nil
 	}
@@ -190,7 +199,8 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(
 // took the event over.
 func (d *Deliverer) recordDelivered(ctx context.Context, id, token uuid.UUID) (Outcome, error) {
 	res, err := db.Exec(ctx, d.DB, `UPDATE outbound_events
-   SET status = $1, attempts = attempts + 1, delivered_at = $2, last_error = NULL, claim_token = NULL, claimed_until = NULL
+   SET status = $1, attempts = attempts + 1, delivered_at = $2, last_error = NULL,
+       claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL
  WHERE id = $3 AND claim_token = $4`, string(StatusDelivered), d.Now().UTC(), id, token)
 	if err != nil {
 		return "", err
@@ -211,7 +221,7 @@ func (d *Deliverer) recordFailure(ctx context.Context, e Event, token uuid.UUID,
 		outcome, next = OutcomeSkipped, time.Time{}
 		attempts := e.Attempts + 1
 		q := tx.NewUpdate().Model((*Event)(nil)).
-			Set("attempts = ?, last_error = ?, claim_token = NULL, claimed_until = NULL", attempts, failure).
+			Set("attempts = ?, last_error = ?, claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL", attempts, failure).
 			Where("id = ? AND claim_token = ?", e.ID, token)
 		if attempts >= MaxAttempts {
 			q = q.Set("status = ?, dead_at = ?", StatusDead, d.Now().UTC())
@@ -327,7 +337,7 @@ func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
 	for {
-		_, err := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL").
+		_, err := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
 			Where("id = ? AND claim_token = ?", id, token).Exec(rctx)
 		if err == nil {
 			return
@@ -342,6 +352,51 @@ func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
 }
 
 const releaseEvery = 250 * time.Millisecond
+
+// ReleaseDeadClaims frees the claims on events held by workers found dead
+// (queue.WorkerDeadSQL: the worker's liveness lock is gone) and taken more
+// than grace ago, and queues a delivery job for each pending event it
+// frees, in one transaction. It runs on every pass of a live worker's
+// queue.DeadWorkerRescue, before the dead worker's jobs are handed back:
+// an event whose delivery was in flight when its worker died is sent again
+// within seconds, by the job handed back, rather than once its claim
+// lapses (the HTTP timeout plus a minute) and the next Sweep finds it. The
+// receiver may get the event twice, as after any attempt whose answer was
+// lost; it deduplicates on the event id. It returns how many claims it
+// freed.
+func (d *Deliverer) ReleaseDeadClaims(ctx context.Context, grace time.Duration) (int64, error) {
+	var freed []Event
+	err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
+		freed = nil
+		err := tx.NewRaw(`UPDATE public.outbound_events e
+   SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL
+ WHERE e.claim_token IS NOT NULL AND e.claimed_by IS NOT NULL AND e.claimed_at < ?
+   AND `+queue.WorkerDeadSQL("e.claimed_by")+`
+RETURNING e.id, e.status, e.attempts, e.redeliveries`, d.Now().UTC().Add(-grace)).Scan(ctx, &freed)
+		if err != nil && !db.IsNoRows(err) {
+			return err
+		}
+		if d.URL == "" {
+			return nil
+		}
+		for _, e := range freed {
+			if e.Status != StatusPending {
+				continue
+			}
+			if _, err := d.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: e.ID, Attempt: e.Attempts + 1, Cycle: e.Redeliveries}, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release dead workers' event claims: %w", err)
+	}
+	for _, e := range freed {
+		d.log().WarnContext(ctx, "event claim of a dead worker released: its delivery is sent again", "event_id", e.PublicID())
+	}
+	return int64(len(freed)), nil
+}
 
 // sweepBatch is how many due events one sweep transaction enqueues.
 const sweepBatch = 500
@@ -423,7 +478,11 @@ type DeliverWorker struct {
 
 // Work makes one attempt for the job's event.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	_, err := w.Deliverer.Attempt(ctx, job.Args.EventID)
+	worker := "" // this process's River client: the last to attempt the job
+	if n := len(job.AttemptedBy); n > 0 {
+		worker = job.AttemptedBy[n-1]
+	}
+	_, err := w.Deliverer.AttemptAs(ctx, job.Args.EventID, worker)
 	return err
 }
 

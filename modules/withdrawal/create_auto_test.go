@@ -187,3 +187,44 @@ func TestOneRoundTripKeyRaces(t *testing.T) {
 	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC))
 	e.requireBooks(t)
 }
+
+// TestOneRoundTripRefusalKeepsItsConnection: a one-round-trip creation
+// that the database refuses (the daily cap, the service's own deposit
+// address) hands its connection back to the pool healthy, not in a failed
+// transaction block the pool would destroy: ten refusals, answered the
+// ordinary way, open no new PostgreSQL connection.
+func TestOneRoundTripRefusalKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "u", asset.BTC, 10_000_000)
+	e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "warm-0"))
+	e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "warm-1"))
+	require.EqualValues(t, 1, e.Svc.CreatedInOneRoundTrip(), "the copy is warm")
+	r := e.Post("/v1/deposits", map[string]any{"external_user_id": "other", "asset": "BTC"})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	own := r.Map(t)["address"].(string)
+	e.limits(t, asset.BTC, asset.Limits{DailyCap: n(e.windowTotal(t, asset.BTC) + 10_000)})
+	e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "warm-2")) // the copy knows the cap
+
+	refuse := func(i int) {
+		t.Helper()
+		if i%2 == 0 {
+			w := e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, fmt.Sprint("capped-", i)))
+			require.Equal(t, withdrawal.StatusPendingApproval, w.Status)
+			require.True(t, strings.HasPrefix(*w.ApprovalReason, "withdrawal_daily_cap:"), *w.ApprovalReason)
+			return
+		}
+		r := e.request("u", asset.BTC, 20_000, own)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+		require.Contains(t, detail(t, r), "own deposit addresses")
+	}
+	refuse(0) // the ordinary way's statements have their connections
+	refuse(1)
+	trips := e.Svc.CreatedInOneRoundTrip()
+	before := e.App.DB.Pool.Stat().NewConnsCount()
+	for i := range 10 {
+		refuse(i)
+	}
+	require.Equal(t, trips, e.Svc.CreatedInOneRoundTrip(), "each was refused, then answered the ordinary way")
+	require.Equal(t, before, e.App.DB.Pool.Stat().NewConnsCount(), "no refusal cost a new connection")
+}

@@ -2,6 +2,7 @@ package withdrawal_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -359,4 +360,33 @@ func TestCreateKeyTakenOver(t *testing.T) {
 	require.Equal(t, "0.00030000", e.balance(t, "tina", asset.BTC).Held)
 	require.Equal(t, withdrawal.StatusApproved, e.get(t, v.WithdrawalID).Status)
 	e.requireBooks(t)
+}
+
+// TestCreateRefusesKeysThatFoldToAField: encoding/json matches a key to a
+// field under Unicode case folding, where "ſ" (U+017F) is an "s": a
+// "destination_addreſſ" after the exact key would be where the payout
+// goes. Such a key is a 422 naming it, and nothing is reserved.
+func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "carol", asset.BTC, 100_000)
+	dest, other := p2wpkh(t, chain.Regtest, "carol"), p2wpkh(t, chain.Regtest, "mallory")
+	for _, tc := range []struct{ body, key, field string }{
+		{fmt.Sprintf(`{"external_user_id":"carol","asset":"BTC","amount":"20000","destination_address":%q,"destination_addreſſ":%q}`, dest, other),
+			"destination_addreſſ", "destination_address"},
+		{fmt.Sprintf(`{"external_user_id":"carol","asset":"BTC","amount":"20000","destination_address":%q,"destination_addre\u017f\u017f":%q}`, dest, other),
+			"destination_addreſſ", "destination_address"},
+		{fmt.Sprintf(`{"external_user_id":"carol","external_uſer_id":"mallory","asset":"BTC","amount":"20000","destination_address":%q}`, dest),
+			"external_uſer_id", "external_user_id"},
+	} {
+		r := e.Post("/v1/withdrawals", tc.body)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.body, r.Body)
+		fe := r.FieldErrors(t)
+		require.Len(t, fe, 1, string(r.Body))
+		require.Equal(t, []any{"body", tc.key}, fe[0]["loc"], string(r.Body))
+		require.Equal(t, "field_name", fe[0]["type"])
+		require.Contains(t, fe[0]["msg"], "this field is "+tc.field)
+	}
+	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.balance(t, "mallory", asset.BTC).Held)
 }

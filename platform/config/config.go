@@ -137,12 +137,18 @@ type Payouts struct {
 
 // Metrics configures the metrics listener of svc api and svc worker.
 type Metrics struct {
-	Addr string `mapstructure:"addr" env:"METRICS_ADDR" default:"" doc:"host:port of the metrics listener of svc api and svc worker (Prometheus /metrics and net/http/pprof /debug/pprof/, never on PORT); empty turns it off. It has no authentication: bind it to a private address (127.0.0.1:9090, or the pod's address behind a network policy), and give the api and the worker different ports when they share a host"`
+	Addr string `mapstructure:"addr" env:"METRICS_ADDR" default:"" doc:"host:port of the metrics listener of svc api and svc worker (Prometheus /metrics and net/http/pprof /debug/pprof/, never on PORT); empty turns it off. It has no authentication: bind it to a private address (127.0.0.1:9090, or the pod's address behind a network policy), and give the api and the worker different ports when they share a host. In production it must be a loopback address unless METRICS_ALLOW_NON_LOOPBACK is true"`
+	// AllowNonLoopback lets a production process put the listener on an
+	// address other networks can reach.
+	AllowNonLoopback bool `mapstructure:"allow_non_loopback" env:"METRICS_ALLOW_NON_LOOPBACK" default:"false" doc:"true lets METRICS_ADDR be a non-loopback address (every interface, a pod's or a private address) in production, where it is refused otherwise: set it only where a firewall or a network policy keeps everyone but the scraper away, since the listener has no authentication"`
 }
 
 // AdminUI configures svc admin ui, River's web UI for operators.
 type AdminUI struct {
-	Addr string `mapstructure:"addr" env:"ADMIN_UI_ADDR" default:"127.0.0.1:8092" doc:"host:port svc admin ui listens on (River's web UI: jobs and queues, for operators, behind an admin API key as the HTTP basic password); loopback by default. It serves plain HTTP: keep it on loopback or a private address, behind TLS across a network"`
+	Addr string `mapstructure:"addr" env:"ADMIN_UI_ADDR" default:"127.0.0.1:8092" doc:"host:port svc admin ui listens on (River's web UI: jobs and queues, for operators, behind an admin API key as the HTTP basic password); loopback by default. It serves plain HTTP: keep it on loopback or a private address, behind TLS across a network. In production it must be a loopback address unless ADMIN_UI_ALLOW_NON_LOOPBACK is true"`
+	// AllowNonLoopback lets a production svc admin ui listen on an
+	// address other networks can reach.
+	AllowNonLoopback bool `mapstructure:"allow_non_loopback" env:"ADMIN_UI_ALLOW_NON_LOOPBACK" default:"false" doc:"true lets ADMIN_UI_ADDR (or svc admin ui --addr) be a non-loopback address in production, where it is refused otherwise: set it only behind TLS on a private network, since the admin key travels in every request"`
 }
 
 // Ledger configures the ledger's tamper-evident checkpoints
@@ -326,17 +332,21 @@ func (c Config) Validate() error {
 		add("PAYOUT_POLL_INTERVAL", "must be between 1s and 1h")
 	}
 	if a := c.Metrics.Addr; a != "" {
-		if _, port, err := net.SplitHostPort(a); err != nil {
+		if host, port, err := net.SplitHostPort(a); err != nil {
 			add("METRICS_ADDR", "must be host:port (127.0.0.1:9090, or :9090 for every interface)")
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			add("METRICS_ADDR", "must end with a port number from 0 to 65535")
+		} else if c.Production() && !c.Metrics.AllowNonLoopback && !loopbackHost(host) {
+			add("METRICS_ADDR", "must be a loopback address (127.0.0.1:9090) in production: the listener has no authentication; set METRICS_ALLOW_NON_LOOPBACK=true if a firewall or network policy guards "+a)
 		}
 	}
 	if a := c.AdminUI.Addr; a != "" {
-		if _, port, err := net.SplitHostPort(a); err != nil {
+		if host, port, err := net.SplitHostPort(a); err != nil {
 			add("ADMIN_UI_ADDR", "must be host:port (127.0.0.1:8092)")
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			add("ADMIN_UI_ADDR", "must end with a port number from 0 to 65535")
+		} else if c.Production() && !c.AdminUI.AllowNonLoopback && !loopbackHost(host) {
+			add("ADMIN_UI_ADDR", "must be a loopback address (127.0.0.1:8092) in production: it serves plain HTTP and the admin key travels in every request; set ADMIN_UI_ALLOW_NON_LOOPBACK=true if TLS on a private network guards "+a)
 		}
 	}
 	if c.Ledger.CheckpointInterval < time.Second {
@@ -403,6 +413,16 @@ func secureURL(s string) bool {
 	}
 	ip := net.ParseIP(host)
 	return u.Scheme == "http" && ip != nil && ip.IsLoopback()
+}
+
+// loopbackHost reports a listener host that only this machine reaches:
+// localhost or a loopback IP. An empty host is every interface.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func validPrefix(p string) bool {

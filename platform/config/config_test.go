@@ -150,28 +150,68 @@ func TestLocalRunListensOnLoopback(t *testing.T) {
 	require.Equal(t, ":8080", cfg.HTTP.ListenAddr())
 }
 
+// productionEnv is a valid production configuration.
+var productionEnv = map[string]string{
+	"SVC_ENV": "production", "API_KEY_MODE": "live",
+	"BTCPAY_URL": "https://btcpay.example", "BTCPAY_API_KEY": "a-real-api-key", "BTCPAY_STORE_ID": "s",
+	"PROCESSOR_WEBHOOK_SECRET": "0123456789abcdef-ingress",
+	"TRONGRID_URL":             "https://api.trongrid.io",
+	"PLATFORM_WEBHOOK_URL":     "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET": "0123456789abcdef-platform",
+}
+
+// loadProduction loads productionEnv with over set on top of it.
+func loadProduction(t *testing.T, over map[string]string) error {
+	baseEnv(t)
+	for k, v := range productionEnv {
+		t.Setenv(k, v)
+	}
+	for k, v := range over {
+		t.Setenv(k, v)
+	}
+	_, err := load("")
+	return err
+}
+
+// TestProductionKeepsOperatorListenersOnLoopback: in production the
+// metrics listener (no authentication) and the River UI (plain HTTP, the
+// admin key in every request) take a loopback address only, unless their
+// own setting allows another; in development any address goes.
+func TestProductionKeepsOperatorListenersOnLoopback(t *testing.T) {
+	for _, l := range []struct{ env, allow string }{
+		{"METRICS_ADDR", "METRICS_ALLOW_NON_LOOPBACK"},
+		{"ADMIN_UI_ADDR", "ADMIN_UI_ALLOW_NON_LOOPBACK"},
+	} {
+		t.Run(l.env, func(t *testing.T) { refusesNonLoopback(t, l.env, l.allow) })
+	}
+}
+
+// refusesNonLoopback: env takes a loopback address in production, any
+// other only with allow true, and any address in development.
+func refusesNonLoopback(t *testing.T, env, allow string) {
+	for _, addr := range []string{"127.0.0.1:9090", "127.0.0.2:9090", "[::1]:9090", "localhost:9090"} {
+		require.NoError(t, loadProduction(t, map[string]string{env: addr}), "%s=%s", env, addr)
+	}
+	for _, addr := range []string{":9090", "0.0.0.0:9090", "[::]:9090", "10.0.0.5:9090", "metrics.internal:9090"} {
+		err := loadProduction(t, map[string]string{env: addr, allow: "false"})
+		require.Error(t, err, "%s=%s", env, addr)
+		require.Contains(t, err.Error(), env+": must be a loopback address")
+		require.Contains(t, err.Error(), allow)
+		require.NoError(t, loadProduction(t, map[string]string{env: addr, allow: "true"}), "%s=%s allowed", env, addr)
+
+		baseEnv(t)
+		t.Setenv("SVC_ENV", "development")
+		t.Setenv(allow, "false")
+		t.Setenv(env, addr)
+		_, err = load("")
+		require.NoError(t, err, "development: %s=%s", env, addr)
+	}
+}
+
 // TestProductionRefusesWeakSettings: in production the processor, the
 // TRON node and the platform are reached over https (http only to
 // loopback), and the webhook secrets are long and not the local run's.
 func TestProductionRefusesWeakSettings(t *testing.T) {
-	good := map[string]string{
-		"SVC_ENV": "production", "API_KEY_MODE": "live",
-		"BTCPAY_URL": "https://btcpay.example", "BTCPAY_API_KEY": "a-real-api-key", "BTCPAY_STORE_ID": "s",
-		"PROCESSOR_WEBHOOK_SECRET": "0123456789abcdef-ingress",
-		"TRONGRID_URL":             "https://api.trongrid.io",
-		"PLATFORM_WEBHOOK_URL":     "https://platform.example/hooks", "PLATFORM_WEBHOOK_SECRET": "0123456789abcdef-platform",
-	}
-	set := func(t *testing.T, over map[string]string) error {
-		baseEnv(t)
-		for k, v := range good {
-			t.Setenv(k, v)
-		}
-		for k, v := range over {
-			t.Setenv(k, v)
-		}
-		_, err := load("")
-		return err
-	}
+	set := loadProduction
 	require.NoError(t, set(t, nil))
 	require.NoError(t, set(t, map[string]string{"BTCPAY_URL": "http://127.0.0.1:8090", "TRONGRID_URL": "http://localhost:8090/tron"}),
 		"http to this machine is allowed")

@@ -242,3 +242,45 @@ func TestArraysAndUUIDsTravelAsText(t *testing.T) {
 	require.Equal(t, args[6].Value, id)
 	require.Equal(t, "0b7e4d2a-9c1f-4e3a-8d5b-6f2a1c9e0d47", asTxt)
 }
+
+// TestPipelineOnceRefusedTransactionKeepsTheConnection: a batch whose
+// explicit transaction the server refuses leaves no failed transaction
+// block behind. The connection goes back to the pool and serves the next
+// statement: ten refusals open no new connection.
+func TestPipelineOnceRefusedTransactionKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	d := openEmpty(t)
+	ctx := context.Background()
+	_, err := d.Bun.ExecContext(ctx, `CREATE TABLE q (n int PRIMARY KEY);
+CREATE FUNCTION refuse() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'refused' USING ERRCODE = 'SV002';
+END $$`)
+	require.NoError(t, err)
+	refuse := func() error {
+		var b pgx.Batch
+		b.Queue("BEGIN")
+		b.Queue("INSERT INTO q VALUES (1)")
+		b.Queue("SELECT refuse()")
+		b.Queue("COMMIT")
+		return db.PipelineOnce(ctx, d.Bun, &b, func(br pgx.BatchResults) error {
+			for range 4 {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.Error(t, refuse()) // the pool's first connection
+	before := d.Pool.Stat().NewConnsCount()
+	for range 10 {
+		var pe *pgconn.PgError
+		require.ErrorAs(t, refuse(), &pe)
+		require.Equal(t, "SV002", pe.Code)
+	}
+	var n int
+	require.NoError(t, d.Bun.NewRaw("SELECT count(*) FROM q").Scan(ctx, &n))
+	require.Zero(t, n, "nothing of the refused transactions committed")
+	require.Equal(t, before, d.Pool.Stat().NewConnsCount(), "no refusal cost a connection")
+}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
@@ -189,8 +190,28 @@ func pipelineOnce(ctx context.Context, pool *bun.DB, b *pgx.Batch, read func(br 
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
+		endTx(ctx, c)
 		return err
 	})
+}
+
+// endTx rolls back the transaction a batch left open. A batch whose
+// explicit transaction (BEGIN ... COMMIT) the server refused ends in a
+// failed transaction block: PostgreSQL skipped the rest of the batch, the
+// COMMIT with it, up to the Sync. Nothing of that transaction committed,
+// and the pool would destroy the connection on its release and open a new
+// one for the next statement: a refusal, an expected answer, would cost a
+// connection each time. Rolled back, the connection goes back to the pool
+// healthy. A connection that cannot be rolled back is left to the pool,
+// which destroys it.
+func endTx(ctx context.Context, c *pgx.Conn) {
+	pc := c.PgConn()
+	if pc.IsClosed() || pc.IsBusy() || pc.TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = c.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol)
 }
 
 // RawPgx runs fn with the pgx connection under conn, a connection of

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
@@ -71,15 +72,18 @@ func jsonContent(ct string) bool {
 }
 
 // strictKeys refuses, in a top-level JSON object, a key given twice and a
-// key that names one of dst's fields in another case. Anything that is not
-// an object is left to the decoder's own error.
+// key that names one of dst's fields in another case. "Another case" is
+// what encoding/json matches: Unicode simple case folding (foldKey), so
+// "external_uſer_id" (U+017F) or "K" (U+212A) is refused as the other-case
+// name it would be decoded as. Anything that is not an object is left to
+// the decoder's own error.
 func strictKeys(body []byte, dst any) error {
-	names := map[string]string{} // lower case -> the exact name
+	names := map[string]string{} // folded -> the exact name
 	if t := reflect.TypeOf(dst); t != nil && t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
 		for i := 0; i < t.Elem().NumField(); i++ {
 			name, _, _ := strings.Cut(t.Elem().Field(i).Tag.Get("json"), ",")
 			if name != "" && name != "-" {
-				names[strings.ToLower(name)] = name
+				names[foldKey(name)] = name
 			}
 		}
 	}
@@ -98,7 +102,7 @@ func strictKeys(body []byte, dst any) error {
 		if !ok {
 			return nil
 		}
-		switch exact, known := names[strings.ToLower(key)]; {
+		switch exact, known := names[foldKey(key)]; {
 		case seen[key]:
 			fields = append(fields, fault.FieldError{Loc: []any{"body", key}, Type: "duplicate_key",
 				Msg: "Key given more than once: send each field once"})
@@ -116,6 +120,27 @@ func strictKeys(body []byte, dst any) error {
 		return fault.Validation(fields...)
 	}
 	return nil
+}
+
+// foldKey folds a name as encoding/json does to match a key to a field:
+// two names fold alike exactly when bytes.EqualFold holds, that is under
+// Unicode simple folding, where "ſ" (U+017F) is an "s" and the Kelvin sign
+// "K" (U+212A) a "k". Each rune becomes the smallest rune of its fold orbit.
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		for {
+			next := unicode.SimpleFold(r)
+			if next <= r {
+				r = next
+				break
+			}
+			r = next
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func splitField(f string) []any {

@@ -67,9 +67,13 @@ func TestDecodeBodyIsStrictAboutKeys(t *testing.T) {
 		var req struct {
 			User  *string `json:"external_user_id"`
 			Asset *string `json:"asset"`
+			Kind  *string `json:"kind"`
 		}
 		if err := httpapi.DecodeBody(c, &req); err != nil {
 			return err
+		}
+		if req.Kind != nil {
+			return c.JSON(fiber.Map{"user": req.User, "asset": req.Asset, "kind": req.Kind})
 		}
 		return c.JSON(fiber.Map{"user": req.User, "asset": req.Asset})
 	})
@@ -84,6 +88,20 @@ func TestDecodeBodyIsStrictAboutKeys(t *testing.T) {
 		{`["alice"]`, `{"detail":[{"loc":["body"],"msg":"Body must be a JSON object, not array","type":"model_type"}]}`, 422},
 		{`{"External_User_Id":"mallory","asset":"BTC"}`,
 			`{"detail":[{"loc":["body","External_User_Id"],"msg":"Field names are case-sensitive: this field is external_user_id","type":"field_name"}]}`, 422},
+		// encoding/json folds with Unicode simple folding: "ſ" (U+017F) is
+		// an "s" and the Kelvin sign "K" (U+212A) a "k" to it, so these name
+		// the fields too, and the last of them would win.
+		{`{"external_user_id":"alice","external_uſer_id":"mallory"}`,
+			`{"detail":[{"loc":["body","external_uſer_id"],"msg":"Field names are case-sensitive: this field is external_user_id","type":"field_name"}]}`, 422},
+		{`{"external_user_id":"alice","external_u\u017fer_id":"mallory"}`,
+			`{"detail":[{"loc":["body","external_uſer_id"],"msg":"Field names are case-sensitive: this field is external_user_id","type":"field_name"}]}`, 422},
+		{`{"aſſet":"BTC"}`,
+			`{"detail":[{"loc":["body","aſſet"],"msg":"Field names are case-sensitive: this field is asset","type":"field_name"}]}`, 422},
+		{`{"kind":"a","Kind":"b"}`,
+			`{"detail":[{"loc":["body","Kind"],"msg":"Field names are case-sensitive: this field is kind","type":"field_name"}]}`, 422},
+		{`{"KIND":"b"}`,
+			`{"detail":[{"loc":["body","KIND"],"msg":"Field names are case-sensitive: this field is kind","type":"field_name"}]}`, 422},
+		{`{"kind":"a","asset":"BTC"}`, `{"user":null,"asset":"BTC","kind":"a"}`, 200},
 	} {
 		req := httptest.NewRequest("POST", "/", strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")

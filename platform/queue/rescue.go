@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -49,6 +50,25 @@ type DeadWorkerRescue struct {
 	// (the worker kicks the passes that catch up on it, rather than wait
 	// for their intervals).
 	OnReconnect func(context.Context)
+	// Release, when set, frees on every pass, before the jobs are handed
+	// back, what dead workers hold outside River: claims a job took on a
+	// row (an outbound event's delivery claim,
+	// event.Deliverer.ReleaseDeadClaims), which would otherwise keep the
+	// job handed back from acting until they lapse. Each is given Grace,
+	// and frees only what was taken more than Grace ago by a worker that
+	// WorkerDeadSQL finds dead; it returns how much it freed.
+	Release []func(ctx context.Context, grace time.Duration) (int64, error)
+}
+
+// WorkerDeadSQL is a SQL condition that holds when the worker whose River
+// client ID is the SQL expression worker holds no liveness lock: the
+// process died (or its liveness session broke; see DeadWorkerRescue).
+func WorkerDeadSQL(worker string) string {
+	return fmt.Sprintf(`NOT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_locks l
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.classid = %d::int::oid
+              AND l.objid::bigint = (hashtext(%s)::bigint & 4294967295))`, livenessClass, worker)
 }
 
 // LivenessApplicationName names the liveness sessions in pg_stat_activity.
@@ -95,6 +115,13 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 			}
 		}
 		if conn != nil && time.Since(since) >= r.Grace {
+			for _, release := range r.Release {
+				if n, err := release(ctx, r.Grace); err != nil {
+					log.Warn("release of dead workers' claims failed", "error", err)
+				} else if n > 0 {
+					log.Warn("released the claims of dead workers", "claims", n)
+				}
+			}
 			if n, err := r.rescue(ctx); err != nil {
 				log.Warn("dead-worker rescue failed", "error", err)
 			} else if n > 0 {
@@ -152,12 +179,8 @@ func (r DeadWorkerRescue) hold(ctx context.Context, cfg *pgx.ConnConfig, log *sl
 // and records why.
 func (r DeadWorkerRescue) rescue(ctx context.Context) (int64, error) {
 	return r.handBack(ctx, `
-     AND NOT EXISTS (
-           SELECT 1 FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.classid = $2::int::oid
-              AND l.objid::bigint = (hashtext(j.attempted_by[array_length(j.attempted_by, 1)])::bigint & 4294967295))`,
-		"its worker ' || dead.worker || ' died; rescued", livenessClass)
+     AND `+WorkerDeadSQL("j.attempted_by[array_length(j.attempted_by, 1)]"),
+		"its worker ' || dead.worker || ' died; rescued")
 }
 
 // rescueUnreceived hands back, as rescue does, the jobs running under this
