@@ -222,8 +222,8 @@ The entry, every line's account, amount and the balance before and after it are 
 the command asks for confirmation on standard input. --yes posts without asking; with no answer
 (standard input closed) nothing is posted. --dry-run shows the entry and stops. --ref names the
 correction (source_ref correction:REF): posting the same reference again with the same lines changes
-nothing. docs/reconciliation.md has the corrections for each finding of the report, e.g. a Lightning
-routing fee:
+nothing. docs/reconciliation.md ("Booking what the chain did") has the usual bookings, e.g. a
+Lightning routing fee:
 
   svc admin ledger correct --asset BTC_LN --debit network_fees=12 --credit custody=12 \
     --memo "routing fees of withdrawal ..." --as alice-ops`,

@@ -70,6 +70,34 @@
 // source_ref (the withdrawal id): release and settlement check the hold under
 // that reference and refuse to undo or pay out a hold twice.
 //
+// # Operator bookings
+//
+// An operator books what happened outside the service's own flows (a fee
+// the processor paid and did not report, a Lightning routing fee, money
+// found in or missing from a wallet, a channel opened from the on-chain
+// wallet) with a correction entry (BookCorrection) or a pair of them
+// (BookTransfer), never by editing an entry. Each is one transaction with
+// its audit record (ledger.correct, ledger.transfer): the entries, the
+// balances before and after every line, the memo and the operator.
+//
+// What a correction may post to (CorrectionAllowed):
+//
+//	custody, network_fees, fee_income, suspense   yes
+//	user_available                                yes: a credit is audited
+//	                                              like any other line, and a
+//	                                              debit never takes the
+//	                                              balance below zero
+//	user_hold                                     no: holds belong to open
+//	                                              withdrawals (release them)
+//	in_flight                                     no: it follows broadcast
+//	                                              payouts, one per withdrawal
+//	transfer                                      no: only BookTransfer
+//	                                              posts to it
+//
+// No line may leave its account's balance negative (in the account's own
+// sense; user accounts are guarded by the database too), and the lines
+// must balance; what is refused is refused whole, with nothing written.
+//
 // # Idempotency
 //
 // (kind, source_ref) is unique: posting the same fact again returns the
