@@ -23,7 +23,7 @@ var errLedgerInconsistent = errors.New("ledger is inconsistent")
 
 // adminLedgerCmd is `svc admin ledger`: the ledger's operator commands.
 func adminLedgerCmd() *cobra.Command {
-	c := &cobra.Command{Use: "ledger", Short: "Inspect the double-entry ledger"}
+	c := &cobra.Command{Use: "ledger", Short: "Inspect the double-entry ledger; book corrections and transfers between custodies"}
 	var incremental bool
 	check := &cobra.Command{
 		Use:   "check [--incremental]",
@@ -90,7 +90,7 @@ func adminLedgerCmd() *cobra.Command {
 		},
 	}
 	check.Flags().BoolVar(&incremental, "incremental", false, "check only what was committed since the last consistent check, and the accounts written since")
-	c.AddCommand(check, adminCheckpointCmd(), adminVerifyCmd(), adminExportCmd())
+	c.AddCommand(check, adminCheckpointCmd(), adminVerifyCmd(), adminExportCmd(), adminCorrectCmd(), adminTransferCmd())
 	return c
 }
 

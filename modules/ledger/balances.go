@@ -203,6 +203,7 @@ type Totals struct {
 	FeeIncome     int64
 	NetworkFees   int64
 	Suspense      int64
+	Transfer      int64 // sent to the pair's other custody less received (BookTransfer)
 	UserAvailable int64 // over all users
 	UserHold      int64 // over all users
 }
@@ -291,6 +292,8 @@ func (t *totalsBuilder) add(code string, kind AccountKind, sum int64) {
 		x.NetworkFees += v
 	case Suspense:
 		x.Suspense += v
+	case Transfer:
+		x.Transfer += v
 	}
 }
 

@@ -8,11 +8,12 @@
 //
 // Each (asset, kind, owner) is one account. Every user has a user_available
 // and a user_hold account per asset (owner = external_user_id), created on
-// demand by the first posting that credits it. Every asset has five system
+// demand by the first posting that credits it. Every asset has six system
 // accounts (owner ""): custody (what the service's wallets hold), in_flight
 // (payouts broadcast but not yet confirmed), fee_income (service fees
-// earned), network_fees (network fees paid) and suspense (money received but
-// not yet attributed, e.g. awaiting review).
+// earned), network_fees (network fees paid), suspense (money received but
+// not yet attributed, e.g. awaiting review) and transfer, the clearing account of money moved between two custodies of the same coin
+// (migration 0036; see BookTransfer).
 //
 // User accounts carry a materialized balance, changed in the same statement
 // that writes their postings. A debit is the guarded update
@@ -51,6 +52,11 @@
 //	                       in_flight    +B            (B = S of this payout's broadcast, 0 if none)
 //	                       custody      +(N + NF - B) (the rest of what left the wallet)
 //	correction             any balanced lines, with a memo saying why
+//	                       (an operator's: BookCorrection, CorrectionAllowed)
+//	correction (transfer)  X from asset A to asset B, network fee NF, two
+//	                       entries posted together (BookTransfer):
+//	                       in A: custody +(X+NF), network_fees -NF, transfer -X
+//	                       in B: custody -X, transfer +X
 //
 // Under fee mode deduct, N = G - F: the user pays the service fee out of the
 // gross. Under absorb, N = G and F = 0: the user receives the whole gross and
@@ -63,6 +69,34 @@
 // The hold, release, broadcast and settlement of one withdrawal share its
 // source_ref (the withdrawal id): release and settlement check the hold under
 // that reference and refuse to undo or pay out a hold twice.
+//
+// # Operator bookings
+//
+// An operator books what happened outside the service's own flows (a fee
+// the processor paid and did not report, a Lightning routing fee, money
+// found in or missing from a wallet, a channel opened from the on-chain
+// wallet) with a correction entry (BookCorrection) or a pair of them
+// (BookTransfer), never by editing an entry. Each is one transaction with
+// its audit record (ledger.correct, ledger.transfer): the entries, the
+// balances before and after every line, the memo and the operator.
+//
+// What a correction may post to (CorrectionAllowed):
+//
+//	custody, network_fees, fee_income, suspense   yes
+//	user_available                                yes: a credit is audited
+//	                                              like any other line, and a
+//	                                              debit never takes the
+//	                                              balance below zero
+//	user_hold                                     no: holds belong to open
+//	                                              withdrawals (release them)
+//	in_flight                                     no: it follows broadcast
+//	                                              payouts, one per withdrawal
+//	transfer                                      no: only BookTransfer
+//	                                              posts to it
+//
+// No line may leave its account's balance negative (in the account's own
+// sense; user accounts are guarded by the database too), and the lines
+// must balance; what is refused is refused whole, with nothing written.
 //
 // # Idempotency
 //
@@ -98,11 +132,15 @@ const (
 	FeeIncome     AccountKind = "fee_income"     // service fees earned
 	NetworkFees   AccountKind = "network_fees"   // network fees the service paid
 	Suspense      AccountKind = "suspense"       // received but not yet attributed (review)
+	// Transfer clears money moved between two custodies of the same coin
+	// (BTC and BTC_LN): debited in the asset that sent, credited in the
+	// one that received (BookTransfer).
+	Transfer AccountKind = "transfer"
 )
 
 // AccountKinds lists every account kind.
 func AccountKinds() []AccountKind {
-	return []AccountKind{UserAvailable, UserHold, Custody, InFlight, FeeIncome, NetworkFees, Suspense}
+	return []AccountKind{UserAvailable, UserHold, Custody, InFlight, FeeIncome, NetworkFees, Suspense, Transfer}
 }
 
 // IsUser reports a per-user account kind (with a materialized balance).
@@ -119,8 +157,13 @@ func (k AccountKind) Valid() bool {
 }
 
 // DebitNormal reports an account whose natural balance is minus the sum of
-// its postings (custody, in_flight, network_fees).
-func (k AccountKind) DebitNormal() bool { return k == Custody || k == InFlight || k == NetworkFees }
+// its postings (custody, in_flight, network_fees, transfer). A transfer
+// account's balance is what its asset's custody sent to the other custody
+// of the pair less what it received: positive in the asset that sent more,
+// negative in the other; the pair's two balances sum to zero.
+func (k AccountKind) DebitNormal() bool {
+	return k == Custody || k == InFlight || k == NetworkFees || k == Transfer
+}
 
 // Natural turns the sum of an account's postings into its balance in the
 // account's own sense (see the package doc's signs).

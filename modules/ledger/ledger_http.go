@@ -2,8 +2,8 @@ package ledger
 
 import (
 	"context"
-
 	"math"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/uptrace/bun"
@@ -22,6 +22,9 @@ type API struct {
 	// primary by up to DATABASE_READ_MAX_LAG; balances always read DB
 	// (docs/operations.md, "Reads from a replica"). Nil reads DB.
 	Replica *db.Replica
+	// Now is the clock of the operator bookings' audit records (nil:
+	// time.Now).
+	Now func() time.Time
 }
 
 // Routes registers, on the platform router (/v1, readwrite):

@@ -12,6 +12,9 @@
 //
 //	ledger_custody     the custody account: what the wallets should hold
 //	ledger_in_flight   payouts broadcast and not yet confirmed
+//	ledger_transfer    the transfer account: what custody sent to the other
+//	                   custody of the same coin (BTC and BTC_LN) less what
+//	                   it received, as booked (ledger.BookTransfer)
 //	user_obligations   users' available + held (+ the suspense account,
 //	                   which no flow posts to today: money in the deposit
 //	                   review queue is in no account until it is credited)
@@ -20,9 +23,13 @@
 //	                   may have left the wallet before the ledger recorded a
 //	                   broadcast (withdrawal.LeavingCustody)
 //	difference         chain_balance - ledger_custody (negative is bad)
-//	shortfall          (user_obligations - expected_shortfall) - chain_balance:
-//	                   what the chain lacks to cover what users are owed
-//	                   (zero or negative: covered); null with chain_balance
+//	ledger_transfer    the transfer account: sent to the pair's other
+//	                   custody less received (ledger.BookTransfer), which
+//	                   still backs this asset's users
+//	shortfall          (user_obligations - expected_shortfall)
+//	                   - (chain_balance + ledger_transfer): what the chain
+//	                   lacks to cover what users are owed (zero or
+//	                   negative: covered); null with chain_balance
 //	insolvent          shortfall > 0
 //	inconsistent       the ledger check has findings of the asset (an
 //	                   unbalanced entry, a balance that drifted from its
@@ -198,9 +205,13 @@ var haltingKinds = []string{KindInconsistency, KindInsolvency}
 
 // CustodyLine is one asset's custody against the ledger (SPEC).
 type CustodyLine struct {
-	Asset             string  `json:"asset"`
-	LedgerCustody     string  `json:"ledger_custody"`
-	LedgerInFlight    string  `json:"ledger_in_flight"`
+	Asset          string `json:"asset"`
+	LedgerCustody  string `json:"ledger_custody"`
+	LedgerInFlight string `json:"ledger_in_flight"`
+	// LedgerTransfer is the transfer account: sent to the pair's other
+	// custody less received (ledger.BookTransfer), which still backs this
+	// asset's users.
+	LedgerTransfer    string  `json:"ledger_transfer"`
 	UserObligations   string  `json:"user_obligations"`
 	ChainBalance      *string `json:"chain_balance"`
 	ChainSource       string  `json:"chain_source"`
@@ -524,7 +535,7 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 		b := chainOf[a.Code]
 		owed, shortfall := t.UserObligations()+t.Suspense, t.InFlight+leaving[a.Code]
 		line := CustodyLine{Asset: a.Code, LedgerCustody: a.Format(t.Custody), LedgerInFlight: a.Format(t.InFlight),
-			UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall),
+			LedgerTransfer: a.Format(t.Transfer), UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall),
 			Inconsistent: findings > 0, LedgerFindings: findings}
 		f := facts{findings: findings}
 		for _, ep := range acked {
@@ -542,13 +553,16 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 			add("%s: the ledger is inconsistent: %d findings of the ledger check concern it (listed above)", a.Code, findings)
 		}
 		if b.units != nil {
-			short := owed - shortfall - *b.units
+			// What a booked transfer moved to the pair's other custody
+			// (BTC to BTC_LN: a channel opened) still backs these users,
+			// and what it brought from there backs the other asset's.
+			short := owed - shortfall - (*b.units + t.Transfer)
 			f.shortfall = &short
 			line.ChainBalance, line.Difference, line.Shortfall = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody)), ptr(a.Format(short))
 			if short > 0 {
 				line.Insolvent, insolvent = true, true
-				add("%s: insolvent: the chain holds %s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
-					a.Code, a.Format(*b.units), a.Format(owed), a.Format(shortfall))
+				add("%s: insolvent: the chain holds %s%s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
+					a.Code, a.Format(*b.units), transferText(a, t.Transfer), a.Format(owed), a.Format(shortfall))
 			} else if *b.units < t.Custody {
 				add("%s: the chain holds %s less than the ledger's custody (still covering what users are owed)", a.Code, a.Format(t.Custody-*b.units))
 			}
@@ -571,6 +585,18 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 	}
 	rep.Healthy = rep.LedgerConsistent && !insolvent && len(rep.Alerts) == 0
 	return rep, figures, nil
+}
+
+// transferText says what a booked transfer adds to (or takes from) the
+// chain's backing of an asset, "" without one.
+func transferText(a asset.Asset, transfer int64) string {
+	switch {
+	case transfer > 0:
+		return fmt.Sprintf(" and %s moved to the other custody of the coin", a.Format(transfer))
+	case transfer < 0:
+		return fmt.Sprintf(", of which %s came from the other custody of the coin", a.Format(-transfer))
+	}
+	return ""
 }
 
 func nonNil(s []string) []string {

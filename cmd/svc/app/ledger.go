@@ -20,7 +20,7 @@ type ledgerArea struct {
 }
 
 func (a *App) initLedger(context.Context) error {
-	a.LedgerAPI = &ledger.API{DB: a.DB.Bun}
+	a.LedgerAPI = &ledger.API{DB: a.DB.Bun, Now: a.Clock.Now}
 	key, err := a.Cfg.Ledger.CheckpointKey()
 	if err != nil {
 		return fmt.Errorf("LEDGER_CHECKPOINT_SIGNING_KEY: %w", err)
@@ -30,9 +30,11 @@ func (a *App) initLedger(context.Context) error {
 }
 
 // routesLedger registers GET /v1/users/{external_user_id}/balances and
-// /transactions, and GET /v1/admin/ledger/checkpoints/key.
+// /transactions, GET /v1/admin/ledger/checkpoints/key, and the operator
+// bookings POST /v1/admin/ledger/corrections and /transfers.
 func (a *App) routesLedger(r Routers) {
 	a.LedgerAPI.Routes(r.Platform)
+	a.LedgerAPI.AdminRoutes(r.Admin, r.Idem)
 	a.Checkpointer.AdminRoutes(r.Admin)
 }
 

@@ -383,7 +383,7 @@ func (s *Sim) completeLocked(po *payout, txid string) (string, error) {
 		po.txid = po.dedup
 		po.proof = lightningProof(po.dedup, randHex(32))
 		msat, _ := units(po.amount, 11)
-		s.wallet.lnLocalMsat -= msat
+		s.wallet.lnLocalMsat -= msat + s.wallet.lnRoutingFeeMsat
 	}
 	po.state, po.stalled = poCompleted, false
 	s.emitPayout(po, btcpay.EventPayoutUpdated)

@@ -35,6 +35,9 @@ type wallet struct {
 	height          int64
 	lnLocalMsat     int64
 	lnRemoteMsat    int64
+	// lnRoutingFeeMsat is what each completed Lightning payout pays the
+	// route besides its amount (SetLightningRoutingFee).
+	lnRoutingFeeMsat int64
 }
 
 func newWallet() wallet {
@@ -142,6 +145,33 @@ func (s *Sim) SetLightningBalance(localMsat int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.wallet.lnLocalMsat = localMsat
+}
+
+// SetLightningRoutingFee makes every Lightning payout completed from now on
+// pay msat to its route besides its amount, out of the local balance, as a
+// routed payment does (BTCPay does not report it).
+func (s *Sim) SetLightningRoutingFee(msat int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wallet.lnRoutingFeeMsat = msat
+}
+
+// OpenChannel opens a Lightning channel from the on-chain wallet: the
+// confirmed balance pays localSat (the channel's local balance) and feeSat
+// (the funding transaction's fee), and the node's local balance grows by
+// localSat.
+func (s *Sim) OpenChannel(localSat, feeSat int64) error {
+	spent, err := decimal.New(localSat+feeSat, 8)
+	if err != nil {
+		return fmt.Errorf("btcpaysim: open channel: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wallet.baseConfirmed, err = s.wallet.baseConfirmed.Sub(spent); err != nil {
+		return fmt.Errorf("btcpaysim: open channel: %w", err)
+	}
+	s.wallet.lnLocalMsat += localSat * 1000
+	return nil
 }
 
 // SetFeeRate sets the wallet's fee-rate estimate in sat/vB ("4.107").

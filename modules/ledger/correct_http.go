@@ -1,0 +1,283 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/uptrace/bun"
+
+	"svc/modules/apikey"
+	"svc/modules/asset"
+	"svc/platform/fault"
+	"svc/platform/httpapi"
+	"svc/platform/idempotency"
+	"svc/platform/money"
+	"svc/platform/timefmt"
+)
+
+// AdminRoutes registers the operator bookings on the admin router
+// (/v1/admin, admin scope); idem is the Idempotency-Key middleware:
+//
+//	POST /ledger/corrections   201 Booking (200 for a dry run or a replay)
+//	POST /ledger/transfers     201 Booking (200 for a dry run or a replay)
+func (a *API) AdminRoutes(admin fiber.Router, idem fiber.Handler) {
+	admin.Post("/ledger/corrections", idem, a.handleCorrection)
+	admin.Post("/ledger/transfers", idem, a.handleTransfer)
+}
+
+// BookingLineView is the API's BookingLine: amounts and balances in the
+// asset's display units, balances in the account's own sense.
+type BookingLineView struct {
+	Asset          string  `json:"asset"`
+	Account        string  `json:"account"`
+	ExternalUserID *string `json:"external_user_id"`
+	Direction      string  `json:"direction"` // debit or credit
+	Amount         string  `json:"amount"`
+	BalanceBefore  *string `json:"balance_before"` // null for a replay
+	BalanceAfter   *string `json:"balance_after"`
+}
+
+// BookingEntryView is one entry of a booking.
+type BookingEntryView struct {
+	EntryID   *int64  `json:"entry_id"` // null in a dry run
+	Kind      string  `json:"kind"`
+	Asset     string  `json:"asset"`
+	SourceRef string  `json:"source_ref"`
+	Memo      string  `json:"memo"`
+	CreatedAt *string `json:"created_at"`
+}
+
+// BookingView is the API's Booking.
+type BookingView struct {
+	DryRun   bool               `json:"dry_run"`
+	Replayed bool               `json:"replayed"`
+	Entries  []BookingEntryView `json:"entries"`
+	Lines    []BookingLineView  `json:"lines"`
+	AuditID  *int64             `json:"audit_id"`
+}
+
+// ViewOf renders a booking with the assets' display units (decimals by
+// asset code).
+func ViewOf(b Booked, decimals map[string]int, dryRun bool) BookingView {
+	v := BookingView{DryRun: dryRun, Replayed: b.Replayed(), Entries: []BookingEntryView{}, Lines: []BookingLineView{}}
+	for i, e := range b.Entries {
+		ev := BookingEntryView{Kind: string(e.Kind), Asset: e.Asset, SourceRef: e.SourceRef, Memo: e.Memo}
+		if i < len(b.Posted) {
+			id, at := b.Posted[i].ID, timefmt.Format(b.Posted[i].CreatedAt)
+			ev.EntryID, ev.CreatedAt = &id, &at
+		}
+		v.Entries = append(v.Entries, ev)
+	}
+	for _, l := range b.Lines {
+		d := decimals[l.Asset]
+		amount, dir := l.Amount, "credit"
+		if amount < 0 {
+			amount, dir = -amount, "debit"
+		}
+		lv := BookingLineView{Asset: l.Asset, Account: string(l.Account.Kind), Direction: dir, Amount: money.Format(amount, d)}
+		if l.Account.Owner != "" {
+			o := l.Account.Owner
+			lv.ExternalUserID = &o
+		}
+		if !v.Replayed {
+			before, after := money.Format(l.Before, d), money.Format(l.After, d)
+			lv.BalanceBefore, lv.BalanceAfter = &before, &after
+		}
+		v.Lines = append(v.Lines, lv)
+	}
+	if b.AuditID != 0 {
+		id := b.AuditID
+		v.AuditID = &id
+	}
+	return v
+}
+
+type correctionLineRequest struct {
+	Account        *string `json:"account"`
+	ExternalUserID *string `json:"external_user_id"`
+	Direction      *string `json:"direction"`
+	Amount         *string `json:"amount"`
+}
+
+type correctionRequest struct {
+	Asset     *string                 `json:"asset"`
+	Memo      *string                 `json:"memo"`
+	Reference *string                 `json:"reference"`
+	DryRun    *bool                   `json:"dry_run"`
+	Lines     []correctionLineRequest `json:"lines"`
+}
+
+type transferRequest struct {
+	From       *string `json:"from"`
+	To         *string `json:"to"`
+	Amount     *string `json:"amount"`
+	NetworkFee *string `json:"network_fee"`
+	Reference  *string `json:"reference"`
+	Memo       *string `json:"memo"`
+	DryRun     *bool   `json:"dry_run"`
+}
+
+func text(f *httpapi.Fields, s *string, required bool, max int, loc ...any) string {
+	if s == nil {
+		if required {
+			f.Required(false, loc...)
+		}
+		return ""
+	}
+	if f.Storable(*s, loc...) {
+		f.Length(*s, 0, max, loc...)
+	}
+	return *s
+}
+
+func units(f *httpapi.Fields, s *string, positive bool, loc ...any) int64 {
+	if !f.Required(s != nil, loc...) {
+		return 0
+	}
+	n, err := money.ParseUnits(*s, positive)
+	if err != nil {
+		f.Add(loc, "value_error", "amount "+err.Error(), *s)
+	}
+	return n
+}
+
+func (a *API) handleCorrection(c *fiber.Ctx) error {
+	var req correctionRequest
+	if err := httpapi.DecodeBody(c, &req); err != nil {
+		return err
+	}
+	var f httpapi.Fields
+	p := OperatorCorrection{
+		Asset:     text(&f, req.Asset, true, MaxAsset, "body", "asset"),
+		Memo:      text(&f, req.Memo, true, MaxMemo, "body", "memo"),
+		Reference: text(&f, req.Reference, false, MaxReference, "body", "reference"),
+	}
+	if f.Required(req.Lines != nil, "body", "lines") {
+		for i, l := range req.Lines {
+			acct := Account{Kind: AccountKind(text(&f, l.Account, true, 32, "body", "lines", i, "account")),
+				Owner: text(&f, l.ExternalUserID, false, MaxOwner, "body", "lines", i, "external_user_id")}
+			sign := int64(1)
+			if f.Required(l.Direction != nil, "body", "lines", i, "direction") {
+				switch *l.Direction {
+				case "credit":
+				case "debit":
+					sign = -1
+				default:
+					f.Add([]any{"body", "lines", i, "direction"}, "enum", "Input should be 'debit' or 'credit'", *l.Direction)
+				}
+			}
+			p.Lines = append(p.Lines, Line{Account: acct, Amount: sign * units(&f, l.Amount, true, "body", "lines", i, "amount")})
+		}
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	key, ok := apikey.FromCtx(c)
+	if !ok {
+		return fault.New(fault.Unauthenticated, "missing API key")
+	}
+	p.Actor = apikey.ActorOf(key)
+	dry := req.DryRun != nil && *req.DryRun
+	return a.respond(c, dry, []string{p.Asset},
+		func(ctx context.Context) (Booked, error) { return PreviewCorrection(ctx, a.DB, p) },
+		func(ctx context.Context, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+			return BookCorrection(ctx, a.DB, a.now(), p, then)
+		})
+}
+
+func (a *API) handleTransfer(c *fiber.Ctx) error {
+	var req transferRequest
+	if err := httpapi.DecodeBody(c, &req); err != nil {
+		return err
+	}
+	var f httpapi.Fields
+	t := CustodyTransfer{
+		From:      text(&f, req.From, true, MaxAsset, "body", "from"),
+		To:        text(&f, req.To, true, MaxAsset, "body", "to"),
+		Amount:    units(&f, req.Amount, true, "body", "amount"),
+		Reference: text(&f, req.Reference, true, MaxReference, "body", "reference"),
+		Memo:      text(&f, req.Memo, true, MaxMemo, "body", "memo"),
+	}
+	if req.NetworkFee != nil {
+		t.NetworkFee = units(&f, req.NetworkFee, false, "body", "network_fee")
+	}
+	if err := f.Err(); err != nil {
+		return err
+	}
+	key, ok := apikey.FromCtx(c)
+	if !ok {
+		return fault.New(fault.Unauthenticated, "missing API key")
+	}
+	t.Actor = apikey.ActorOf(key)
+	dry := req.DryRun != nil && *req.DryRun
+	return a.respond(c, dry, []string{t.From, t.To},
+		func(ctx context.Context) (Booked, error) { return PreviewTransfer(ctx, a.DB, t) },
+		func(ctx context.Context, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+			return BookTransfer(ctx, a.DB, a.now(), t, then)
+		})
+}
+
+// ErrBookingTakenOver: a retry with the same Idempotency-Key took the
+// request over; this attempt booked nothing.
+var ErrBookingTakenOver = fault.New(fault.Conflict, "this request was taken over by a retry with the same Idempotency-Key").WithRetryAfter(time.Second)
+
+// respond runs a dry run (preview) or the booking (book), completing the
+// Idempotency-Key in the booking's transaction.
+func (a *API) respond(c *fiber.Ctx, dry bool, codes []string, preview func(ctx context.Context) (Booked, error),
+	book func(ctx context.Context, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error)) error {
+	ctx := c.UserContext()
+	decimals := map[string]int{}
+	for _, code := range codes {
+		x, err := (&asset.Store{DB: a.DB}).Get(ctx, code)
+		if errors.Is(err, asset.ErrUnknown) {
+			continue // the booking's own check names it
+		}
+		if err != nil {
+			return err
+		}
+		decimals[code] = x.Decimals
+	}
+	if dry {
+		b, err := preview(ctx)
+		if err != nil {
+			return err
+		}
+		return c.Status(http.StatusOK).JSON(ViewOf(b, decimals, true))
+	}
+	rec := idempotency.FromCtx(c)
+	var body []byte
+	status := http.StatusCreated
+	_, err := book(ctx, func(ctx context.Context, tx bun.IDB, b Booked) error {
+		if b.Replayed() {
+			status = http.StatusOK
+		}
+		var err error
+		if body, err = json.Marshal(ViewOf(b, decimals, false)); err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		return rec.CompleteTx(ctx, tx, status, fiber.MIMEApplicationJSON, body)
+	})
+	if errors.Is(err, idempotency.ErrLost) {
+		return ErrBookingTakenOver
+	}
+	if err != nil {
+		return err
+	}
+	idempotency.MarkCompleted(rec)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(body)
+}
+
+func (a *API) now() time.Time {
+	if a.Now == nil {
+		return time.Now()
+	}
+	return a.Now()
+}
