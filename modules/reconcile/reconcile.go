@@ -413,6 +413,9 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 			published[p.Asset] = p
 		}
 	}
+	if err := s.checkLiabilities(ctx, assets, published, &rep); err != nil {
+		return Report{}, err
+	}
 	totals := map[string]ledger.Totals{}
 	for _, t := range lr.Totals {
 		totals[t.Asset] = t
