@@ -71,6 +71,7 @@ func adminLedgerCmd() *cobra.Command {
 					{"unbalanced entries", r.UnbalancedEntries},
 					{"negative balances", r.NegativeBalances},
 					{"holds vs open withdrawals", r.HoldMismatches},
+					{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
 				} {
 					fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))
 					for _, s := range sec.list {
@@ -171,6 +172,9 @@ func adminVerifyCmd() *cobra.Command {
 				}
 			} else {
 				fmt.Fprintf(out, "checked %d checkpoints from %d, %d entries; signatures: %s\n", r.Checkpoints, r.From, r.Entries, r.Signatures)
+				for _, seq := range r.Ignored {
+					fmt.Fprintf(out, "ignored checkpoint %d: its range is beyond the snapshot or its time in the future; no checkpoint of the service is written so\n", seq)
+				}
 				if r.OK {
 					fmt.Fprintln(out, "checkpoints match the ledger")
 				} else {

@@ -24,10 +24,14 @@ func ledgerVerifyProofCmd() *cobra.Command {
 		Long: `Reads a proof of liabilities (the JSON GET /v1/users/{external_user_id}/liabilities-proof
 returns; - reads standard input) and checks it offline: the salted hash of the user's id, the
 leaf, every sibling on the path (no sum negative or above 2^63-1, no sum that overflows), and that
-the path leads to the root and total in the proof. --root and --total also require them to be the
-ones published (GET /v1/admin/liabilities, the reconciliation report), --balance the user's
-balance in smallest units. Exit 1 when the proof does not hold. docs/provable-custody.md
-specifies the algorithm.`,
+the path leads to the root and total in the proof. --root and --total require them to be the ones
+published (GET /v1/liabilities/roots, GET /v1/admin/liabilities, the reconciliation report): only
+then does "ok" say that the balance is included in the published liabilities. Without both, the
+verdict says that the proof was NOT checked against a published root, since anyone can make a
+tree that holds one user. A proof with an empty path (the root is the user's own leaf: a tree of
+one user) is refused unless --root and --total show that the published tree is that one leaf.
+--balance requires the user's balance in smallest units. Exit 1 when the proof does not hold.
+docs/provable-custody.md specifies the algorithm.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var (
@@ -74,7 +78,18 @@ specifies the algorithm.`,
 					return fmt.Errorf("%s %s: the proof says %d", check.flag, check.want, check.got)
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "ok: %s of %s (smallest units) is included in the %s liabilities of %s: root %s, total %s, %d steps\n",
+			published := root != "" && total != ""
+			if v.Steps == 0 && !published {
+				return fmt.Errorf("not shown to be included: the proof's path is empty, so its root %s is the user's own leaf, a tree of this user alone; "+
+					"it shows inclusion only if that root and total %d are the published ones (--root, --total)", sumtree.HexOf(v.Root), v.Total)
+			}
+			if !published {
+				fmt.Fprintf(cmd.OutOrStdout(), "NOT checked against a published root: %s of %s (smallest units) is in the tree of root %s, total %s (%s, %s, %d steps), "+
+					"which the proof itself carries; pass the published root and total (GET /v1/liabilities/roots) as --root and --total to check inclusion in the liabilities\n",
+					strconv.FormatUint(v.Balance, 10), v.ExternalUserID, sumtree.HexOf(v.Root), strconv.FormatUint(v.Total, 10), v.Asset, p.SnapshotAt, v.Steps)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ok: %s of %s (smallest units) is included in the published %s liabilities of %s: root %s, total %s, %d steps\n",
 				strconv.FormatUint(v.Balance, 10), v.ExternalUserID, v.Asset, p.SnapshotAt, sumtree.HexOf(v.Root), strconv.FormatUint(v.Total, 10), v.Steps)
 			return nil
 		},

@@ -92,6 +92,12 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "ok: 2000 of bob")
 
+	// Without the published root and total, the verdict says so.
+	out, err = run(t, "ledger", "verify-proof", file, "--balance", "2000")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "NOT checked against a published root")
+	require.NotContains(t, out, "ok:")
+
 	_, err = run(t, "ledger", "verify-proof", file, "--balance", "2001")
 	require.ErrorContains(t, err, "--balance")
 	_, err = run(t, "ledger", "verify-proof", file, "--total", "5999")
@@ -116,4 +122,38 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	require.NoError(t, os.WriteFile(badFile, neg, 0o600))
 	_, err = run(t, "ledger", "verify-proof", badFile)
 	require.ErrorContains(t, err, "negative")
+}
+
+// TestVerifyProofOfALoneLeaf: a "tree" of one user, made for that user
+// alone, proves nothing: its root is the user's own leaf. verify-proof
+// refuses it unless --root and --total show that the published tree is
+// that one leaf; and any proof checked without them says that it was NOT
+// checked against a published root.
+func TestVerifyProofOfALoneLeaf(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("MIGRATE_DATABASE_URL", "")
+	var salt [sumtree.SaltSize]byte
+	salt[0] = 7
+	id, err := sumtree.IDHash(salt, "BTC", "dora")
+	require.NoError(t, err)
+	leaf, err := sumtree.Leaf(id, 5000)
+	require.NoError(t, err)
+	data, err := json.Marshal(sumtree.NewProof("BTC", 1, "2026-01-01T00:00:00Z", "dora", salt, id, leaf, nil, leaf))
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "alone.json")
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+
+	out, err := run(t, "ledger", "verify-proof", file)
+	require.ErrorContains(t, err, "not shown to be included", out)
+	_, err = run(t, "ledger", "verify-proof", file, "--balance", "5000")
+	require.ErrorContains(t, err, "a tree of this user alone")
+	_, err = run(t, "ledger", "verify-proof", file, "--root", sumtree.HexOf(leaf.Hash))
+	require.ErrorContains(t, err, "not shown to be included", "a root alone is not both")
+	_, err = run(t, "ledger", "verify-proof", file, "--root", strings.Repeat("ab", 32), "--total", "5000")
+	require.ErrorContains(t, err, "not the published")
+
+	// Published, it is the whole tree: included.
+	out, err = run(t, "ledger", "verify-proof", file, "--root", sumtree.HexOf(leaf.Hash), "--total", "5000")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok: 5000 of dora")
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -164,30 +165,71 @@ type recordedCheck struct {
 	systemSums map[int64]int64
 }
 
+// believable is the condition a reader puts on an integrity record
+// (migration 0033): its bound is not beyond the reader's snapshot (a
+// boundary is the xmin of the snapshot that recorded it, never above a
+// later snapshot's xmax) and its time is not ahead of the database's clock
+// (a minute of leeway for the clocks of older rows). A row that fails it
+// was not written by the database's own functions: it is ignored, and
+// reported.
+const believable = `%[1]s <= pg_snapshot_xmax(pg_current_snapshot()) AND %[2]s <= now() + interval '1 minute'`
+
 // lastConsistentCheck returns the recorded consistent check with the
-// latest boundary in q's snapshot, or nil when there is none.
-func lastConsistentCheck(ctx context.Context, q db.Querier) (*recordedCheck, error) {
+// latest boundary in q's snapshot, or nil when there is none, and the
+// consistent checks it ignored (their bound or time in the future).
+func lastConsistentCheck(ctx context.Context, q db.Querier) (*recordedCheck, []string, error) {
+	ignored, err := ignoredChecks(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
 	var c recordedCheck
 	var to string
 	var sums *string
 	// Ordered by the column, not by the text read out under the same name
 	// (an unqualified ORDER BY name means the output column: "89274"
 	// would sort above "154014").
-	err := q.QueryRowContext(ctx, `SELECT c.id, c.checked_at, c.xid_to::text, c.last_posting, c.system_sums::text FROM ledger_checks c
- WHERE c.consistent ORDER BY c.xid_to DESC, c.id DESC LIMIT 1`).Scan(&c.id, &c.checkedAt, &to, &c.lastPosting, &sums)
+	err = q.QueryRowContext(ctx, `SELECT c.id, c.checked_at, c.xid_to::text, c.last_posting, c.system_sums::text FROM ledger_checks c
+ WHERE c.consistent AND `+fmt.Sprintf(believable, "c.xid_to", "c.checked_at")+`
+ ORDER BY c.xid_to DESC, c.id DESC LIMIT 1`).Scan(&c.id, &c.checkedAt, &to, &c.lastPosting, &sums)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+		return nil, ignored, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the last consistent check: %w", err)
+		return nil, nil, fmt.Errorf("read the last consistent check: %w", err)
 	}
 	if c.xidTo, err = strconv.ParseUint(to, 10, 64); err != nil {
-		return nil, fmt.Errorf("read the last consistent check: %w", err)
+		return nil, nil, fmt.Errorf("read the last consistent check: %w", err)
 	}
 	if c.systemSums, err = decodeSums(sums); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &c, nil
+	return &c, ignored, nil
+}
+
+// ignoredChecks names the recorded consistent checks a reader does not
+// believe (believable), the latest first.
+func ignoredChecks(ctx context.Context, q db.Querier) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT c.id, c.xid_to::text, c.checked_at, pg_snapshot_xmax(pg_current_snapshot())::text FROM ledger_checks c
+ WHERE c.consistent AND NOT (`+fmt.Sprintf(believable, "c.xid_to", "c.checked_at")+`)
+ ORDER BY c.xid_to DESC, c.id DESC LIMIT 100`)
+	if err != nil {
+		return nil, fmt.Errorf("read the checks recorded beyond the snapshot: %w", err)
+	}
+	var out []string
+	for rows.Next() {
+		var (
+			id       int64
+			to, xmax string
+			at       time.Time
+		)
+		if err := rows.Scan(&id, &to, &at, &xmax); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, fmt.Sprintf("ledger check %d (boundary %s, checked at %s) is beyond this snapshot (next transaction %s) or the database's clock: ignored; no check of the service writes such a row",
+			id, to, timefmt.Format(at), xmax))
+	}
+	return out, closeRows(rows)
 }
 
 // checkSince is the incremental check of q's snapshot from since's
@@ -459,23 +501,29 @@ SELECT asset, kind, sum(balance)::bigint,
 	return "{" + strings.Join(ids, ",") + "}", nil
 }
 
-// recordCheck stores r as a ledger_checks row, and its id in r.
-func recordCheck(ctx context.Context, d *bun.DB, r *Report, at time.Time) error {
-	var from any
-	if r.Coverage.Scope == ScopeIncremental {
-		from = strconv.FormatUint(r.Coverage.FromXid, 10)
+// recordCheck records r through ledger_record_check (migration 0033), in
+// tx, the repeatable-read transaction r was read in, and stores its id in
+// r. The function takes the boundary, the largest posting id and the time
+// from the snapshot itself and computes the system accounts' sums; they
+// must be the sums the check carried.
+func recordCheck(ctx context.Context, tx bun.Tx, r *Report) error {
+	var (
+		id, last int64
+		to, sums string
+	)
+	if err := tx.Tx.QueryRowContext(ctx, `SELECT id, xid_to::text, last_posting, coalesce(system_sums::text, '{}')
+  FROM ledger_record_check($1, $2, $3, $4, $5, $6, $7, $8)`,
+		r.Coverage.Scope, r.Coverage.SinceCheck, r.found == 0, r.Accounts, r.Entries, r.Postings, r.found, r.Took.Milliseconds()).
+		Scan(&id, &to, &last, &sums); err != nil {
+		return fmt.Errorf("record the check: %w", err)
 	}
-	sums, err := encodeSums(r.systemSums)
+	recorded, err := decodeSums(&sums)
 	if err != nil {
 		return fmt.Errorf("record the check: %w", err)
 	}
-	var id int64
-	if err := d.DB.QueryRowContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, since_check, xid_from, xid_to, last_posting,
-       consistent, accounts, entries, postings, findings, took_ms, system_sums)
-VALUES ($1, $2, $3, $4::text::xid8, $5::text::xid8, $6, $7, $8, $9, $10, $11, $12, $13::jsonb) RETURNING id`,
-		at.UTC(), r.Coverage.Scope, r.Coverage.SinceCheck, from, strconv.FormatUint(r.Coverage.ToXid, 10), r.lastPosting,
-		r.found == 0, r.Accounts, r.Entries, r.Postings, r.found, r.Took.Milliseconds(), sums).Scan(&id); err != nil {
-		return fmt.Errorf("record the check: %w", err)
+	if to != strconv.FormatUint(r.Coverage.ToXid, 10) || last != r.lastPosting || !maps.Equal(recorded, r.systemSums) {
+		return fmt.Errorf("record the check: the database recorded boundary %s, posting %d and sums %s, but the check read boundary %d, posting %d and sums %v",
+			to, last, sums, r.Coverage.ToXid, r.lastPosting, r.systemSums)
 	}
 	r.Coverage.CheckID = &id
 	return nil

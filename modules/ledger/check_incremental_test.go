@@ -314,15 +314,15 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 // carries the sums again.
 func TestIncrementalTotalsAfterACheckWithoutSums(t *testing.T) {
 	t.Parallel()
-	_, d := newCheckpointDB(t)
+	u, d := newCheckpointDB(t)
 	ctx := context.Background()
 	credit(t, d, "BTC", "old", 1_000, "before")
 	_, err := hold(t, d, "BTC", "old", 300, "before-wd")
 	require.NoError(t, err)
 	checkAboveAll(t, d)
 	// A check as recorded before migration 0024, at a boundary above
-	// every entry so far.
-	_, err = d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
+	// every entry so far (by the owner: the runtime role may not).
+	_, err = ownerDB(t, u).ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
 SELECT now(), 'full', pg_snapshot_xmin(pg_current_snapshot()), (SELECT max(id) FROM ledger_postings), true, 0, 0, 0, 0, 0`)
 	require.NoError(t, err)
 	legacy := count(t, d, `SELECT max(id) FROM ledger_checks`)
@@ -379,13 +379,14 @@ func assetTotals(t testing.TB, d *bun.DB) []ledger.Totals {
 // incremental check went on reading from it).
 func TestIncrementalCheckContinuesTheLatestBoundary(t *testing.T) {
 	t.Parallel()
-	_, d := newCheckpointDB(t)
+	u, d := newCheckpointDB(t)
 	ctx := context.Background()
 	credit(t, d, "BTC", "ann", 1_000, "before")
 	latest := checkAboveAll(t, d)
 	require.Greater(t, latest.Coverage.ToXid, uint64(9), "a boundary with more digits than 9")
-	// An older consistent check, recorded later, with a one-digit boundary.
-	_, err := d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
+	// An older consistent check, recorded later, with a one-digit boundary
+	// (by the owner: the runtime role may not).
+	_, err := ownerDB(t, u).ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms)
 VALUES (now(), 'full', '9', 0, true, 0, 0, 0, 0, 0)`)
 	require.NoError(t, err)
 	credit(t, d, "BTC", "ann", 10, "after")
@@ -403,7 +404,7 @@ VALUES (now(), 'full', '9', 0, true, 0, 0, 0, 0, 0)`)
 // check wrote), where the incremental check would have trusted them.
 func TestFullCheckVerifiesCarriedSums(t *testing.T) {
 	t.Parallel()
-	_, d := newCheckpointDB(t)
+	u, d := newCheckpointDB(t)
 	ctx := context.Background()
 	credit(t, d, "BTC", "ann", 1_000, "before")
 	honest := checkAboveAll(t, d)
@@ -414,7 +415,7 @@ func TestFullCheckVerifiesCarriedSums(t *testing.T) {
 
 	var custody int64
 	require.NoError(t, d.QueryRowContext(ctx, `SELECT id FROM ledger_accounts WHERE owner = '' AND asset = 'BTC' AND kind = 'custody'`).Scan(&custody))
-	_, err = d.ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms, system_sums)
+	_, err = ownerDB(t, u).ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms, system_sums)
 SELECT now(), 'full', pg_snapshot_xmin(pg_current_snapshot()), (SELECT max(id) FROM ledger_postings), true, 0, 0, 0, 0, 0,
        jsonb_build_object(?::text, -5)`, fmt.Sprint(custody)) // postings to custody are negative (AccountKind.Natural)
 	require.NoError(t, err)

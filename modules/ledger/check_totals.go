@@ -126,19 +126,9 @@ SELECT a.id, a.asset, a.kind, coalesce(n.since, 0)::bigint, coalesce(n.below, 0)
 	return t.list(), below, mismatches, nil
 }
 
-// encodeSums and decodeSums are the form of the carried sums in
-// ledger_checks.system_sums: a JSON object from account id to sum.
-func encodeSums(m map[int64]int64) (any, error) {
-	if m == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
-}
-
+// decodeSums reads the carried sums of ledger_checks.system_sums: a JSON
+// object from account id to sum (written by ledger_record_check, migration
+// 0033).
 func decodeSums(s *string) (map[int64]int64, error) {
 	if s == nil {
 		return nil, nil

@@ -1,11 +1,10 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"database/sql/driver"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -69,6 +68,8 @@ const blockSize = 1024
 type Checkpointer struct {
 	DB  *bun.DB
 	Key ed25519.PrivateKey // signs each checkpoint's hash; nil: unsigned
+	// Now is unused: the database stamps each checkpoint with its
+	// transaction's time (ledger_record_checkpoint, migration 0033).
 	Now func() time.Time
 	Log *slog.Logger
 	// Nice is the scheduling priority of the thread that reads and
@@ -135,11 +136,6 @@ func nullBytes(b []byte) any {
 
 const checkpointColumns = `seq, xid_from::text, xid_to::text, entry_count, root, prev_hash, hash, signature, created_at`
 
-// rowQuerier is a pgx transaction or connection.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 func scanCheckpoint(row interface{ Scan(...any) error }) (Checkpoint, error) {
 	var c Checkpoint
 	var from, to string
@@ -161,33 +157,72 @@ func scanCheckpoint(row interface{ Scan(...any) error }) (Checkpoint, error) {
 	return c, nil
 }
 
-func lastCheckpoint(ctx context.Context, q rowQuerier) (*Checkpoint, error) {
-	c, err := scanCheckpoint(q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints ORDER BY seq DESC LIMIT 1`))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+// lastCheckpoint returns the latest checkpoint a reader believes (its
+// range not beyond q's snapshot, its time not in the future: believable),
+// the next sequence number, and the checkpoints it ignored.
+func lastCheckpoint(ctx context.Context, q rangeQuerier) (*Checkpoint, int64, []Checkpoint, error) {
+	rows, err := q.Query(ctx, `SELECT `+checkpointColumns+`, NOT (`+fmt.Sprintf(believable, "xid_to", "created_at")+`)
+  FROM ledger_checkpoints
+ WHERE seq >= (SELECT coalesce(max(seq), 0) FROM ledger_checkpoints WHERE `+fmt.Sprintf(believable, "xid_to", "created_at")+`)
+ ORDER BY seq DESC`)
 	if err != nil {
-		return nil, fmt.Errorf("read the last checkpoint: %w", err)
-	}
-	return &c, nil
-}
-
-// listCheckpoints is Checkpoints in a pgx transaction.
-func listCheckpoints(ctx context.Context, q rangeQuerier, from int64) ([]Checkpoint, error) {
-	rows, err := q.Query(ctx, `SELECT `+checkpointColumns+` FROM ledger_checkpoints WHERE seq >= $1 ORDER BY seq`, from)
-	if err != nil {
-		return nil, fmt.Errorf("list checkpoints: %w", err)
+		return nil, 0, nil, fmt.Errorf("read the last checkpoint: %w", err)
 	}
 	defer rows.Close()
-	var out []Checkpoint
+	var (
+		last    *Checkpoint
+		next    int64 = 1
+		ignored []Checkpoint
+	)
 	for rows.Next() {
-		c, err := scanCheckpoint(rows)
+		var skip bool
+		c, err := scanCheckpoint(scanWith{rows, &skip})
 		if err != nil {
-			return nil, fmt.Errorf("list checkpoints: %w", err)
+			return nil, 0, nil, fmt.Errorf("read the last checkpoint: %w", err)
 		}
-		out = append(out, c)
+		next = max(next, c.Seq+1)
+		if skip {
+			ignored = append(ignored, c)
+			continue
+		}
+		last = &c
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, 0, nil, fmt.Errorf("read the last checkpoint: %w", err)
+	}
+	return last, next, ignored, nil
+}
+
+// scanWith scans a row's checkpoint columns and then more.
+type scanWith struct {
+	row  interface{ Scan(...any) error }
+	more *bool
+}
+
+func (s scanWith) Scan(dest ...any) error { return s.row.Scan(append(dest, s.more)...) }
+
+// listCheckpoints is Checkpoints in a pgx transaction, with, for each,
+// whether a reader ignores it (not believable).
+func listCheckpoints(ctx context.Context, q rangeQuerier, from int64) ([]Checkpoint, []bool, error) {
+	rows, err := q.Query(ctx, `SELECT `+checkpointColumns+`, NOT (`+fmt.Sprintf(believable, "xid_to", "created_at")+`)
+  FROM ledger_checkpoints WHERE seq >= $1 ORDER BY seq`, from)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out     []Checkpoint
+		ignored []bool
+	)
+	for rows.Next() {
+		var skip bool
+		c, err := scanCheckpoint(scanWith{rows, &skip})
+		if err != nil {
+			return nil, nil, fmt.Errorf("list checkpoints: %w", err)
+		}
+		out, ignored = append(out, c), append(ignored, skip)
+	}
+	return out, ignored, rows.Err()
 }
 
 // Checkpoints lists the checkpoints from seq from on, in order.
@@ -216,9 +251,13 @@ func Checkpoints(ctx context.Context, idb bun.IDB, from int64) ([]Checkpoint, er
 // one, in tx (repeatable read, nothing run in it yet), or nil when there
 // is nothing to seal.
 func (c *Checkpointer) seal(ctx context.Context, tx pgx.Tx) (*Checkpoint, error) {
-	var to uint64
-	// The first statement: it fixes the snapshot.
-	if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())").Scan(&to); err != nil {
+	var (
+		to uint64
+		at time.Time
+	)
+	// The first statement: it fixes the snapshot. The checkpoint's time is
+	// the transaction's (the database stamps it: ledger_record_checkpoint).
+	if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot()), now()").Scan(&to, &at); err != nil {
 		return nil, err
 	}
 	// The job reads with one process of the server, not with parallel
@@ -227,13 +266,19 @@ func (c *Checkpointer) seal(ctx context.Context, tx pgx.Tx) (*Checkpoint, error)
 	if _, err := tx.Exec(ctx, db.SerialReadSettings); err != nil {
 		return nil, err
 	}
-	prev, err := lastCheckpoint(ctx, tx)
+	prev, next, ignored, err := lastCheckpoint(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	cp := Checkpoint{Seq: 1, PrevHash: make(Hex, merkle.Size)}
+	for _, g := range ignored {
+		if c.Log != nil {
+			c.Log.ErrorContext(ctx, "ledger checkpoint: a checkpoint beyond this snapshot or in the future is ignored; no checkpoint of the service writes one",
+				"seq", g.Seq, "xid_from", g.XidFrom, "xid_to", g.XidTo, "snapshot_xmin", to, "created_at", g.CreatedAt)
+		}
+	}
+	cp := Checkpoint{Seq: next, PrevHash: make(Hex, merkle.Size)}
 	if prev != nil {
-		cp.Seq, cp.XidFrom, cp.PrevHash = prev.Seq+1, prev.XidTo, prev.Hash
+		cp.XidFrom, cp.PrevHash = prev.XidTo, prev.Hash
 	}
 	if to <= cp.XidFrom {
 		return nil, nil
@@ -248,36 +293,28 @@ func (c *Checkpointer) seal(ctx context.Context, tx pgx.Tx) (*Checkpoint, error)
 	}
 	root := merkle.Root(leaves)
 	cp.EntryCount, cp.Root = int64(len(ids)), root[:]
-	cp.CreatedAt = c.Now().UTC().Truncate(time.Microsecond)
+	cp.CreatedAt = at.UTC()
 	h := cp.ComputeHash()
 	cp.Hash = h[:]
 	if c.Key != nil {
 		cp.Signature = ed25519.Sign(c.Key, cp.Hash)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO ledger_checkpoints (seq, xid_from, xid_to, entry_count, root, prev_hash, hash, signature, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		cp.Seq, cp.XidFrom, cp.XidTo, cp.EntryCount, []byte(cp.Root), []byte(cp.PrevHash), []byte(cp.Hash), nullBytes(cp.Signature), cp.CreatedAt); err != nil {
+	all := make([]byte, 0, merkle.Size*len(leaves))
+	for _, l := range leaves {
+		all = append(all, l[:]...)
+	}
+	// The database computes the range, the count, the time and the hash
+	// again from this snapshot, and stores the sealed ids itself
+	// (migration 0033); they must be what was read and signed here.
+	stored, err := scanCheckpoint(tx.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM ledger_record_checkpoint($1, $2, $3)`,
+		[]byte(cp.Root), all, nullBytes(cp.Signature)))
+	if err != nil {
 		return nil, fmt.Errorf("store checkpoint %d: %w", cp.Seq, err)
 	}
-	block := 0
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_checkpoint_blocks"}, []string{"seq", "block", "entry_ids", "leaves"},
-		pgx.CopyFromFunc(func() ([]any, error) {
-			lo := block * blockSize
-			if lo >= len(ids) {
-				return nil, nil
-			}
-			hi := min(lo+blockSize, len(ids))
-			idb := make([]byte, 0, 8*(hi-lo))
-			lv := make([]byte, 0, merkle.Size*(hi-lo))
-			for i := lo; i < hi; i++ {
-				idb = binary.BigEndian.AppendUint64(idb, uint64(ids[i]))
-				lv = append(lv, leaves[i][:]...)
-			}
-			row := []any{cp.Seq, int32(block), idb, lv}
-			block++
-			return row, nil
-		})); err != nil {
-		return nil, fmt.Errorf("store checkpoint %d leaves: %w", cp.Seq, err)
+	if stored.Seq != cp.Seq || stored.XidFrom != cp.XidFrom || stored.XidTo != cp.XidTo || stored.EntryCount != cp.EntryCount ||
+		!bytes.Equal(stored.Hash, cp.Hash) {
+		return nil, fmt.Errorf("store checkpoint %d: the database sealed checkpoint %d of [%d, %d), %d entries, hash %x; this run read [%d, %d), %d entries, hash %x",
+			cp.Seq, stored.Seq, stored.XidFrom, stored.XidTo, stored.EntryCount, []byte(stored.Hash), cp.XidFrom, cp.XidTo, cp.EntryCount, []byte(cp.Hash))
 	}
 	return &cp, nil
 }

@@ -27,6 +27,17 @@ func newCheckpointDB(t testing.TB) (string, *bun.DB) {
 	return u, d.Bun
 }
 
+// ownerDB connects to the database of u as the schema owner, for a test
+// that writes what the runtime role may not (an integrity record written
+// around the database's functions, as before migration 0033).
+func ownerDB(t testing.TB, u string) *bun.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), dbtest.OwnerURL(u), 2)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d.Bun
+}
+
 func checkpointer(d *bun.DB, key ed25519.PrivateKey) *ledger.Checkpointer {
 	return &ledger.Checkpointer{DB: d, Key: key, Now: time.Now}
 }

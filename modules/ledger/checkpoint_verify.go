@@ -25,6 +25,12 @@ type VerifyReport struct {
 	// public key" (none configured) or "unsigned" (none of the checked
 	// checkpoints is signed).
 	Signatures string `json:"signatures"`
+	// Through is the last checkpoint whose entries were recomputed.
+	Through int64 `json:"through"`
+	// Ignored are the checkpoints skipped because their range is beyond
+	// the snapshot or their time in the future: no checkpoint of the
+	// service is written so (migration 0033), and one is to look into.
+	Ignored []int64 `json:"ignored,omitempty"`
 	// Mismatch is the first thing that does not match, in checkpoint and
 	// then position order; nil when OK.
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
@@ -59,24 +65,56 @@ type sealedLeaf struct {
 // against the leaf the checkpoint sealed, the root of the sealed leaves,
 // the checkpoint's hash over its fields, the chain of hashes and ranges,
 // and, with pub, each signature. It stops at the first mismatch. Entries
-// not yet sealed are not looked at.
+// not yet sealed are not looked at. A checkpoint whose range is beyond
+// the snapshot or whose time is in the future is skipped and listed in
+// Ignored: no checkpoint of the service is written so (migration 0033).
 func VerifyCheckpoints(ctx context.Context, d *bun.DB, from int64, pub ed25519.PublicKey) (VerifyReport, error) {
+	return verifyCheckpoints(ctx, d, from, 0, false, pub)
+}
+
+// verifyCheckpoints is VerifyCheckpoints that stops, with maxEntries > 0,
+// after the checkpoint that brings the entries recomputed to maxEntries
+// (Through is the last one recomputed), and, with chainAll, checks the
+// chain of every checkpoint before from as well.
+func verifyCheckpoints(ctx context.Context, d *bun.DB, from, maxEntries int64, chainAll bool, pub ed25519.PublicKey) (VerifyReport, error) {
 	r := VerifyReport{From: max(from, 1), Signatures: "no public key"}
 	err := readOnly(ctx, d, func(q pgx.Tx) error {
-		r = VerifyReport{From: max(from, 1), Signatures: "no public key"}
-		cps, err := listCheckpoints(ctx, q, r.From-1)
+		r = VerifyReport{From: max(from, 1), Through: max(from, 1) - 1, Signatures: "no public key"}
+		start := r.From - 1
+		if chainAll {
+			start = 0
+		}
+		cps, ignored, err := listCheckpoints(ctx, q, start)
 		if err != nil {
 			return err
 		}
 		var prev *Checkpoint
-		if len(cps) > 0 && cps[0].Seq == r.From-1 {
-			prev, cps = &cps[0], cps[1:]
-		}
+		var gap int64
 		signed := 0
 		for i := range cps {
 			cp := cps[i]
+			if ignored[i] {
+				r.Ignored = append(r.Ignored, cp.Seq)
+				if prev != nil {
+					gap++
+				}
+				continue
+			}
+			if cp.Seq < r.From {
+				if chainAll {
+					if m := checkChain(cp, prev, gap); m != nil {
+						r.Mismatch = m
+						return nil
+					}
+				}
+				prev, gap = &cps[i], 0
+				continue
+			}
+			if maxEntries > 0 && r.Entries >= maxEntries {
+				break
+			}
 			r.Checkpoints++
-			if m := checkChain(cp, prev); m != nil {
+			if m := checkChain(cp, prev, gap); m != nil {
 				r.Mismatch = m
 				return nil
 			}
@@ -96,7 +134,7 @@ func VerifyCheckpoints(ctx context.Context, d *bun.DB, from int64, pub ed25519.P
 				r.Mismatch = m
 				return nil
 			}
-			prev = &cps[i]
+			prev, gap, r.Through = &cps[i], 0, cp.Seq
 		}
 		switch {
 		case pub != nil && signed > 0:
@@ -114,8 +152,8 @@ func VerifyCheckpoints(ctx context.Context, d *bun.DB, from int64, pub ed25519.P
 }
 
 // checkChain checks what a checkpoint says of itself and of its
-// predecessor.
-func checkChain(cp Checkpoint, prev *Checkpoint) *Mismatch {
+// predecessor, gap ignored checkpoints (VerifyReport.Ignored) after it.
+func checkChain(cp Checkpoint, prev *Checkpoint, gap int64) *Mismatch {
 	bad := func(format string, args ...any) *Mismatch {
 		return &Mismatch{Checkpoint: cp.Seq, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -124,13 +162,13 @@ func checkChain(cp Checkpoint, prev *Checkpoint) *Mismatch {
 		return bad("its fields hash to %x, not to its stored hash %x: the checkpoint was edited", h, []byte(cp.Hash))
 	}
 	switch {
-	case prev == nil && cp.Seq == 1:
+	case prev == nil && cp.Seq == 1+gap:
 		if !bytes.Equal(cp.PrevHash, make([]byte, merkle.Size)) || cp.XidFrom != 0 {
 			return bad("the first checkpoint must start at transaction 0 with a previous hash of zeros")
 		}
 	case prev == nil:
 		return bad("checkpoint %d, which it follows, is missing", cp.Seq-1)
-	case cp.Seq != prev.Seq+1:
+	case cp.Seq != prev.Seq+1+gap:
 		return bad("it follows checkpoint %d: checkpoint %d is missing", prev.Seq, prev.Seq+1)
 	case !bytes.Equal(cp.PrevHash, prev.Hash):
 		return bad("its previous hash %x is not the hash %x of checkpoint %d: a checkpoint was edited or replaced", []byte(cp.PrevHash), []byte(prev.Hash), prev.Seq)

@@ -11,16 +11,21 @@
 // # Snapshots
 //
 // A snapshot reads every user account of every asset in one REPEATABLE
-// READ, read-only transaction: it sees one consistent state of the ledger
-// and blocks no writer. Each user (external_user_id) with an account in an
-// asset is one leaf with its own 32-byte salt, so the published tree
-// reveals neither ids nor balances. The salt is HMAC-SHA-256, keyed by a
-// random secret of the snapshot and asset (stored, never published), of
-// the asset and the user's id: new for every user, asset and snapshot, and
-// derived again when the user asks for a proof. The trees are built outside
-// any transaction, then every asset's header (liabilities_snapshots,
-// append-only), leaf id hashes and nodes are written in one transaction. Snapshots are taken on demand (svc admin liabilities
-// snapshot) and with each hourly reconciliation.
+// READ transaction: it sees one consistent state of the ledger and blocks
+// no writer. Each user (external_user_id) with an account in an asset is
+// one leaf with its own 32-byte salt, so the published tree reveals
+// neither ids nor balances. The salt is HMAC-SHA-256, keyed by a random
+// secret of the snapshot and asset (stored, never published), of the asset
+// and the user's id: new for every user, asset and snapshot, and derived
+// again when the user asks for a proof. The trees are built and every
+// asset's header, leaf id hashes and nodes written in the same
+// transaction. The header (liabilities_snapshots, append-only) is written
+// by the database function liabilities_record_snapshot (migration 0033),
+// the runtime role's only way to write one: it stamps the snapshot with
+// the transaction's time and refuses a total that is not the sum of the
+// asset's user balances in that snapshot. Readers ignore a snapshot dated
+// in the future (believable). Snapshots are taken on demand (svc admin
+// liabilities snapshot) and with each hourly reconciliation.
 //
 // The proof endpoint answers from the latest snapshot of the asset; the
 // leaves and nodes of older ones are pruned after ProofRetention.
@@ -141,16 +146,22 @@ type tree struct {
 // publishes, by asset code. requestedBy is "" for the hourly job.
 func (s *Service) Snapshot(ctx context.Context, trigger, requestedBy string) ([]Published, error) {
 	var out []Published
+	// One repeatable-read transaction reads the balances, and publishes
+	// the trees built from them: the database stamps each snapshot and
+	// checks its total against the balances of that same snapshot
+	// (liabilities_record_snapshot, migration 0033).
 	err := background.Run(s.Nice, func() error {
-		takenAt, trees, err := s.read(ctx)
-		if err != nil {
+		return pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			trees, err := s.read(ctx, tx)
+			if err != nil {
+				return fmt.Errorf("liabilities: read the ledger: %w", err)
+			}
+			if err := buildAll(trees, s.Workers); err != nil {
+				return err
+			}
+			out, err = s.store(ctx, tx, trigger, requestedBy, trees)
 			return err
-		}
-		if err := buildAll(trees, s.Workers); err != nil {
-			return err
-		}
-		out, err = s.store(ctx, takenAt, trigger, requestedBy, trees)
-		return err
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -162,13 +173,10 @@ func (s *Service) Snapshot(ctx context.Context, trigger, requestedBy string) ([]
 	return out, nil
 }
 
-// read loads every user's available + held per asset from one snapshot.
-func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
-	var (
-		takenAt time.Time
-		trees   []*tree
-	)
-	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+// read loads every user's available + held per asset from tx's snapshot.
+func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
+	var trees []*tree
+	err := func() error {
 		// One server process reads, without parallel workers (whose CPU
 		// the writers need more), and without compiling the statement
 		// (JIT costs more here than it saves). SET takes no snapshot.
@@ -176,13 +184,13 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 			return err
 		}
 		// The first query takes the transaction's snapshot.
-		rows, err := tx.Query(ctx, `SELECT asset, statement_timestamp() FROM assets ORDER BY asset`)
+		rows, err := tx.Query(ctx, `SELECT asset FROM assets ORDER BY asset`)
 		if err != nil {
 			return err
 		}
 		byAsset := map[string]*tree{}
 		var code string
-		if _, err := pgx.ForEachRow(rows, []any{&code, &takenAt}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&code}, func() error {
 			t := &tree{asset: code}
 			trees = append(trees, t)
 			byAsset[code] = t
@@ -233,11 +241,8 @@ func (s *Service) read(ctx context.Context) (time.Time, []*tree, error) {
 			t.balances[i] += balance
 		}
 		return rows.Err()
-	})
-	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("liabilities: read the ledger: %w", err)
-	}
-	return takenAt.UTC().Truncate(time.Microsecond), trees, nil
+	}()
+	return trees, err
 }
 
 // buildAll salts, hashes, orders and builds every asset's tree, with at
@@ -334,23 +339,25 @@ func parallelRange(n, workers int, fn func(lo, hi int) error) error {
 	return first
 }
 
-// store writes every asset's header, leaves and nodes in one transaction.
-func (s *Service) store(ctx context.Context, takenAt time.Time, trigger, requestedBy string, trees []*tree) ([]Published, error) {
+// store writes every asset's header (through liabilities_record_snapshot,
+// which stamps it with the transaction's time and checks its total), leaves
+// and nodes, in tx: the transaction the balances were read in.
+func (s *Service) store(ctx context.Context, tx pgx.Tx, trigger, requestedBy string, trees []*tree) ([]Published, error) {
 	var by *string
 	if requestedBy != "" {
 		by = &requestedBy
 	}
 	var out []Published
-	err := pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		out = out[:0]
+	err := func() error {
 		for _, t := range trees {
 			root := t.tree.Root()
-			p := Published{Asset: t.asset, TakenAt: takenAt, Trigger: trigger, RequestedBy: by, Users: int64(len(t.ids)),
+			p := Published{Asset: t.asset, Trigger: trigger, RequestedBy: by, Users: int64(len(t.ids)),
 				Root: root.Hash, Total: int64(root.Sum)}
-			if err := tx.QueryRow(ctx, `INSERT INTO liabilities_snapshots (asset, taken_at, trigger, requested_by, users, salt_key, root, total)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`, p.Asset, p.TakenAt, p.Trigger, p.RequestedBy, p.Users, t.key[:], root.Hash[:], p.Total).Scan(&p.ID); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT id, taken_at FROM liabilities_record_snapshot($1, $2, $3, $4, $5, $6, $7)`,
+				p.Asset, p.Trigger, p.RequestedBy, p.Users, t.key[:], root.Hash[:], p.Total).Scan(&p.ID, &p.TakenAt); err != nil {
 				return fmt.Errorf("%s: store the snapshot: %w", t.asset, err)
 			}
+			p.TakenAt = p.TakenAt.UTC()
 			block := 0
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"liabilities_leaves"}, []string{"snapshot_id", "block", "first_id", "id_hashes"},
 				pgx.CopyFromFunc(func() ([]any, error) {
@@ -388,7 +395,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`, p.Asset, p.TakenAt, p.Tri
 			out = append(out, p)
 		}
 		return nil
-	})
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("liabilities: %w", err)
 	}
@@ -422,7 +429,7 @@ func decodeNode(b []byte, i int) (sumtree.Node, error) {
 func (s *Service) prune(ctx context.Context) error {
 	const old = `SELECT s.id FROM liabilities_snapshots s
  WHERE s.created_at < now() - make_interval(secs => $1)
-   AND s.id NOT IN (SELECT DISTINCT ON (asset) id FROM liabilities_snapshots ORDER BY asset, taken_at DESC, id DESC)`
+   AND s.id NOT IN (SELECT DISTINCT ON (asset) id FROM liabilities_snapshots WHERE ` + believable + ` ORDER BY asset, taken_at DESC, id DESC)`
 	return pgx.BeginTxFunc(ctx, s.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		secs := ProofRetention.Seconds()
 		if _, err := tx.Exec(ctx, `DELETE FROM liabilities_leaves WHERE snapshot_id IN (`+old+`)`, secs); err != nil {
@@ -451,15 +458,47 @@ func scanPublished(row pgx.Row, more ...any) (Published, error) {
 	return p, nil
 }
 
-// Latest returns each asset's latest snapshot, by asset code.
+// believable is the condition on a published snapshot (migration 0033):
+// it is not dated ahead of the database's clock (a minute of leeway). The
+// database stamps every snapshot with its transaction's time
+// (liabilities_record_snapshot); a row dated later was not written so, and
+// is ignored (and logged) by every reader, so that it can never become the
+// published one.
+const believable = `taken_at <= now() + interval '1 minute'`
+
+// Latest returns each asset's latest snapshot, by asset code. A snapshot
+// dated in the future is ignored, and logged.
 func (s *Service) Latest(ctx context.Context) ([]Published, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (asset) `+publishedColumns+` FROM liabilities_snapshots ORDER BY asset, taken_at DESC, id DESC`)
+	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (asset) `+publishedColumns+` FROM liabilities_snapshots WHERE `+believable+`
+ ORDER BY asset, taken_at DESC, id DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("liabilities: read the latest snapshots: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Published, error) { return scanPublished(r) })
 	if err != nil {
 		return nil, fmt.Errorf("liabilities: read the latest snapshots: %w", err)
+	}
+	if _, err := s.Ignored(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Ignored lists, and logs, the snapshots every reader ignores because
+// they are dated in the future (believable).
+func (s *Service) Ignored(ctx context.Context) ([]Published, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT `+publishedColumns+` FROM liabilities_snapshots WHERE NOT (`+believable+`)
+ ORDER BY taken_at DESC, id DESC LIMIT 100`)
+	if err != nil {
+		return nil, fmt.Errorf("liabilities: read the snapshots dated in the future: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Published, error) { return scanPublished(r) })
+	if err != nil {
+		return nil, fmt.Errorf("liabilities: read the snapshots dated in the future: %w", err)
+	}
+	for _, p := range out {
+		s.log().ErrorContext(ctx, "liabilities: a snapshot dated in the future is ignored; the service never writes one",
+			"snapshot_id", p.ID, "asset", p.Asset, "taken_at", timefmt.Format(p.TakenAt))
 	}
 	return out, nil
 }
@@ -488,7 +527,7 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 		)
 		var err error
 		snap, err = scanPublished(tx.QueryRow(ctx, `SELECT `+publishedColumns+`, salt_key FROM liabilities_snapshots WHERE asset = $1
- ORDER BY taken_at DESC, id DESC LIMIT 1`, code), &keyRaw)
+   AND `+believable+` ORDER BY taken_at DESC, id DESC LIMIT 1`, code), &keyRaw)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoSnapshot(code)
 		}

@@ -31,12 +31,16 @@ type API struct {
 // Routes registers, on the platform router (/v1, readwrite):
 //
 //	GET /users/{external_user_id}/liabilities-proof?asset=
+//	GET /liabilities/roots
 //
 // and on the admin router (/v1/admin, admin):
 //
 //	GET /liabilities
 func (a *API) Routes(platform, admin fiber.Router) {
 	platform.Get("/users/:external_user_id/liabilities-proof", a.proof)
+	// The published roots, for a platform to show its users beside their
+	// proofs: the same list as the admin's.
+	platform.Get("/liabilities/roots", a.published)
 	admin.Get("/liabilities", a.published)
 }
 
@@ -52,7 +56,7 @@ type PublishedView struct {
 	TotalUnits string `json:"total_units"`
 }
 
-// PublishedList is GET /v1/admin/liabilities.
+// PublishedList is GET /v1/admin/liabilities and GET /v1/liabilities/roots.
 type PublishedList struct {
 	Snapshots []PublishedView `json:"snapshots"`
 }

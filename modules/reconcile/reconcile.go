@@ -497,6 +497,9 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 			published[p.Asset] = p
 		}
 	}
+	if err := s.checkLiabilities(ctx, assets, published, &rep); err != nil {
+		return Report{}, nil, err
+	}
 	totals := map[string]ledger.Totals{}
 	for _, t := range lr.Totals {
 		totals[t.Asset] = t

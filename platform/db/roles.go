@@ -38,6 +38,14 @@ func UserOf(url string) (string, error) {
 // pending).
 var readOnlyTables = []string{"bun_migrations", "bun_migration_locks", "river_migration"}
 
+// integrityTables are the integrity records (migration 0033): the runtime
+// role reads them and writes them only through integrityWriters, functions
+// that run as the owner and compute the records' bounds, sums and times.
+var (
+	integrityTables  = []string{"ledger_checks", "ledger_checkpoints", "ledger_checkpoint_blocks", "liabilities_snapshots"}
+	integrityWriters = []string{"ledger_record_check", "ledger_record_checkpoint", "liabilities_record_snapshot"}
+)
+
 // GrantRuntime gives role exactly what svc api, svc worker and svc admin
 // need on the schema d's user owns, after revoking whatever it had, so that
 // running it again (every svc migrate does) converges to the same grants:
@@ -47,7 +55,8 @@ var readOnlyTables = []string{"bun_migrations", "bun_migration_locks", "river_mi
 //   - an append-only table (one with a *_append_only trigger: ledger
 //     entries and postings, the audit trail): SELECT and INSERT only;
 //   - ledger_accounts: SELECT, INSERT, and UPDATE of balance only;
-//   - the migration history: SELECT only;
+//   - the migration history and the integrity records: SELECT only, and
+//     EXECUTE on the functions that write the records;
 //   - every sequence: USAGE and SELECT (nextval);
 //   - the database: no TEMPORARY, neither for role nor for PUBLIC (a
 //     temporary table of a session's own could shadow a table for any
@@ -104,16 +113,28 @@ func GrantRuntime(ctx context.Context, d *DB, role string) error {
 		name := pgx.Identifier{t.name}.Sanitize()
 		var privs string
 		switch {
+		case slices.Contains(readOnlyTables, t.name), slices.Contains(integrityTables, t.name):
+			privs = "SELECT"
 		case t.appendOnly:
 			privs = "SELECT, INSERT"
 		case t.name == "ledger_accounts":
 			privs = "SELECT, INSERT, UPDATE (balance)"
-		case slices.Contains(readOnlyTables, t.name):
-			privs = "SELECT"
 		default:
 			privs = "SELECT, INSERT, UPDATE, DELETE"
 		}
 		stmts = append(stmts, fmt.Sprintf("GRANT %s ON %s TO %s", privs, name, rt))
+	}
+	rows, err = d.Pool.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = current_schema() AND p.proname = ANY($1) ORDER BY 1`, integrityWriters)
+	if err != nil {
+		return fmt.Errorf("grant runtime role: list functions: %w", err)
+	}
+	writers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("grant runtime role: list functions: %w", err)
+	}
+	for _, f := range writers {
+		stmts = append(stmts, fmt.Sprintf("GRANT EXECUTE ON FUNCTION %s TO %s", f, rt))
 	}
 	tx, err := d.Pool.Begin(ctx)
 	if err != nil {

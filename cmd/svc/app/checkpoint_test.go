@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/modules/alert"
 	"svc/modules/ledger"
 	"svc/platform/config"
+	"svc/platform/dbtest"
 )
 
 // TestCheckpointKeyEndpoint: GET /v1/admin/ledger/checkpoints/key serves
@@ -60,4 +62,33 @@ func TestWorkerCheckpoints(t *testing.T) {
 	r, err := ledger.VerifyCheckpoints(ctx, e.App.DB.Bun, 1, nil)
 	require.NoError(t, err)
 	require.True(t, r.OK, "%v", r.Mismatch)
+}
+
+// TestWorkerVerifiesCheckpoints: the worker's periodic verification
+// (ledger_checkpoint_verify) finds an entry changed after it was sealed and
+// raises the operator alert, with no command run.
+func TestWorkerVerifiesCheckpoints(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t, apptest.WithWorker(), apptest.WithConfig(func(c *config.Config) {
+		c.Ledger.CheckpointInterval = time.Second
+	}))
+	ctx := context.Background()
+	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, "deposit:test:payment:verify", "test")
+	require.NoError(t, err)
+	apptest.Eventually(t, 2*time.Minute, func() bool {
+		var n int
+		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, p.ID).Scan(&n))
+		return n == 1
+	}, "the worker seals the entry")
+	dbtest.ExecBehindTriggers(t, e.DBURL, `UPDATE ledger_entries SET memo = 'changed' WHERE id = $1`, p.ID)
+	apptest.Eventually(t, 2*time.Minute, func() bool {
+		list, err := e.App.Alerts.List(ctx, alert.ListParams{})
+		require.NoError(t, err)
+		for _, a := range list {
+			if a.Type == ledger.AlertCheckpointMismatch {
+				return true
+			}
+		}
+		return false
+	}, "the worker's verification raises the alert")
 }

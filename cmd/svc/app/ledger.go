@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 
 	"github.com/riverqueue/river"
@@ -38,12 +39,20 @@ func (a *App) routesLedger(r Routers) {
 	a.Checkpointer.AdminRoutes(r.Admin)
 }
 
-// jobsLedger adds the checkpoint, every LEDGER_CHECKPOINT_INTERVAL. The
+// jobsLedger adds the checkpoint and the scheduled verification of the
+// checkpoints (ledger.Verifier: a slice at a time, alerting on a
+// mismatch), both every LEDGER_CHECKPOINT_INTERVAL. The
 // ledger check runs inside the hourly reconciliation (ledger.CheckIncremental,
 // and the full check every LEDGER_FULL_CHECK_INTERVAL) and on demand (svc
 // admin ledger check, full unless --incremental).
 func (a *App) jobsLedger(j *Jobs) error {
 	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Checkpointer: a.Checkpointer})
 	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.CheckpointArgs{})
+	var pub ed25519.PublicKey
+	if a.Checkpointer.Key != nil {
+		pub = a.Checkpointer.Key.Public().(ed25519.PublicKey)
+	}
+	river.AddWorker(j.Workers, &ledger.VerifyWorker{Verifier: &ledger.Verifier{DB: a.DB.Bun, Pub: pub, Alerts: a.Alerts, Log: a.Log}})
+	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.VerifyArgs{})
 	return nil
 }
