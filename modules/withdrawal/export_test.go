@@ -40,3 +40,6 @@ func HoldAutoPipelines(s *Service) (flush func(n int)) {
 		s.runAuto(context.Background(), items, false)
 	}
 }
+
+// PayoutLive is the check a release makes at the processor (payoutLive).
+func PayoutLive(ctx context.Context, s *Service, w Withdrawal) error { return s.payoutLive(ctx, w) }

@@ -139,9 +139,10 @@ func (e *env) requireBooks(t testing.TB) {
 		require.Equal(t, funded[tot.Asset]-left, tot.Custody, "%s custody: funded %d, paid out %d", tot.Asset, funded[tot.Asset], left)
 	}
 	per := map[string]int{}
-	for _, p := range e.Sim.Payouts() {
+	all := e.Sim.Payouts()
+	for _, p := range all {
 		per[p.WithdrawalID]++
-		require.Equal(t, 1, per[p.WithdrawalID], "withdrawal %s has more than one payout: %+v", p.WithdrawalID, e.Sim.Payouts())
+		require.Equal(t, 1, per[p.WithdrawalID], "withdrawal %s has more than one payout: %+v", p.WithdrawalID, all)
 	}
 	eventtest.RequireAllValid(t, e.App.DB.Bun)
 }

@@ -102,3 +102,63 @@ func BenchmarkPayouts(b *testing.B) {
 	b.ReportMetric(float64((self1-self0).Microseconds())/1000/float64(total), "go_cpu_ms/payout")
 	b.ReportMetric(float64((server1-server0).Microseconds())/1000/float64(total), "pg_cpu_ms/payout")
 }
+
+// BenchmarkPayoutLookups measures the processor lookups that a
+// submission's retry and a release make, against the simulator over
+// loopback HTTP holding PAYOUT_LOOKUP_BENCH_PAYOUTS (default 50,000)
+// payouts of other withdrawals made over the past 30 days, plus two
+// withdrawals made now: one submitted in one attempt (its payout
+// recorded), one stuck submitting (no payout known, so a release has to
+// list). Sub-benchmarks: the lookup by withdrawal id back to the
+// withdrawal's creation (what the service does), the same reading the
+// whole list (what it did), and a release's check (payoutLive) of each
+// withdrawal.
+func BenchmarkPayoutLookups(b *testing.B) {
+	ctx := context.Background()
+	e := setup(b, func(c *config.Config) {
+		c.LogLevel = "error"
+		c.BTCPay.Timeout = 15 * time.Second // the default: reading the whole list takes more than the tests' 2 s
+	})
+	total := 50_000
+	if s := os.Getenv("PAYOUT_LOOKUP_BENCH_PAYOUTS"); s != "" {
+		v, err := strconv.Atoi(s)
+		require.NoError(b, err, "PAYOUT_LOOKUP_BENCH_PAYOUTS")
+		total = v
+	}
+	e.Sim.AddPastPayouts(total, 30*24*time.Hour)
+	e.fund(b, "lookups", asset.BTC, 10_000_000)
+	once := e.create(b, "lookups", asset.BTC, 50_000, p2wpkh(b, chain.Regtest, "lookup once"))
+	e.pass(b)
+	require.Equal(b, withdrawal.StatusSubmitted, e.row(b, once.WithdrawalID).Status)
+	real := e.Svc.Processor
+	stuck := e.create(b, "lookups", asset.BTC, 60_000, p2wpkh(b, chain.Regtest, "lookup stuck"))
+	e.Svc.Processor = forbidden{real}
+	e.pass(b)
+	e.Svc.Processor = real
+	wOnce, wStuck := e.row(b, once.WithdrawalID), e.row(b, stuck.WithdrawalID)
+	require.Equal(b, withdrawal.StatusSubmitting, wStuck.Status)
+
+	b.Run("ByWithdrawalID/since-creation", func(b *testing.B) {
+		since := wStuck.CreatedAt.Add(-withdrawal.ProcessorClockSkew)
+		for b.Loop() {
+			_, err := real.PayoutsByWithdrawalID(ctx, wStuck.ID.String(), since)
+			require.NoError(b, err)
+		}
+	})
+	b.Run("ByWithdrawalID/whole-list", func(b *testing.B) {
+		for b.Loop() {
+			_, err := real.PayoutsByWithdrawalID(ctx, wStuck.ID.String(), time.Time{})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("ReleaseCheck/submitted-once", func(b *testing.B) {
+		for b.Loop() {
+			require.Error(b, withdrawal.PayoutLive(ctx, e.Svc, wOnce)) // its payout is live
+		}
+	})
+	b.Run("ReleaseCheck/submitting", func(b *testing.B) {
+		for b.Loop() {
+			require.NoError(b, withdrawal.PayoutLive(ctx, e.Svc, wStuck))
+		}
+	})
+}

@@ -603,7 +603,10 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	v := e.get(t, w.WithdrawalID)
 	require.Equal(t, withdrawal.StatusFailed, v.Status)
 	require.Contains(t, *v.FailureReason, "LN_PAYOUT_TIMEOUT_SECONDS")
-	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	alerts := e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID)
+	require.Len(t, alerts, 1)
+	require.Contains(t, alerts[0].Detail, "The payout is cancelled, so it can no longer pay: the service returns it by itself once the invoice has expired (at ")
+	require.Contains(t, alerts[0].Detail, "may release it before that")
 	require.Equal(t, "0.00030000", e.balance(t, "pn", asset.BTCLN).Held)
 	q, _ := e.Sim.Payout(p.ID)
 	require.Equal(t, "Cancelled", q.State) // it can no longer be sent
@@ -673,8 +676,9 @@ func TestUSDTIsNeverSubmitted(t *testing.T) {
 
 // TestLightningInFlightKeepsTheHold: a payment in flight at the processor
 // (InProgress, its outcome unknown) past the deadline and the invoice's
-// expiry fails the withdrawal and raises the alert, but keeps the hold
-// until the processor resolves it: cancelled, then refunded.
+// expiry fails the withdrawal and raises the alert, which says so, but
+// keeps the hold until the processor resolves it (a release is refused
+// meanwhile): cancelled, then refunded.
 func TestLightningInFlightKeepsTheHold(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -688,7 +692,26 @@ func TestLightningInFlightKeepsTheHold(t *testing.T) {
 	e.pass(t)
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
-	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
+	alerts := e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID)
+	require.Len(t, alerts, 1)
+	// The alert says what will happen: no automatic return at the
+	// invoice's expiry, no release while in flight, and how long that
+	// can last.
+	d := alerts[0].Detail
+	require.Contains(t, d, "InProgress at the processor")
+	require.Contains(t, d, "The payment is in flight")
+	require.Contains(t, d, "at most 2016 blocks (about 14 days)")
+	require.Contains(t, d, "keeps the hold until the processor settles the payment")
+	require.Contains(t, d, "a release is refused while the processor shows the payout in progress")
+	require.NotContains(t, d, "returns automatically")
+	require.NotContains(t, d, "Release it earlier")
+	require.Equal(t, "0.00030000", e.balance(t, "pr", asset.BTCLN).Held)
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "InProgress")
+	e.Clock.Advance(3 * time.Hour) // long past the invoice's expiry
+	e.pass(t)
+	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
 	require.Equal(t, "0.00030000", e.balance(t, "pr", asset.BTCLN).Held)
 	require.NoError(t, e.Sim.FailPayout(p.ID))
 	e.pass(t)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -220,8 +221,9 @@ func (u *usdtEnv) approvedUSDTTo(t *testing.T, user string, dest chain.TronAddre
 }
 
 // TestUSDTTransferThatDisappears: a reported transfer the node no longer
-// shows as successful stays broadcast and held, with one operator alert;
-// the operator can release it with an attestation.
+// shows as successful stays broadcast and held; once the node has missed
+// it on consecutive checks over ten minutes, one operator alert; the
+// operator can release it with an attestation.
 func TestUSDTTransferThatDisappears(t *testing.T) {
 	t.Parallel()
 	u := setupUSDT(t)
@@ -230,15 +232,25 @@ func TestUSDTTransferThatDisappears(t *testing.T) {
 	txid := u.Node.AddUSDTTransfer("", u.Hot, dest, 23_000_000, true)
 	require.Equal(t, http.StatusOK, u.markBroadcast(id, txid).Status)
 	u.Node.Forget(txid)
-	for i := 0; i < 2; i++ {
+	// Missed on consecutive checks a minute apart: the alert once the
+	// misses span ten minutes, not before.
+	for i := 0; i <= 10; i++ {
+		if i > 0 {
+			u.Clock.Advance(time.Minute)
+		}
 		n, err := u.Svc.ConfirmUSDT(context.Background())
 		require.NoError(t, err)
 		require.Zero(t, n)
+		want := 0
+		if i == 10 {
+			want = 1
+		}
+		require.Len(t, u.alerts(t, withdrawal.AlertUSDTTransferMissing, id), want, "after %d minutes", i)
 	}
-	alerts, err := u.App.DB.Bun.NewSelect().Table("operator_alerts").
-		Where("type = 'withdrawal.usdt_transfer_missing' AND subject = ?", id).Count(context.Background())
+	n, err := u.Svc.ConfirmUSDT(context.Background())
 	require.NoError(t, err)
-	require.EqualValues(t, 1, alerts)
+	require.Zero(t, n)
+	require.Len(t, u.alerts(t, withdrawal.AlertUSDTTransferMissing, id), 1)
 	require.Equal(t, withdrawal.StatusBroadcast, u.get(t, id).Status)
 	r := u.decide(id, "release", map[string]any{"attestation": "the transfer was dropped from the chain; nothing left the hot wallet"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))

@@ -161,6 +161,10 @@ type Service struct {
 	// walk over failed withdrawals.
 	failedMu    sync.Mutex
 	failedAfter uuid.UUID
+	// refundAfter and usdtWatchAfter are where the next passes resume
+	// their walks over watched released withdrawals (failedMu guards
+	// them too).
+	refundAfter, usdtWatchAfter uuid.UUID
 }
 
 func (s *Service) log() *slog.Logger {
@@ -204,8 +208,17 @@ type Withdrawal struct {
 	NextAttemptAt      *time.Time `bun:"next_attempt_at"`
 	SubmittedAt        *time.Time `bun:"submitted_at"`
 	NetworkFee         *int64     `bun:"network_fee"`
-	CreatedAt          time.Time  `bun:"created_at"`
-	UpdatedAt          time.Time  `bun:"updated_at"`
+	// TransferMissingSince and TransferMissingChecks count the consecutive
+	// checks on which the TRON node did not show a broadcast USDT_TRC20
+	// withdrawal's transfer (ConfirmUSDT).
+	TransferMissingSince  *time.Time `bun:"transfer_missing_since"`
+	TransferMissingChecks int        `bun:"transfer_missing_checks"`
+	// RefundWatchUntil is, for a refunded withdrawal whose payout or
+	// transaction was known, the end of the watch for its confirmation
+	// (withdrawal.paid_after_refund).
+	RefundWatchUntil *time.Time `bun:"refund_watch_until"`
+	CreatedAt        time.Time  `bun:"created_at"`
+	UpdatedAt        time.Time  `bun:"updated_at"`
 }
 
 // Approval is one row of withdrawal_approvals.

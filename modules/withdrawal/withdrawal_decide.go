@@ -137,7 +137,12 @@ func (s *Service) Reject(ctx context.Context, p DecideParams, rec Completer) (Ad
 
 // Release returns the hold of a withdrawal whose payout may exist, on the
 // operator's attestation that it did not and will not complete; the
-// attestation is stored on the withdrawal, which reads refunded.
+// attestation is stored on the withdrawal, which reads refunded. What the
+// service can check it checks first, outside any transaction: a
+// withdrawal still submitting only once no submitter's claim is live
+// (claimLapsed), no payout of it that the processor has not cancelled
+// (payoutLive), and a BTC transaction it recorded only once the wallet
+// shows it replaced or does not know it (transactionGone).
 func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (AdminView, []byte, error) {
 	if !storable(p.Attestation) {
 		return AdminView{}, nil, fault.New(fault.Invalid, "attestation must be valid UTF-8 text without NUL characters")
@@ -156,17 +161,29 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 	if _, err := Next(w.Status, Release); err != nil {
 		return AdminView{}, nil, err
 	}
+	if err := s.claimLapsed(w); err != nil {
+		return AdminView{}, nil, err
+	}
 	if err := s.payoutLive(ctx, w); err != nil {
+		return AdminView{}, nil, err
+	}
+	if err := s.transactionGone(ctx, w); err != nil {
 		return AdminView{}, nil, err
 	}
 	var out AdminView
 	body, err := s.decideTx(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, rec,
 		func(ctx context.Context, tx bun.Tx, cur *Withdrawal, a asset.Asset) (any, error) {
-			if cur.SubmitAttempts != w.SubmitAttempts || derefStr(cur.BackendRef) != derefStr(w.BackendRef) {
+			if cur.SubmitAttempts != w.SubmitAttempts || derefStr(cur.BackendRef) != derefStr(w.BackendRef) || derefStr(cur.Txid) != derefStr(w.Txid) {
 				return nil, fault.Wrap(fault.Conflict, "the withdrawal's payout changed while the processor was asked about it; retry", ErrIllegalTransition)
 			}
-			done, err := s.returnHold(ctx, tx, cur, Release, "withdrawal hold released by an operator",
-				map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation})
+			if err := s.claimLapsed(*cur); err != nil {
+				return nil, err
+			}
+			set := map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation}
+			if cur.Status == StatusSubmitting {
+				set["claim_token"], set["next_attempt_at"] = nil, nil
+			}
+			done, err := s.returnHold(ctx, tx, cur, Release, "withdrawal hold released by an operator", set)
 			if err != nil {
 				return nil, err
 			}
@@ -218,6 +235,11 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	}
 	if err := windowSub(ctx, tx, w.Asset, w.VolumeMinute, w.AmountGross); err != nil {
 		return Withdrawal{}, err
+	}
+	if w.Txid != nil || w.BackendRef != nil {
+		// Its payout or transaction may still confirm: watched
+		// (withdrawal.paid_after_refund).
+		set["refund_watch_until"] = s.now().Add(RefundWatch)
 	}
 	if err := s.transit(ctx, tx, w, t, set); err != nil {
 		return Withdrawal{}, err

@@ -103,10 +103,25 @@ import (
 // itself (refunded, released by "system" with an attestation naming the
 // expiry) once the invoice has expired and the payout is cancelled, since
 // an expired invoice can no longer be paid; until then one
-// withdrawal.hold_needs_attestation alert asks an operator to release it
-// earlier if they can prove the payment failed. A payment in flight
-// (InProgress, its outcome unknown) is never refunded by the service: it
-// waits for the processor's outcome or an operator.
+// withdrawal.hold_needs_attestation alert says, for the payout's state,
+// what the service will do and what an operator can do
+// (holdNeedsAttestationDetail). A payment in flight (InProgress, its
+// outcome unknown: an HTLC is out, for up to its CLTV expiry, MaxHTLCLife)
+// is never refunded by the service and cannot be released (payoutLive):
+// the hold stays until the processor settles it (confirmed) or cancels it
+// (then refunded once the invoice has expired).
+//
+// # After a release
+//
+// A withdrawal whose hold was returned while its payout or transaction
+// was known stays watched for RefundWatch (refund_watch_until, so a
+// restart keeps it): each pass reads a page of them in turn, the payout
+// and, for BTC, the wallet's view of the transaction; a completion or a
+// confirmation raises withdrawal.paid_after_refund once and ends the
+// watch. (USDT_TRC20 releases are watched by ConfirmUSDT.) A release of
+// a BTC withdrawal with a transaction is refused while the wallet shows
+// it pending or confirmed (transactionGone), and a release of one still
+// submitting only once its claim has lapsed (claimLapsed).
 //
 // # Refusals that are not about the payout
 //
@@ -122,7 +137,7 @@ type Processor interface {
 	GetPayout(ctx context.Context, id string) (btcpay.Payout, error)
 	PayoutsInTransaction(ctx context.Context, txid string) ([]btcpay.Payout, error)
 	TransactionPayoutIDs(ctx context.Context, txid string) ([]string, error)
-	PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]btcpay.Payout, error)
+	PayoutsByWithdrawalID(ctx context.Context, withdrawalID string, since time.Time) ([]btcpay.Payout, error)
 	CancelPayout(ctx context.Context, id string) error
 	WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error)
 }
@@ -135,9 +150,12 @@ const (
 	// DefaultLNPayoutTimeout ends a stuck Lightning payout when the
 	// configuration does not say (LN_PAYOUT_TIMEOUT_SECONDS).
 	DefaultLNPayoutTimeout = time.Hour
-	// RefundWatch is how long the payout of a refunded withdrawal is still
-	// read, in case it completes after all.
-	RefundWatch = 7 * 24 * time.Hour
+	// RefundWatch is how long the payout and the transaction of a refunded
+	// withdrawal are still read, in case they confirm after all: longer
+	// than an in-flight Lightning payment can last (its HTLC's CLTV expiry,
+	// at most 2016 blocks, about 14 days, on the usual nodes) and than a
+	// dropped transaction usually takes to be mined again.
+	RefundWatch = 15 * 24 * time.Hour
 	// RequeueWait is how long a withdrawal whose destination has another
 	// open payout waits before it is tried again.
 	RequeueWait = time.Minute
@@ -163,6 +181,7 @@ const (
 	AlertDuplicatePayout      = "withdrawal.duplicate_payout"
 	AlertSubmissionStuck      = "withdrawal.submission_stuck"
 	AlertPayoutUnverifiable   = "withdrawal.payout_unverifiable"
+	AlertUSDTTransferMissing  = "withdrawal.usdt_transfer_missing"
 )
 
 // processorAssets are the assets paid through the processor's payouts.
@@ -254,16 +273,10 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	s.failedMu.Lock()
 	after = s.failedAfter
 	s.failedMu.Unlock()
-	// Refunded ones whose payout existed are watched for a while too: a
-	// payout that completes after its hold was returned raises
-	// withdrawal.paid_after_refund even when no webhook says so.
 	var page []uuid.UUID
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
 		Where("asset IN (?)", bun.List(processorAssets)).
-		WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("status = ? AND (backend_ref IS NOT NULL OR asset = ?)", StatusFailed, asset.BTCLN).
-				WhereOr("status = ? AND backend_ref IS NOT NULL AND updated_at > ?", StatusRefunded, now.Add(-RefundWatch))
-		}).
+		Where("status = ? AND (backend_ref IS NOT NULL OR asset = ?)", StatusFailed, asset.BTCLN).
 		Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
 		return fmt.Errorf("list failed payouts: %w", err)
 	}
@@ -274,7 +287,67 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		s.failedAfter = page[len(page)-1]
 	}
 	s.failedMu.Unlock()
+	// Refunded ones whose payout existed are watched for RefundWatch too:
+	// a payout that completes, or a transaction that confirms, after the
+	// hold was returned raises withdrawal.paid_after_refund even when no
+	// webhook says so.
+	watched, err := s.watchedReleases(ctx, processorAssets, &s.refundAfter)
+	if err != nil {
+		return err
+	}
+	for _, w := range watched {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := s.trackRow(ctx, w); err != nil {
+			s.log().WarnContext(ctx, "withdrawal: watch a released payout", "withdrawal_id", w.ID, "error", err)
+		}
+	}
 	return nil
+}
+
+// watchedReleases returns the next page of refunded withdrawals of the
+// assets whose payout or transaction is still watched, walking them by id
+// from *after (which it moves on) so that each is read in turn; it first
+// ends the watches that ran out.
+func (s *Service) watchedReleases(ctx context.Context, assets []string, after *uuid.UUID) ([]Withdrawal, error) {
+	if _, err := s.DB.NewUpdate().Model((*Withdrawal)(nil)).Set("refund_watch_until = NULL").
+		Where("refund_watch_until IS NOT NULL AND asset IN (?) AND refund_watch_until <= ?", bun.List(assets), s.now()).Exec(ctx); err != nil {
+		return nil, fmt.Errorf("end the watches of released withdrawals: %w", err)
+	}
+	s.failedMu.Lock()
+	from := *after
+	s.failedMu.Unlock()
+	var page []Withdrawal
+	if err := s.DB.NewSelect().Model(&page).
+		Where("refund_watch_until IS NOT NULL AND asset IN (?) AND status = ?", bun.List(assets), StatusRefunded).
+		Where("id > ?", from).OrderExpr("id").Limit(payoutBatch).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list watched released withdrawals: %w", err)
+	}
+	s.failedMu.Lock()
+	*after = uuid.Nil
+	if len(page) == payoutBatch {
+		*after = page[len(page)-1].ID
+	}
+	s.failedMu.Unlock()
+	return page, nil
+}
+
+// paidAfterRefund raises withdrawal.paid_after_refund about the refunded
+// withdrawal w and ends its watch: the alert says what an operator has to
+// do, and nothing the service reads afterwards changes it.
+func (s *Service) paidAfterRefund(ctx context.Context, w Withdrawal, detail string) {
+	if s.Alerts == nil {
+		return
+	}
+	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: AlertPaidAfterRefund, Subject: w.ID.String(), Detail: detail}); err != nil {
+		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", AlertPaidAfterRefund, "error", err)
+		return
+	}
+	if _, err := s.DB.NewUpdate().Model((*Withdrawal)(nil)).Set("refund_watch_until = NULL").
+		Where("id = ? AND status = ?", w.ID, StatusRefunded).Exec(ctx); err != nil {
+		s.log().ErrorContext(ctx, "withdrawal: end the watch of a released withdrawal", "withdrawal_id", w.ID, "error", err)
+	}
 }
 
 // dueWithdrawal is what a pass lists of a withdrawal due for submission.
@@ -510,7 +583,7 @@ func (s *Service) handOver(ctx context.Context, w Withdrawal, lookFirst bool) (b
 // when, against every rule, there are several: an alert says so), else
 // the newest cancelled one; false when there is none.
 func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, bool, error) {
-	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String())
+	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String(), payoutsSince(w))
 	if err != nil {
 		return btcpay.Payout{}, false, fmt.Errorf("%w: %w", errLookup, err)
 	}
@@ -642,6 +715,20 @@ func (s *Service) trackRow(ctx context.Context, w Withdrawal) error {
 		// after its confirmation too).
 		return nil
 	}
+	if w.Status == StatusRefunded && w.Asset == asset.BTC && w.Txid != nil {
+		// The transaction may confirm whatever the payout says (the
+		// processor gave up on it, the wallet did not).
+		wtx, err := s.Processor.WalletTransaction(ctx, *w.Txid)
+		switch {
+		case errors.Is(err, btcpay.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("withdrawal %s: read wallet transaction %s: %w", w.ID, *w.Txid, err)
+		case wtx.Status == btcpay.TxConfirmed || wtx.Confirmations.V > 0:
+			s.paidAfterRefund(ctx, w, fmt.Sprintf("BTC withdrawal %s was released (its hold returned to the user) but its transaction %s is now confirmed in the wallet (%d confirmations): "+
+				"the user was paid and refunded; correct the books (svc admin ledger) and recover the money", w.ID, *w.Txid, wtx.Confirmations.V))
+			return nil
+		}
+	}
 	if w.BackendRef == nil {
 		// A Lightning withdrawal that failed before any payout existed.
 		if w.Asset == asset.BTCLN && w.Status == StatusFailed && s.invoiceExpired(w) {
@@ -666,7 +753,7 @@ func (s *Service) follow(ctx context.Context, w Withdrawal, p btcpay.Payout) err
 	over := w.Status == StatusConfirmed || w.Status == StatusRefunded
 	switch {
 	case p.State == btcpay.PayoutCompleted && w.Status == StatusRefunded:
-		s.raise(ctx, s.DB, AlertPaidAfterRefund, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid twice; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
+		s.paidAfterRefund(ctx, w, fmt.Sprintf("payout %s of withdrawal %s completed after its hold was returned: the user was paid and refunded; correct the books (svc admin ledger) and recover the money", p.ID, w.ID))
 		return nil
 	case over:
 		return nil // only a completion concerns a withdrawal that is over
@@ -728,7 +815,8 @@ func (s *Service) invoiceExpired(w Withdrawal) bool {
 // hold-needs-attestation alert is raised, and the hold returns when both
 // are true. A payment in flight (InProgress: its outcome unknown) keeps
 // the hold even past the invoice's expiry, until the processor resolves
-// it (completed: settled; cancelled: refunded) or an operator releases it.
+// it (completed: settled; cancelled: refunded); a release is refused
+// meanwhile.
 func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.Payout) error {
 	if w.SubmittedAt == nil || s.now().Before(w.SubmittedAt.Add(s.lnTimeout())) {
 		return nil
@@ -747,24 +835,55 @@ func (s *Service) lightningDeadline(ctx context.Context, w Withdrawal, p btcpay.
 			return err
 		}
 	}
-	if cancelled && s.invoiceExpired(w) {
-		return s.expire(ctx, w.ID, p.ID)
+	if cancelled {
+		if s.invoiceExpired(w) {
+			return s.expire(ctx, w.ID, p.ID)
+		}
+		p.State = btcpay.PayoutCancelled
 	}
 	s.raiseHoldNeedsAttestation(ctx, w, p)
 	return nil
 }
 
+// MaxHTLCLife is how long a Lightning payment can stay in flight: until
+// the CLTV expiry of its HTLC, which the usual nodes (LND, Core
+// Lightning) cap at 2016 blocks, about 14 days.
+const MaxHTLCLife = 2016 * 10 * time.Minute
+
 // raiseHoldNeedsAttestation raises, once per withdrawal, the alert that a
-// failed Lightning withdrawal's hold waits for its invoice to expire.
+// failed Lightning withdrawal keeps its hold, saying for the payout's
+// state at the processor what the service will do and what the operator
+// can do.
 func (s *Service) raiseHoldNeedsAttestation(ctx context.Context, w Withdrawal, p btcpay.Payout) {
-	expires := "its invoice expires"
+	s.raise(ctx, s.DB, AlertHoldNeedsAttestation, w, holdNeedsAttestationDetail(w, p, s.lnTimeout()))
+}
+
+// holdNeedsAttestationDetail is the alert's text (see
+// raiseHoldNeedsAttestation).
+func holdNeedsAttestationDetail(w Withdrawal, p btcpay.Payout, timeout time.Duration) string {
+	head := fmt.Sprintf("Lightning withdrawal %s (payout %s, %s at the processor) failed or did not complete within LN_PAYOUT_TIMEOUT_SECONDS (%d s); its hold of %d sat stays. ",
+		w.ID, p.ID, p.State, int64(timeout.Seconds()), w.AmountGross)
+	// What happens to the hold once the payout is cancelled.
+	onCancel := "the service does not return it by itself (the invoice's expiry is not known): an operator releases it with an attestation"
 	if w.InvoiceExpiresAt != nil {
-		expires += " at " + w.InvoiceExpiresAt.UTC().Format(time.RFC3339)
+		onCancel = "the service returns it by itself once the invoice has expired (at " + w.InvoiceExpiresAt.UTC().Format(time.RFC3339) +
+			"; an expired invoice cannot be paid), and the withdrawal then reads refunded, released by system"
 	}
-	s.raise(ctx, s.DB, AlertHoldNeedsAttestation, w, fmt.Sprintf(
-		"Lightning withdrawal %s (payout %s, now %s) failed or did not complete within LN_PAYOUT_TIMEOUT_SECONDS; its hold of %d sat returns automatically when %s. "+
-			"Release it earlier only with an attestation that the payment did not and cannot succeed.",
-		w.ID, p.ID, p.State, w.AmountGross, expires))
+	release := "Operator: may release it before that (svc admin withdrawals release) with an attestation that the payment did not and cannot succeed."
+	switch p.State {
+	case btcpay.PayoutCancelled:
+		return head + "The payout is cancelled, so it can no longer pay: " + onCancel + ". " + release
+	case btcpay.PayoutInProgress:
+		return head + fmt.Sprintf("The payment is in flight: an HTLC is out and its outcome is unknown; it can stay so until the HTLC's CLTV expiry, "+
+			"at most 2016 blocks (about %d days) on the usual nodes, whatever the invoice's expiry. ", int(MaxHTLCLife/(24*time.Hour))) +
+			"Service: keeps the hold until the processor settles the payment (the withdrawal is then confirmed and the hold spent) or cancels it; once cancelled, " +
+			onCancel + ". Operator: a release is refused while the processor shows the payout in progress; check the payment on the Lightning node, " +
+			"and if the node failed it for good, have the processor cancel the payout, then release it with an attestation."
+	default:
+		return head + "The payout was not sent yet and the service could not cancel it; it tries again on every payout pass (PAYOUT_POLL_INTERVAL). Once it is cancelled, " +
+			onCancel + ". Operator: a release is refused while the payout is not cancelled; cancel it in the processor (or wait for the service to), " +
+			"then, to return the hold before that, release it (svc admin withdrawals release) with an attestation that the payment did not and cannot succeed."
+	}
 }
 
 // fail moves a withdrawal whose payout will not proceed to failed.
@@ -992,6 +1111,16 @@ func (s *Service) payoutsInTransaction(ctx context.Context, p btcpay.Payout, txi
 	return all, nil
 }
 
+// ProcessorClockSkew is how far the processor's clock may be behind the
+// service's: a payout of a withdrawal is dated at most this much before
+// the withdrawal's creation.
+const ProcessorClockSkew = time.Hour
+
+// payoutsSince is the earliest date a payout of w can carry: the lookups
+// by withdrawal id read the processor's list, newest first, back to there
+// only.
+func payoutsSince(w Withdrawal) time.Time { return w.CreatedAt.Add(-ProcessorClockSkew) }
+
 // payoutLive refuses, with the reason, to release a withdrawal whose
 // payout may still pay: any payout of it at the processor that is not
 // cancelled.
@@ -1002,7 +1131,15 @@ func (s *Service) payoutLive(ctx context.Context, w Withdrawal) error {
 	if s.Processor == nil {
 		return fault.New(fault.Unavailable, "the payment processor is not configured: whether the payout of withdrawal "+w.ID.String()+" is cancelled cannot be checked")
 	}
-	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String())
+	var ps []btcpay.Payout
+	var err error
+	if w.BackendRef == nil || w.SubmitAttempts > 1 {
+		// An attempt may have created a payout the service never heard
+		// of: every payout carrying the withdrawal id, made since it was.
+		ps, err = s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String(), payoutsSince(w))
+	}
+	// With one attempt and its payout recorded, that payout is the only
+	// one (one create call makes at most one): it is read alone.
 	if err == nil && w.BackendRef != nil && !slices.ContainsFunc(ps, func(p btcpay.Payout) bool { return p.ID == *w.BackendRef }) {
 		var p btcpay.Payout
 		if p, err = s.Processor.GetPayout(ctx, *w.BackendRef); err == nil {
@@ -1023,6 +1160,54 @@ func (s *Service) payoutLive(ctx context.Context, w Withdrawal) error {
 		}
 	}
 	return nil
+}
+
+// claimLapsed refuses, with the reason, to release a withdrawal still
+// submitting while a submitter may be calling the processor: its claim
+// (or the wait before its next attempt, which never ends before the
+// claim would have) has not run out. Once it has, every payout an
+// earlier attempt created shows in the processor's list, which
+// payoutLive reads.
+func (s *Service) claimLapsed(w Withdrawal) error {
+	if w.Status != StatusSubmitting {
+		return nil
+	}
+	if w.NextAttemptAt != nil && !w.NextAttemptAt.After(s.now()) {
+		return nil
+	}
+	when := "its claim is live"
+	if w.NextAttemptAt != nil {
+		when = "a submitter's claim or its retry wait runs until " + w.NextAttemptAt.UTC().Format(time.RFC3339)
+	}
+	return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot release withdrawal %s yet: it is being handed to the processor (%s); "+
+		"retry after that, when the service can ask the processor whether a payout exists", w.ID, when), ErrIllegalTransition)
+}
+
+// transactionGone refuses, with the reason, to release a BTC withdrawal
+// whose recorded transaction the processor's wallet still shows pending
+// or confirmed: only a transaction the wallet shows replaced (a
+// conflicting one was mined) or does not know can no longer pay.
+func (s *Service) transactionGone(ctx context.Context, w Withdrawal) error {
+	if w.Asset != asset.BTC || w.Txid == nil {
+		return nil
+	}
+	if s.Processor == nil {
+		return fault.New(fault.Unavailable, "the payment processor is not configured: whether transaction "+*w.Txid+" of withdrawal "+w.ID.String()+" can still confirm cannot be checked")
+	}
+	wtx, err := s.Processor.WalletTransaction(ctx, *w.Txid)
+	switch {
+	case errors.Is(err, btcpay.ErrNotFound):
+		return nil
+	case err != nil:
+		return fault.Wrap(fault.Unavailable, "the payment processor's wallet could not be asked about transaction "+*w.Txid+"; nothing was changed: retry", err)
+	case wtx.Status == btcpay.TxReplaced && wtx.Confirmations.V <= 0:
+		return nil
+	case wtx.Status == btcpay.TxConfirmed || wtx.Confirmations.V > 0:
+		return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot release withdrawal %s: its transaction %s is confirmed in the wallet (%d confirmations), so the money has left",
+			w.ID, *w.Txid, wtx.Confirmations.V), ErrIllegalTransition)
+	}
+	return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot release withdrawal %s: its transaction %s is %s in the wallet, not replaced, so it may still confirm; "+
+		"release it once the wallet shows it replaced (a conflicting transaction confirmed) or no longer knows it", w.ID, *w.Txid, wtx.Status), ErrIllegalTransition)
 }
 
 // raise raises an operator alert about w, logging a failure to do so.

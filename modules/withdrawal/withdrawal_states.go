@@ -103,12 +103,13 @@ type Transition struct {
 // work of withdrawal_payout.go). Creation (new -> pending_approval or approved) is not a
 // transition of a stored row. Reject goes straight to refunded because
 // the hold is returned in the same transaction. Release is refused from
-// pending_approval (reject it instead), from submitting (the processor
-// call is in progress: its outcome decides) and from the terminal states.
+// pending_approval (reject it instead) and from the terminal states; from
+// submitting it is allowed only once the submitter's claim has lapsed
+// (Service.Release checks that, and asks the processor).
 var transitions = []Transition{
 	{From: []Status{StatusPendingApproval}, Trigger: Approve, To: StatusApproved},
 	{From: []Status{StatusPendingApproval}, Trigger: Reject, To: StatusRefunded},
-	{From: []Status{StatusApproved, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
+	{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
 	{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
 	{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
 	{From: []Status{StatusApproved, StatusSubmitting}, Trigger: Claim, To: StatusSubmitting},
@@ -142,8 +143,6 @@ func Next(from Status, t Trigger) (Transition, error) {
 	switch {
 	case t == Release && from == StatusPendingApproval:
 		why = ": no payout can exist yet; reject it instead"
-	case t == Release && from == StatusSubmitting:
-		why = ": the payout is being handed to the processor; wait until it is submitted or failed"
 	case from == StatusConfirmed:
 		why = ": the payout is confirmed and the money has left"
 	case from == StatusRefunded:

@@ -239,13 +239,27 @@ func derefStr(v *string) string {
 	return *v
 }
 
+// USDT transfers a node does not show: the alert waits for
+// USDTMissingChecks consecutive misses spread over USDTMissingFor at
+// least (a lagging node, or a balancer that asked another one, misses a
+// transfer for a while).
+const (
+	USDTMissingChecks = 3
+	USDTMissingFor    = 10 * time.Minute
+)
+
 // ConfirmUSDT settles every broadcast USDT_TRC20 withdrawal whose transfer
 // is in a solidified block: confirmed, the hold spent (payout_settle: the
 // gross leaves the hold, the service fee becomes fee income, the net
-// leaves in-flight), withdrawal.completed. A transfer the node no longer
-// shows as successful raises one operator alert and stays broadcast: only
-// an operator, who can see the chain, decides (release with an
-// attestation). It returns how many it confirmed.
+// leaves in-flight), withdrawal.completed. A transfer the node does not
+// show as successful is counted (transfer_missing_since, _checks); once
+// the node has missed it on USDTMissingChecks consecutive checks spread
+// over USDTMissingFor, one operator alert is raised and the withdrawal
+// stays broadcast: only an operator, who can see the chain, decides
+// (release with an attestation). A check that finds the transfer clears
+// the count. The same pass reads the transfers of released USDT_TRC20
+// withdrawals while they are watched (watchReleasedUSDT). It returns how
+// many it confirmed.
 func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 	if s.Tron == nil {
 		return 0, nil
@@ -255,7 +269,11 @@ func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 		OrderExpr("created_at, id").Limit(500).Scan(ctx); err != nil {
 		return 0, fmt.Errorf("list broadcast USDT withdrawals: %w", err)
 	}
-	if len(open) == 0 {
+	watched, err := s.watchedReleases(ctx, []string{asset.USDTTRC20}, &s.usdtWatchAfter)
+	if err != nil {
+		return 0, err
+	}
+	if len(open) == 0 && len(watched) == 0 {
 		return 0, nil
 	}
 	solid, err := s.Tron.SolidBlock(ctx)
@@ -267,12 +285,14 @@ func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 		tx, err := s.Tron.Transaction(ctx, derefStr(w.Txid))
 		switch {
 		case errors.Is(err, tron.ErrNotFound) || (err == nil && !tx.Pending && !tx.Succeeded()):
-			s.alertMissing(ctx, w, err)
+			s.transferMissed(ctx, w, err)
 			continue
 		case err != nil:
 			s.log().WarnContext(ctx, "withdrawal: read USDT transfer", "withdrawal_id", w.ID, "error", err)
 			continue
-		case tx.Pending || tx.BlockNumber > solid.Number:
+		}
+		s.transferSeen(ctx, w)
+		if tx.Pending || tx.BlockNumber > solid.Number {
 			continue // not final yet
 		}
 		ok, err := s.settle(ctx, w.ID, "USDT_TRC20 transfer "+tx.ID+" solidified")
@@ -283,7 +303,58 @@ func (s *Service) ConfirmUSDT(ctx context.Context) (int, error) {
 			confirmed++
 		}
 	}
+	for _, w := range watched {
+		tx, err := s.Tron.Transaction(ctx, derefStr(w.Txid))
+		switch {
+		case errors.Is(err, tron.ErrNotFound):
+			continue
+		case err != nil:
+			s.log().WarnContext(ctx, "withdrawal: read the transfer of a released USDT withdrawal", "withdrawal_id", w.ID, "error", err)
+			continue
+		case tx.Pending || !tx.Succeeded() || tx.BlockNumber > solid.Number:
+			continue // not a final successful transfer (yet)
+		}
+		s.paidAfterRefund(ctx, w, fmt.Sprintf("USDT_TRC20 withdrawal %s was released (its hold returned to the user) but its transfer %s is now in a solidified block: "+
+			"the user was paid and refunded; correct the books (svc admin ledger) and recover the money", w.ID, tx.ID))
+	}
 	return confirmed, nil
+}
+
+// transferMissed counts one more check on which the node did not show
+// w's transfer, and raises the alert once the misses are enough.
+func (s *Service) transferMissed(ctx context.Context, w Withdrawal, cause error) {
+	now := s.now()
+	var cur Withdrawal
+	err := s.DB.NewUpdate().Model(&cur).
+		Set("transfer_missing_since = coalesce(transfer_missing_since, ?)", now).
+		Set("transfer_missing_checks = transfer_missing_checks + 1").
+		Where("id = ? AND status = ?", w.ID, StatusBroadcast).
+		Returning("transfer_missing_since, transfer_missing_checks").Scan(ctx)
+	if err != nil {
+		if !db.IsNoRows(err) {
+			s.log().ErrorContext(ctx, "withdrawal: count a missed USDT transfer", "withdrawal_id", w.ID, "error", err)
+		}
+		return
+	}
+	if cur.TransferMissingChecks < USDTMissingChecks || cur.TransferMissingSince == nil || now.Sub(*cur.TransferMissingSince) < USDTMissingFor {
+		s.log().WarnContext(ctx, "withdrawal: the TRON node does not show a reported USDT transfer", "withdrawal_id", w.ID,
+			"txid", derefStr(w.Txid), "checks", cur.TransferMissingChecks, "since", cur.TransferMissingSince, "error", cause)
+		return
+	}
+	s.alertMissing(ctx, w, cur.TransferMissingChecks, *cur.TransferMissingSince, cause)
+}
+
+// transferSeen clears w's count of missed checks: the node shows its
+// transfer.
+func (s *Service) transferSeen(ctx context.Context, w Withdrawal) {
+	if w.TransferMissingChecks == 0 {
+		return
+	}
+	if _, err := s.DB.NewUpdate().Model((*Withdrawal)(nil)).
+		Set("transfer_missing_since = NULL, transfer_missing_checks = 0").
+		Where("id = ? AND status = ?", w.ID, StatusBroadcast).Exec(ctx); err != nil {
+		s.log().ErrorContext(ctx, "withdrawal: clear the missed checks of a USDT transfer", "withdrawal_id", w.ID, "error", err)
+	}
 }
 
 // settle moves a broadcast withdrawal to confirmed and spends its hold, in
@@ -321,16 +392,19 @@ func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asse
 
 // alertMissing raises, once per withdrawal, the alert that its reported
 // transfer is no longer a successful transaction on the node.
-func (s *Service) alertMissing(ctx context.Context, w Withdrawal, cause error) {
+func (s *Service) alertMissing(ctx context.Context, w Withdrawal, checks int, since time.Time, cause error) {
 	if s.Alerts == nil {
 		return
 	}
-	detail := fmt.Sprintf("USDT_TRC20 withdrawal %s was marked broadcast with transaction %s, which the TRON node no longer shows as a successful transfer", w.ID, derefStr(w.Txid))
+	detail := fmt.Sprintf("USDT_TRC20 withdrawal %s was marked broadcast with transaction %s, which the TRON node has not shown as a successful transfer "+
+		"on %d consecutive checks since %s", w.ID, derefStr(w.Txid), checks, since.UTC().Format(time.RFC3339))
 	if cause != nil {
 		detail += " (" + cause.Error() + ")"
 	}
-	detail += ". It stays broadcast and held: check the chain; if the transfer did not happen, release it with an attestation."
-	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: "withdrawal.usdt_transfer_missing", Subject: w.ID.String(), Detail: detail}); err != nil {
+	detail += ". The service keeps it broadcast and held, and keeps reading the transfer: it confirms it if the transfer solidifies after all. " +
+		"Check the chain (another node or explorer); if the transfer did not and cannot happen, release it with an attestation. " +
+		"After a release the service still reads the transaction for 14 days and raises withdrawal.paid_after_refund if it confirms."
+	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: AlertUSDTTransferMissing, Subject: w.ID.String(), Detail: detail}); err != nil {
 		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "error", err)
 	}
 }

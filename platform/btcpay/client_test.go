@@ -422,7 +422,7 @@ func TestPayoutListIsStreamed(t *testing.T) {
 	defer srv.Close()
 	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s", Timeout: time.Minute})
 	require.NoError(t, err)
-	ps, err := c.PayoutsByWithdrawalID(context.Background(), "wanted")
+	ps, err := c.PayoutsByWithdrawalID(context.Background(), "wanted", time.Time{})
 	require.NoError(t, err)
 	require.Len(t, ps, 1)
 	require.Equal(t, fmt.Sprintf("p%d", n-1), ps[0].ID)
@@ -454,7 +454,7 @@ func TestPayoutLookupsDecodeOnlyMatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"p1", "p4"}, []string{ps[0].ID, ps[len(ps)-1].ID})
 	require.Len(t, ps, 2)
-	ps, err = c.PayoutsByWithdrawalID(ctx, "w-1")
+	ps, err = c.PayoutsByWithdrawalID(ctx, "w-1", time.Time{})
 	require.NoError(t, err)
 	require.Len(t, ps, 1)
 	require.Equal(t, "p1", ps[0].ID)
@@ -491,4 +491,46 @@ func BenchmarkPayoutsInTransaction(b *testing.B) {
 			b.Fatalf("%v %d", err, len(ps))
 		}
 	}
+}
+
+// The lookup by withdrawal id with a date to go back to stops at the
+// first payout older than it, when the list reads newest first: what lies
+// beyond is never read (here a payout that names the withdrawal but
+// cannot be decoded, which fails a lookup that reads it). A list in any
+// other order, or a lookup without a date, is read to the end.
+func TestPayoutLookupStopsAtTheFirstOlderPayout(t *testing.T) {
+	t.Parallel()
+	const since = 1_700_000_000
+	item := func(id string, date int64, wid string) string {
+		return fmt.Sprintf(`{"id":%q,"date":%d,"payoutAmount":"0.001","state":"Completed","metadata":{"withdrawalId":%q}}`, id, date, wid)
+	}
+	bad := `{"id":"old","date":1600000000,"payoutAmount":{"not":"a decimal"},"metadata":{"withdrawalId":"w-1"}}`
+	newestFirst := "[" + strings.Join([]string{
+		item("p4", since+300, "w-2"), item("p3", since+200, "w-1"), item("p2", since+100, "w-3"),
+		item("p1", since-1, "w-4"), bad}, ",") + "]"
+	// Oldest first: the first payout is already older than the date, but
+	// the list does not read newest first, so it is read on.
+	oldestFirst := "[" + strings.Join([]string{
+		item("p0", since-5, "w-4"), strings.Replace(bad, "1600000000", fmt.Sprint(since-1), 1), item("p3", since+200, "w-1")}, ",") + "]"
+	var body string
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(rw, body)
+	}))
+	defer srv.Close()
+	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s", Timeout: time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	body = newestFirst
+	ps, err := c.PayoutsByWithdrawalID(ctx, "w-1", time.Unix(since, 0))
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	require.Equal(t, "p3", ps[0].ID)
+	_, err = c.PayoutsByWithdrawalID(ctx, "w-1", time.Time{})
+	require.ErrorIs(t, err, btcpay.ErrUnreachable, "read to the end")
+
+	body = oldestFirst
+	_, err = c.PayoutsByWithdrawalID(ctx, "w-1", time.Unix(since, 0))
+	require.ErrorIs(t, err, btcpay.ErrUnreachable, "another order is read to the end")
 }

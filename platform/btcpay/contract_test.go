@@ -266,7 +266,7 @@ func contractSuite(t *testing.T, tg target) {
 		require.Zero(t, got.PayoutAmount.Cmp(amt))
 		require.Zero(t, got.OriginalAmount.Cmp(amt))
 
-		found, err := c.PayoutsByWithdrawalID(ctx, wid)
+		found, err := c.PayoutsByWithdrawalID(ctx, wid, time.Time{})
 		require.NoError(t, err)
 		require.Len(t, found, 1)
 		require.Equal(t, p.ID, found[0].ID)
@@ -280,7 +280,7 @@ func contractSuite(t *testing.T, tg target) {
 		for _, o := range open {
 			require.NotEqual(t, p.ID, o.ID, "a cancelled payout is listed without includeCancelled")
 		}
-		found, err = c.PayoutsByWithdrawalID(ctx, wid)
+		found, err = c.PayoutsByWithdrawalID(ctx, wid, time.Time{})
 		require.NoError(t, err)
 		require.Len(t, found, 1)
 	})

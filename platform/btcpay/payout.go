@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PayoutState is BTCPay's payout state.
@@ -199,16 +202,92 @@ func payoutsQuery(includeCancelled bool) url.Values {
 
 // PayoutsByWithdrawalID returns the store's payouts (cancelled ones
 // included) whose metadata names withdrawalID. BTCPay has no filter for
-// payout metadata, so this reads the whole list and keeps those.
-func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string) ([]Payout, error) {
+// payout metadata and does not page the list, so this reads the list as a
+// stream, newest first, and keeps those; with a non-zero since (the
+// earliest time a payout of the withdrawal can carry) it stops at the
+// first payout dated before since, so that a lookup costs the payouts made
+// since then, not every payout the store ever made. It stops early only
+// while the list reads newest first (dates never rising, and falling at
+// least once before the stop): a server that sends it in another order is
+// read to the end.
+func (c *Client) PayoutsByWithdrawalID(ctx context.Context, withdrawalID string, since time.Time) ([]Payout, error) {
 	var out []Payout
-	err := c.eachPayoutContaining(ctx, true, withdrawalID, func(p Payout) bool {
+	n := []byte(withdrawalID)
+	stop := newestFirst{ordered: !since.IsZero(), since: since.Unix()}
+	var bad error
+	err := each(ctx, c, "list payouts", c.storePath("payouts"), payoutsQuery(true), func(raw json.RawMessage) bool {
+		if stop.past(raw) {
+			return false
+		}
+		if !bytes.Contains(raw, n) {
+			return true // not decoded: it does not name the withdrawal
+		}
+		var p Payout
+		if err := json.Unmarshal(raw, &p); err != nil {
+			bad = &UnreachableError{Op: "list payouts", Status: http.StatusOK, Err: fmt.Errorf("decode response: %w", scrub(err))}
+			return false
+		}
 		if p.WithdrawalID() == withdrawalID {
 			out = append(out, p)
 		}
 		return true
 	})
+	if err == nil {
+		err = bad
+	}
 	return out, err
+}
+
+// newestFirst decides when a payout list read newest first can stop: at
+// the first payout dated before since, once the dates read so far never
+// rose and fell at least once (so the list is in that order, not merely
+// starting with an old payout). Any payout whose date cannot be read, or
+// a date higher than the one before it, turns it off for the rest of the
+// list.
+type newestFirst struct {
+	ordered     bool
+	since       int64
+	first, prev int64
+	seen        int
+}
+
+func (s *newestFirst) past(raw []byte) bool {
+	if !s.ordered {
+		return false
+	}
+	d, ok := payoutDate(raw)
+	switch {
+	case !ok:
+		s.ordered = false
+		return false
+	case s.seen == 0:
+		s.first = d
+	case d > s.prev:
+		s.ordered = false
+		return false
+	}
+	s.prev = d
+	s.seen++
+	return d < s.since && d < s.first
+}
+
+// payoutDate reads a payout's "date" (unix seconds, a number or a string)
+// from its JSON without decoding the rest.
+func payoutDate(raw []byte) (int64, bool) {
+	i := bytes.Index(raw, []byte(`"date":`))
+	if i < 0 {
+		return 0, false
+	}
+	b := bytes.TrimLeft(raw[i+len(`"date":`):], " \t\r\n\"")
+	j := 0
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	if j == 0 || j > 18 {
+		return 0, false
+	}
+	d, err := strconv.ParseInt(string(b[:j]), 10, 64)
+	return d, err == nil
 }
 
 // PayoutsInTransaction returns the store's payouts (not cancelled) whose

@@ -58,19 +58,22 @@ type WalletTransaction struct {
 	BlockHeight   FlexInt         `json:"blockHeight"`
 	Confirmations FlexInt         `json:"confirmations"`
 	Timestamp     UnixTime        `json:"timestamp"` // first seen
-	Status        string          `json:"status"`    // Confirmed or Unconfirmed
+	Status        string          `json:"status"`    // Confirmed, Unconfirmed or Replaced
 	Labels        json.RawMessage `json:"labels"`
 }
 
-// Wallet transaction statuses.
+// Wallet transaction statuses. Replaced: a conflicting transaction was
+// confirmed instead (BTCPay's TransactionStatus), so this one cannot be
+// unless a reorganisation drops that one.
 const (
 	TxConfirmed   = "Confirmed"
 	TxUnconfirmed = "Unconfirmed"
+	TxReplaced    = "Replaced"
 )
 
 // WalletTransactionsParams filters and pages the wallet's transactions.
 type WalletTransactionsParams struct {
-	Statuses    []string // TxConfirmed, TxUnconfirmed; none means both
+	Statuses    []string // TxConfirmed, TxUnconfirmed, TxReplaced; none means all
 	LabelFilter string
 	Skip, Limit int
 }

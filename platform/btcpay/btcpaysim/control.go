@@ -87,6 +87,8 @@ func (s *Sim) controlHandler() http.Handler {
 		"fail":      func(id, _ string) error { return s.FailPayout(id) },
 		"bounce":    func(id, _ string) error { return s.BouncePayout(id) },
 		"stall":     func(id, _ string) error { return s.StallPayout(id) },
+		"unmark":    func(id, _ string) error { return s.UnmarkPayout(id) },
+		"cancel":    func(id, _ string) error { return s.CancelPayout(id) },
 		"confirm-cancelled": func(id, txid string) error {
 			_, err := s.ConfirmCancelledPayout(id, txid)
 			return err
@@ -146,6 +148,9 @@ func (s *Sim) controlHandler() http.Handler {
 			return
 		}
 		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.ConfirmTransaction(r.PathValue("txid"), max(b.Confirmations, 1)))
+	})
+	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/replace", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.ReplaceTransaction(r.PathValue("txid")))
 	})
 	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/unlink", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.UnlinkTransaction(r.PathValue("txid")))

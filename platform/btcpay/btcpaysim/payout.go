@@ -1,6 +1,7 @@
 package btcpaysim
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -227,21 +228,78 @@ func (s *Sim) getPayout(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// listPayouts answers the store's payout list, newest first, as BTCPay
+// does: neither filtered nor paged. It is written as a stream, a chunk of
+// payouts at a time (the lock held only while a chunk is read), so that a
+// client that stops reading early costs the simulator no more than what
+// it read.
 func (s *Sim) listPayouts(w http.ResponseWriter, r *http.Request) {
 	withCancelled := r.URL.Query().Get("includeCancelled") == "true"
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.listings++
-	out := []payoutJSON{}
-	for i := len(s.payOrder) - 1; i >= 0; i-- {
-		po := s.payouts[s.payOrder[i]]
-		if po.state == poCancelled && !withCancelled {
-			continue
+	next := len(s.payOrder) - 1
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	enc := json.NewEncoder(bw)
+	_ = bw.WriteByte('[')
+	first := true
+	chunk := make([]payoutJSON, 0, listChunk)
+	for next >= 0 {
+		chunk = chunk[:0]
+		s.mu.Lock()
+		for ; next >= 0 && len(chunk) < listChunk; next-- {
+			po := s.payouts[s.payOrder[next]]
+			if po.state == poCancelled && !withCancelled {
+				continue
+			}
+			chunk = append(chunk, po.view())
 		}
-		out = append(out, po.view())
+		s.mu.Unlock()
+		for _, v := range chunk {
+			if !first {
+				_ = bw.WriteByte(',')
+			}
+			first = false
+			if err := enc.Encode(v); err != nil {
+				return // the client went away
+			}
+		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	_ = bw.WriteByte(']')
+	_ = bw.Flush()
 }
+
+// listChunk is how many payouts the list reads under the lock at a time.
+const listChunk = 256
+
+// AddPastPayouts adds n completed on-chain payouts of other withdrawals,
+// dated one second apart up to span before now (oldest first), as a
+// store that has paid for a long time holds: the lookups of a
+// withdrawal's payouts run against a list that long. They go before every
+// payout already there in the list's order (their dates are older).
+func (s *Sim) AddPastPayouts(n int, span time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	past := make([]string, 0, n)
+	step := span / time.Duration(max(n, 1))
+	amt := decimal.MustNew(10_000, 8)
+	for i := range n {
+		txid := randHex(32)
+		meta, _ := json.Marshal(map[string]string{btcpay.MetadataWithdrawalID: uuidLike(i)})
+		po := &payout{id: newID(20), revision: 1, date: now.Add(-span + time.Duration(i)*step), destination: "bcrt1qpast" + fmt.Sprint(i),
+			method: btcpay.MethodBTCChain, amount: amt, payoutAmount: &amt, state: poCompleted, proof: onChainProof(txid, true),
+			metadata: meta, dedup: "past" + fmt.Sprint(i), txid: txid}
+		s.payouts[po.id] = po
+		past = append(past, po.id)
+	}
+	s.payOrder = append(past, s.payOrder...)
+}
+
+// uuidLike makes a withdrawal id of the uuid's shape from i.
+func uuidLike(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
 func (s *Sim) cancelPayout(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
@@ -450,6 +508,36 @@ func (s *Sim) BouncePayout(id string) error {
 	po.state, po.proof, po.stalled = poAwaitingPayment, nil, false
 	s.emitPayout(po, btcpay.EventPayoutUpdated)
 	return nil
+}
+
+// UnmarkPayout returns an in-progress on-chain payout to AwaitingPayment
+// as BTCPay's mark AwaitingPayment does (by hand, or a processor that
+// lost track of it): the proof is cleared, but the transaction stays in
+// the wallet and may still confirm. The payout can then be cancelled.
+func (s *Sim) UnmarkPayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	if po.state != poInProgress || po.method != btcpay.MethodBTCChain {
+		return fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
+	}
+	po.state, po.proof, po.stalled, po.txid = poAwaitingPayment, nil, false, ""
+	s.emitPayout(po, btcpay.EventPayoutUpdated)
+	return nil
+}
+
+// CancelPayout cancels a payout that is neither in progress nor completed.
+func (s *Sim) CancelPayout(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	return s.cancelLocked(po)
 }
 
 // StallPayout leaves a payout InProgress with no outcome: a Lightning

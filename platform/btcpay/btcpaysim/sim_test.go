@@ -439,7 +439,7 @@ func TestPayoutStates(t *testing.T) {
 	var re *btcpay.RefusedError
 	require.ErrorAs(t, err, &re)
 	require.Equal(t, "amount-too-low", re.Code)
-	found, err := b.client.PayoutsByWithdrawalID(ctx, "dust")
+	found, err := b.client.PayoutsByWithdrawalID(ctx, "dust", time.Time{})
 	require.NoError(t, err)
 	require.Len(t, found, 1)
 	require.Equal(t, btcpay.PayoutCancelled, found[0].State)

@@ -23,6 +23,7 @@ type walletTx struct {
 	invoiceID     string
 	payouts       []string // the payouts it pays, the first its label
 	unlinked      bool     // the object graph links none of them (UnlinkTransaction)
+	replaced      bool     // a conflicting transaction was mined instead (ReplaceTransaction)
 	address       string
 }
 
@@ -65,12 +66,15 @@ func (w *wallet) receive(hash string, amt decimal.Decimal, confs int64, at time.
 	}
 }
 
-// confirm mines blocks until the tx has confs confirmations.
+// confirm mines blocks until the tx has confs confirmations. A replaced
+// transaction confirms after all when a reorganisation drops its
+// conflict.
 func (w *wallet) confirm(hash string, confs int64) {
 	t := w.find(hash)
 	if t == nil || t.confirmations >= confs {
 		return
 	}
+	t.replaced = false
 	if t.height == 0 {
 		w.height++
 		t.height = w.height
@@ -102,6 +106,9 @@ func (w *wallet) unpay(po *payout) {
 func (w *wallet) balances() (confirmed, unconfirmed decimal.Decimal) {
 	confirmed, unconfirmed = w.baseConfirmed, w.baseUnconfirmed
 	for _, t := range w.txs {
+		if t.replaced {
+			continue // it spends nothing: its conflict did
+		}
 		if t.confirmations > 0 {
 			confirmed, _ = confirmed.Add(t.amount)
 		} else {
@@ -216,6 +223,25 @@ func (s *Sim) AddOutput(txid, amount string) error {
 		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
 	}
 	t.amount, _ = t.amount.Add(d)
+	return nil
+}
+
+// ReplaceTransaction marks unconfirmed wallet transaction txid replaced: a
+// conflicting transaction (a fee bump, a double spend of its inputs) was
+// mined instead, so it can no longer confirm unless that block is
+// reorganised away (ConfirmTransaction then confirms it). BTCPay's
+// wallet reports it with status Replaced.
+func (s *Sim) ReplaceTransaction(txid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.wallet.find(txid)
+	if t == nil {
+		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
+	}
+	if t.confirmations > 0 {
+		return fmt.Errorf("%w: transaction %s is confirmed", ErrInvalidState, txid)
+	}
+	t.replaced = true
 	return nil
 }
 
@@ -396,8 +422,11 @@ type txJSON struct {
 
 func (t *walletTx) view() txJSON {
 	status := btcpay.TxUnconfirmed
-	if t.confirmations > 0 {
+	switch {
+	case t.confirmations > 0:
 		status = btcpay.TxConfirmed
+	case t.replaced:
+		status = btcpay.TxReplaced
 	}
 	v := txJSON{TransactionHash: t.hash, Amount: fmtDec(t.amount, 8), Confirmations: t.confirmations,
 		Timestamp: t.ts.Unix(), Status: status, Labels: map[string]map[string]any{}}
