@@ -68,20 +68,6 @@ func (c *copyRow) finding() string {
 	return fmt.Sprintf("%s: posting %d (entry %d) copies its entry as %s", name, c.posting, c.entry, strings.Join(diff, "; "))
 }
 
-// scanCopyDrifts lists the postings of rows (copyColumns) whose copies of
-// their entry diverge, and closes rows.
-func scanCopyDrifts(rows *sql.Rows, drifts *findings) error {
-	for rows.Next() {
-		var c copyRow
-		if err := rows.Scan(c.dest()...); err != nil {
-			rows.Close()
-			return err
-		}
-		drifts.addAt(c.code, c.finding())
-	}
-	return closeRows(rows)
-}
-
 // scanPostingFindings reads rows of the full check's pass over postings
 // and entries (entry, kind, asset, ref, posting, account, account exists,
 // account's asset, whether the posting is on a missing or foreign account,

@@ -883,7 +883,7 @@ UPDATE assets a
   FROM (SELECT 1) one LEFT JOIN h ON true
  WHERE a.asset = ?
    AND ((a.withdrawals_halted_since IS NULL) <> (h.kinds IS NULL) OR a.withdrawals_halted_by IS DISTINCT FROM h.kinds)`,
-		code, bun.In(haltingKinds), code).Exec(ctx)
+		code, bun.List(haltingKinds), code).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("halt %s withdrawals: %w", code, err)
 	}
@@ -902,7 +902,7 @@ func (s *Service) openEpisodes(ctx context.Context, idb bun.IDB, kind string) ([
 // acknowledged returns the open, acknowledged halting episodes.
 func (s *Service) acknowledged(ctx context.Context, idb bun.IDB) ([]Episode, error) {
 	var out []Episode
-	err := idb.NewSelect().Model(&out).Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NOT NULL", bun.In(haltingKinds)).
+	err := idb.NewSelect().Model(&out).Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NOT NULL", bun.List(haltingKinds)).
 		Order("asset", "kind").Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read acknowledged episodes: %w", err)
@@ -937,7 +937,7 @@ func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string)
 		}
 		q := tx.NewUpdate().Model(&acked).
 			Set("acked_at = ?, acked_by = ?, acked_shortfall = shortfall, acked_findings = findings", s.now(), actor.String()).
-			Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.In(haltingKinds))
+			Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.List(haltingKinds))
 		if code != "" {
 			q = q.Where("asset = ?", code)
 		}
