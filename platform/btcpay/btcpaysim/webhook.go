@@ -47,10 +47,14 @@ type hookState struct {
 	queue       []*pendingDelivery
 	held        bool
 	heldQ       []*pendingDelivery
-	duplicate   bool
-	sent        []Delivery
-	byID        map[string]*pendingDelivery
-	wake        chan struct{}
+	// sending is the delivery on its way to the receiver (popped from
+	// queue, not yet recorded in sent): still pending, so that a caller
+	// who waits for PendingWebhooks to reach 0 sees it delivered.
+	sending   int
+	duplicate bool
+	sent      []Delivery
+	byID      map[string]*pendingDelivery
+	wake      chan struct{}
 }
 
 // SetWebhook points deliveries at url, signed with secret.
@@ -140,11 +144,12 @@ func retried(status int) bool {
 	return status == 0 || status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
 
-// PendingWebhooks is the number of deliveries queued or held.
+// PendingWebhooks is the number of deliveries queued, held, or on their
+// way to the receiver (a retry waiting for its delay is not counted).
 func (s *Sim) PendingWebhooks() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.hooks.queue) + len(s.hooks.heldQ)
+	return len(s.hooks.queue) + len(s.hooks.heldQ) + s.hooks.sending
 }
 
 // emit queues an event for delivery. Called with s.mu held.
@@ -231,6 +236,7 @@ func (s *Sim) sendLoop() {
 		var d *pendingDelivery
 		if len(s.hooks.queue) > 0 {
 			d, s.hooks.queue = s.hooks.queue[0], s.hooks.queue[1:]
+			s.hooks.sending++
 		}
 		s.mu.Unlock()
 		if d == nil {
@@ -243,6 +249,9 @@ func (s *Sim) sendLoop() {
 		}
 		for attempt := 0; ; attempt++ {
 			retry := s.deliver(hc, d)
+			s.mu.Lock()
+			s.hooks.sending--
+			s.mu.Unlock()
 			if !retry || attempt >= len(s.o.WebhookRetryDelays) {
 				break
 			}
@@ -258,6 +267,7 @@ func (s *Sim) sendLoop() {
 			d = &pendingDelivery{ev: d.ev, id: newID(16), originalID: orig}
 			s.mu.Lock()
 			s.hooks.byID[d.id] = d
+			s.hooks.sending++
 			s.mu.Unlock()
 		}
 	}
