@@ -34,7 +34,11 @@ type receiver struct {
 	events []btcpay.WebhookEvent
 	raw    [][]byte
 	status int
-	url    string
+	// failing answers the next failing requests with 503, whatever status
+	// says: a retry test decided by the receiver, not by a race with the
+	// sender's retry delay.
+	failing int
+	url     string
 }
 
 func (r *receiver) all() []btcpay.WebhookEvent {
@@ -59,6 +63,12 @@ func (r *receiver) setStatus(s int) {
 	r.status = s
 }
 
+func (r *receiver) failNext(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failing = n
+}
+
 func setup(t *testing.T, o btcpaysim.Options) *bundle {
 	t.Helper()
 	rc := &receiver{status: http.StatusOK}
@@ -66,6 +76,11 @@ func setup(t *testing.T, o btcpaysim.Options) *bundle {
 		b, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
+		if rc.failing > 0 {
+			rc.failing--
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		if rc.status == http.StatusOK {
 			require.True(t, btcpay.VerifySignature("whsec", b, r.Header.Get(btcpay.SignatureHeader)))
 			e, err := btcpay.ParseWebhookEvent(b)
@@ -553,17 +568,17 @@ func TestWebhookDelivery(t *testing.T) {
 	t.Run("RetriedAsRedelivery", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, btcpaysim.Options{})
-		b.hooks.setStatus(http.StatusServiceUnavailable)
+		b.hooks.failNext(2)
 		inv := b.invoice(t, btcpay.MethodBTCChain, "BTC", "0.01")
 		require.NoError(t, b.sim.MarkSettled(inv.ID))
 		deadline := time.Now().Add(5 * time.Second)
-		for len(b.sim.Deliveries()) < 2 {
-			require.True(t, time.Now().Before(deadline))
+		for len(b.sim.Deliveries()) < 3 {
+			require.True(t, time.Now().Before(deadline), "the second retry never came")
 			time.Sleep(5 * time.Millisecond)
 		}
-		b.hooks.setStatus(http.StatusOK)
 		b.settle(t)
 		ds := b.sim.Deliveries()
+		require.Len(t, ds, 3, "two failures, then one delivery that is not retried")
 		first, last := ds[0], ds[len(ds)-1]
 		require.Equal(t, http.StatusServiceUnavailable, first.Status)
 		require.Equal(t, http.StatusOK, last.Status)
