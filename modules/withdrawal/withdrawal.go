@@ -214,7 +214,8 @@ type Withdrawal struct {
 	TransferMissingSince  *time.Time `bun:"transfer_missing_since"`
 	TransferMissingChecks int        `bun:"transfer_missing_checks"`
 	// RefundWatchUntil is, for a refunded withdrawal whose payout or
-	// transaction was known, the end of the watch for its confirmation
+	// transaction was known or that had a submission attempt, the end of
+	// the watch for its confirmation or a late payout
 	// (withdrawal.paid_after_refund).
 	RefundWatchUntil *time.Time `bun:"refund_watch_until"`
 	CreatedAt        time.Time  `bun:"created_at"`

@@ -236,8 +236,9 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	if err := windowSub(ctx, tx, w.Asset, w.VolumeMinute, w.AmountGross); err != nil {
 		return Withdrawal{}, err
 	}
-	if w.Txid != nil || w.BackendRef != nil {
-		// Its payout or transaction may still confirm: watched
+	if w.Txid != nil || w.BackendRef != nil || w.SubmitAttempts > 0 {
+		// Its payout or transaction may still confirm, or a create call
+		// of an attempt may still make a payout: watched
 		// (withdrawal.paid_after_refund).
 		set["refund_watch_until"] = s.now().Add(RefundWatch)
 	}

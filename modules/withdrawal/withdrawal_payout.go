@@ -123,6 +123,15 @@ import (
 // it pending or confirmed (transactionGone), and a release of one still
 // submitting only once its claim has lapsed (claimLapsed).
 //
+// A withdrawal released after any submission attempt is watched too, even
+// with no payout recorded: a create call that was still on its way to the
+// processor when the release read the processor's list (a stalled
+// submitter, a slow processor) can make a payout afterwards, which the
+// processor would pay. Each pass lists the payouts carrying the
+// withdrawal id (latePayout) and raises withdrawal.paid_after_refund for
+// any but the recorded one that is not cancelled, naming its state: an
+// operator cancels it while it has not paid, or corrects the books.
+//
 // # Refusals that are not about the payout
 //
 // 401, 403, 404 and 429 on creation say the deployment is wrong (a key
@@ -729,6 +738,11 @@ func (s *Service) trackRow(ctx context.Context, w Withdrawal) error {
 			return nil
 		}
 	}
+	if w.Status == StatusRefunded && w.RefundWatchUntil != nil && (w.BackendRef == nil || w.SubmitAttempts > 1) {
+		if raised, err := s.latePayout(ctx, w); err != nil || raised {
+			return err
+		}
+	}
 	if w.BackendRef == nil {
 		// A Lightning withdrawal that failed before any payout existed.
 		if w.Asset == asset.BTCLN && w.Status == StatusFailed && s.invoiceExpired(w) {
@@ -741,6 +755,31 @@ func (s *Service) trackRow(ctx context.Context, w Withdrawal) error {
 		return fmt.Errorf("withdrawal %s: read payout %s: %w", w.ID, *w.BackendRef, err)
 	}
 	return s.follow(ctx, w, p)
+}
+
+// latePayout raises withdrawal.paid_after_refund when the processor holds
+// a payout of the refunded withdrawal w that is not cancelled and is not
+// the one the service recorded: one that an attempt's create call made
+// after the release checked the processor (see the file comment). It
+// reports whether it raised.
+func (s *Service) latePayout(ctx context.Context, w Withdrawal) (bool, error) {
+	ps, err := s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String(), payoutsSince(w))
+	if err != nil {
+		return false, fmt.Errorf("withdrawal %s: list the payouts of a released withdrawal: %w", w.ID, err)
+	}
+	for _, p := range ps {
+		if p.State == btcpay.PayoutCancelled || (w.BackendRef != nil && p.ID == *w.BackendRef) {
+			continue
+		}
+		what := fmt.Sprintf("is %s at the processor, so it may still pay: cancel it in the processor now; if it has paid", p.State)
+		if p.State == btcpay.PayoutCompleted {
+			what = "completed: the user was paid and refunded;"
+		}
+		s.paidAfterRefund(ctx, w, fmt.Sprintf("withdrawal %s was released (its hold returned to the user) but payout %s, made for it at the processor after the release was checked, %s "+
+			"correct the books (svc admin ledger) and recover the money", w.ID, p.ID, what))
+		return true, nil
+	}
+	return false, nil
 }
 
 // follow moves withdrawal w (as read) to match its payout p (as read).
