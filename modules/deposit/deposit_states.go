@@ -7,7 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/event"
-	"svc/platform/db"
+	"svc/platform/fsm"
 )
 
 // Status is a deposit's state (SPEC "States and transitions").
@@ -55,51 +55,43 @@ const (
 	ResolveDismiss       Trigger = "resolve with action dismiss"
 )
 
-// Transition is one row of the table.
-type Transition struct {
-	From    []Status
-	Trigger Trigger
-	To      Status
-	Event   event.Type // "" when the row emits no event
-}
+// Transition is one row of the table; its Event is "" when the row emits
+// no event.
+type Transition = fsm.Transition[Status, Trigger, event.Type]
 
-// transitions is the SPEC's deposit table, the only place that says which
+// machine holds the SPEC's deposit table, the only place that says which
 // status may follow which. "any" of the SPEC's review row means every
 // state that has an invoice and is not terminal; review itself stays in
 // review without a second event.
-var transitions = []Transition{
-	{From: []Status{StatusCreating}, Trigger: AddressIssued, To: StatusPending},
-	{From: []Status{StatusCreating}, Trigger: ProcessorRefused, To: StatusFailed},
-	{From: []Status{StatusPending}, Trigger: PaymentSeen, To: StatusConfirming, Event: event.DepositDetected},
-	{From: []Status{StatusConfirming}, Trigger: PaymentConfirmed, To: StatusSettled, Event: event.DepositSettled},
-	{From: []Status{StatusPending}, Trigger: WindowClosed, To: StatusExpired, Event: event.DepositExpired},
-	{From: []Status{StatusSettled, StatusExpired}, Trigger: LaterPayment, To: StatusReview, Event: event.DepositReviewRequired},
-	{From: []Status{StatusPending, StatusConfirming, StatusSettled, StatusExpired}, Trigger: NeedsReview, To: StatusReview, Event: event.DepositReviewRequired},
-	{From: []Status{StatusReview}, Trigger: NeedsReview, To: StatusReview},
-	{From: []Status{StatusReview}, Trigger: LaterPayment, To: StatusReview},
-	{From: []Status{StatusReview}, Trigger: ResolveCredit, To: StatusSettled, Event: event.DepositSettled},
-	{From: []Status{StatusReview}, Trigger: ResolveCreditPartial, To: StatusReview},
-	{From: []Status{StatusReview}, Trigger: ResolveDismiss, To: StatusDismissed},
+var machine = &fsm.Machine[Status, Trigger, event.Type]{
+	Table: "deposits",
+	Noun:  "deposit",
+	Rows: []Transition{
+		{From: []Status{StatusCreating}, Trigger: AddressIssued, To: StatusPending},
+		{From: []Status{StatusCreating}, Trigger: ProcessorRefused, To: StatusFailed},
+		{From: []Status{StatusPending}, Trigger: PaymentSeen, To: StatusConfirming, Event: event.DepositDetected},
+		{From: []Status{StatusConfirming}, Trigger: PaymentConfirmed, To: StatusSettled, Event: event.DepositSettled},
+		{From: []Status{StatusPending}, Trigger: WindowClosed, To: StatusExpired, Event: event.DepositExpired},
+		{From: []Status{StatusSettled, StatusExpired}, Trigger: LaterPayment, To: StatusReview, Event: event.DepositReviewRequired},
+		{From: []Status{StatusPending, StatusConfirming, StatusSettled, StatusExpired}, Trigger: NeedsReview, To: StatusReview, Event: event.DepositReviewRequired},
+		{From: []Status{StatusReview}, Trigger: NeedsReview, To: StatusReview},
+		{From: []Status{StatusReview}, Trigger: LaterPayment, To: StatusReview},
+		{From: []Status{StatusReview}, Trigger: ResolveCredit, To: StatusSettled, Event: event.DepositSettled},
+		{From: []Status{StatusReview}, Trigger: ResolveCreditPartial, To: StatusReview},
+		{From: []Status{StatusReview}, Trigger: ResolveDismiss, To: StatusDismissed},
+	},
+	Refuse: func(from Status, t Trigger) error {
+		return fmt.Errorf("%w: %q from %s", ErrIllegalTransition, t, from)
+	},
+	MovedOn: func(msg string) error { return fmt.Errorf("%w: %s", ErrIllegalTransition, msg) },
 }
 
 // Transitions returns a copy of the table (for documentation and tests).
-func Transitions() []Transition { return append([]Transition(nil), transitions...) }
+func Transitions() []Transition { return machine.Transitions() }
 
 // Next returns the row that trigger t fires from status from, or an error
 // matching ErrIllegalTransition.
-func Next(from Status, t Trigger) (Transition, error) {
-	for _, tr := range transitions {
-		if tr.Trigger != t {
-			continue
-		}
-		for _, f := range tr.From {
-			if f == from {
-				return tr, nil
-			}
-		}
-	}
-	return Transition{}, fmt.Errorf("%w: %q from %s", ErrIllegalTransition, t, from)
-}
+func Next(from Status, t Trigger) (Transition, error) { return machine.Next(from, t) }
 
 // transit moves d (locked by the caller's transaction) along the table and
 // emits the row's event, built by data from the deposit's new state. The
@@ -113,21 +105,16 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, d *Deposit, t Trigger,
 	now := s.now()
 	from := d.Status
 	if tr.To != from {
-		// Real parameters (db.Querier): every step of every deposit.
-		set := ""
+		// Real parameters (db.Exec): every step of every deposit.
+		var set []string
 		switch tr.To {
 		case StatusSettled, StatusExpired:
-			set = ", closed_at = COALESCE(closed_at, $2)"
+			set = []string{"closed_at = COALESCE(closed_at, $2)"}
 		case StatusReview:
-			set = ", review_at = $2"
+			set = []string{"review_at = $2"}
 		}
-		res, err := db.Exec(ctx, tx, "UPDATE deposits SET status = $1, updated_at = $2"+set+" WHERE id = $3 AND status = $4",
-			string(tr.To), now, d.ID, string(from))
-		if err != nil {
-			return fmt.Errorf("deposit %s: %s -> %s: %w", d.ID, from, tr.To, err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return fmt.Errorf("%w: deposit %s is no longer %s", ErrIllegalTransition, d.ID, from)
+		if err := machine.Apply(ctx, tx, fsm.Step[Status]{ID: d.ID, From: from, To: tr.To, At: now, Exprs: set}); err != nil {
+			return err
 		}
 		d.Status, d.UpdatedAt = tr.To, now
 		switch tr.To {

@@ -3,15 +3,11 @@ package withdrawal
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 
-	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/fsm"
 )
 
 // Status is a withdrawal's state (SPEC "States and transitions").
@@ -91,54 +87,51 @@ const (
 	Expire Trigger = "expire"
 )
 
-// Transition is one row of the table.
-type Transition struct {
-	From    []Status
-	Trigger Trigger
-	To      Status
-}
+// Transition is one row of the table (its rows emit no event).
+type Transition = fsm.Transition[Status, Trigger, fsm.NoEvent]
 
-// transitions is the SPEC's withdrawal table with the steps it leaves to
-// the service (claim, retry, requeue, accept, broadcast, fail, expire: the payout
-// work of withdrawal_payout.go). Creation (new -> pending_approval or approved) is not a
-// transition of a stored row. Reject goes straight to refunded because
-// the hold is returned in the same transaction. Release is refused from
-// pending_approval (reject it instead) and from the terminal states; from
-// submitting it is allowed only once the submitter's claim has lapsed
-// (Service.Release checks that, and asks the processor).
-var transitions = []Transition{
-	{From: []Status{StatusPendingApproval}, Trigger: Approve, To: StatusApproved},
-	{From: []Status{StatusPendingApproval}, Trigger: Reject, To: StatusRefunded},
-	{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
-	{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
-	{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
-	{From: []Status{StatusApproved, StatusSubmitting}, Trigger: Claim, To: StatusSubmitting},
-	{From: []Status{StatusSubmitting}, Trigger: Retry, To: StatusSubmitting},
-	{From: []Status{StatusSubmitting}, Trigger: Requeue, To: StatusApproved},
-	{From: []Status{StatusSubmitting}, Trigger: Accept, To: StatusSubmitted},
-	// From failed too: a payout the processor had given up on can still
-	// confirm, and is then settled, never refunded.
-	{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Broadcast, To: StatusBroadcast},
-	{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast}, Trigger: Fail, To: StatusFailed},
-	{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Expire, To: StatusRefunded},
+// machine holds the SPEC's withdrawal table with the steps it leaves to
+// the service (claim, retry, requeue, accept, broadcast, fail, expire: the
+// payout work of withdrawal_payout.go). Creation (new -> pending_approval
+// or approved) is not a transition of a stored row. Reject goes straight
+// to refunded because the hold is returned in the same transaction.
+// Release is refused from pending_approval (reject it instead) and from
+// the terminal states; from submitting it is allowed only once the
+// submitter's claim has lapsed (Service.Release checks that, and asks the
+// processor).
+var machine = &fsm.Machine[Status, Trigger, fsm.NoEvent]{
+	Table: "withdrawals",
+	Noun:  "withdrawal",
+	Rows: []Transition{
+		{From: []Status{StatusPendingApproval}, Trigger: Approve, To: StatusApproved},
+		{From: []Status{StatusPendingApproval}, Trigger: Reject, To: StatusRefunded},
+		{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast, StatusFailed}, Trigger: Release, To: StatusRefunded},
+		{From: []Status{StatusApproved}, Trigger: MarkBroadcast, To: StatusBroadcast},
+		{From: []Status{StatusBroadcast}, Trigger: Confirm, To: StatusConfirmed},
+		{From: []Status{StatusApproved, StatusSubmitting}, Trigger: Claim, To: StatusSubmitting},
+		{From: []Status{StatusSubmitting}, Trigger: Retry, To: StatusSubmitting},
+		{From: []Status{StatusSubmitting}, Trigger: Requeue, To: StatusApproved},
+		{From: []Status{StatusSubmitting}, Trigger: Accept, To: StatusSubmitted},
+		// From failed too: a payout the processor had given up on can still
+		// confirm, and is then settled, never refunded.
+		{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Broadcast, To: StatusBroadcast},
+		{From: []Status{StatusApproved, StatusSubmitting, StatusSubmitted, StatusBroadcast}, Trigger: Fail, To: StatusFailed},
+		{From: []Status{StatusSubmitted, StatusFailed}, Trigger: Expire, To: StatusRefunded},
+	},
+	Refuse:  refuse,
+	MovedOn: func(msg string) error { return fault.Wrap(fault.Conflict, msg, ErrIllegalTransition) },
 }
 
 // Transitions returns a copy of the table (for documentation and tests).
-func Transitions() []Transition { return append([]Transition(nil), transitions...) }
+func Transitions() []Transition { return machine.Transitions() }
 
 // Next returns the row that trigger t fires from status from, or an error
 // matching ErrIllegalTransition that says why.
-func Next(from Status, t Trigger) (Transition, error) {
-	for _, tr := range transitions {
-		if tr.Trigger != t {
-			continue
-		}
-		for _, f := range tr.From {
-			if f == from {
-				return tr, nil
-			}
-		}
-	}
+func Next(from Status, t Trigger) (Transition, error) { return machine.Next(from, t) }
+
+// refuse is the error of a trigger that no row fires from status from,
+// saying why.
+func refuse(from Status, t Trigger) error {
 	why := ""
 	switch {
 	case t == Release && from == StatusPendingApproval:
@@ -152,7 +145,7 @@ func Next(from Status, t Trigger) (Transition, error) {
 	case t == MarkBroadcast:
 		why = ": only an approved USDT_TRC20 withdrawal awaits an off-service send"
 	}
-	return Transition{}, fault.Wrap(fault.Conflict, fmt.Sprintf("cannot %s a withdrawal that is %s%s", t, from, why), ErrIllegalTransition)
+	return fault.Wrap(fault.Conflict, fmt.Sprintf("cannot %s a withdrawal that is %s%s", t, from, why), ErrIllegalTransition)
 }
 
 // transit moves w (locked by the caller's transaction) along the table,
@@ -170,29 +163,8 @@ func (s *Service) transitIf(ctx context.Context, idb bun.IDB, w *Withdrawal, t T
 	if err != nil {
 		return err
 	}
-	from := w.Status
 	// Real parameters (db.QueryModel), the columns in a fixed order: one
 	// statement text per set of columns, prepared once per connection.
-	var b strings.Builder
-	args := []any{string(tr.To), s.now()}
-	b.WriteString("UPDATE withdrawals SET status = $1, updated_at = $2")
-	for _, col := range slices.Sorted(maps.Keys(set)) {
-		args = append(args, set[col])
-		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
-	}
-	args = append(args, w.ID, string(from))
-	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d", len(args)-1, len(args))
-	if guard != "" {
-		args = append(args, value)
-		fmt.Fprintf(&b, " AND %s = $%d", pgx.Identifier{guard}.Sanitize(), len(args))
-	}
-	b.WriteString(" RETURNING " + db.Columns(idb, w))
-	err = db.QueryModel(ctx, idb, w, b.String(), args...)
-	if db.IsNoRows(err) {
-		return fault.Wrap(fault.Conflict, fmt.Sprintf("withdrawal %s is no longer %s", w.ID, from), ErrIllegalTransition)
-	}
-	if err != nil {
-		return fmt.Errorf("withdrawal %s: %s -> %s: %w", w.ID, from, tr.To, err)
-	}
-	return nil
+	return machine.Apply(ctx, idb, fsm.Step[Status]{ID: w.ID, From: w.Status, To: tr.To, At: s.now(),
+		Set: set, Guard: guard, GuardValue: value, Into: w})
 }

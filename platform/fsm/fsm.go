@@ -1,0 +1,155 @@
+// Package fsm is the state machine every resource moves along: a table of
+// transitions (which trigger leads from which statuses to which status),
+// its lookup, and the guarded UPDATE that writes a step only while the
+// row still holds the status it was read in.
+//
+// A module keeps its statuses, its triggers and its rows; the mechanism is
+// here, the same for deposits, withdrawals and whatever comes next.
+package fsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/uptrace/bun"
+
+	"svc/platform/db"
+)
+
+// Transition is one row of a table: Trigger fired from any of From leads
+// to To. Event is what the row emits, the zero value when nothing (a
+// table whose rows emit nothing uses NoEvent).
+type Transition[S, T comparable, E any] struct {
+	From    []S
+	Trigger T
+	To      S
+	Event   E
+}
+
+// NoEvent is the event type of a table whose rows emit nothing.
+type NoEvent struct{}
+
+// Machine is a resource's transition table and where its rows are stored.
+type Machine[S ~string, T comparable, E any] struct {
+	// Table is the resource's SQL table; its rows have the columns id,
+	// status and updated_at.
+	Table string
+	// Noun names one row in errors ("deposit").
+	Noun string
+	// Rows is the table, the only place that says which status may
+	// follow which.
+	Rows []Transition[S, T, E]
+	// Refuse is the error for a trigger that no row fires from a status;
+	// nil: an error matching ErrNoTransition.
+	Refuse func(from S, t T) error
+	// MovedOn is the error for a guarded update that found the row no
+	// longer in the status it was read in, given what happened ("deposit
+	// <id> is no longer pending"); nil: an error matching ErrMovedOn.
+	MovedOn func(msg string) error
+}
+
+// Transitions returns a copy of the rows (for documentation and tests).
+func (m *Machine[S, T, E]) Transitions() []Transition[S, T, E] {
+	return append([]Transition[S, T, E](nil), m.Rows...)
+}
+
+// Next returns the row that trigger t fires from status from, or
+// m.Refuse's error when there is none.
+func (m *Machine[S, T, E]) Next(from S, t T) (Transition[S, T, E], error) {
+	for _, tr := range m.Rows {
+		if tr.Trigger == t && slices.Contains(tr.From, from) {
+			return tr, nil
+		}
+	}
+	if m.Refuse == nil {
+		return Transition[S, T, E]{}, fmt.Errorf("%w: %v from %v", ErrNoTransition, t, from)
+	}
+	return Transition[S, T, E]{}, m.Refuse(from, t)
+}
+
+// The errors of a Machine without its own Refuse and MovedOn.
+var (
+	// ErrNoTransition: no row of the table fires the trigger from the status.
+	ErrNoTransition = errors.New("no transition")
+	// ErrMovedOn: a guarded update found the row no longer in the status
+	// the caller read (or its extra guard no longer holds).
+	ErrMovedOn = errors.New("the row moved on")
+)
+
+// Step is the write of one transition of one row.
+type Step[S ~string] struct {
+	ID       any       // the row's id
+	From, To S         // the status the caller read, and the next one
+	At       time.Time // updated_at, and $2 for the expressions of Exprs
+	// Exprs are further assignments written as SQL, which may use $2 (At),
+	// as "closed_at = COALESCE(closed_at, $2)".
+	Exprs []string
+	// Set are further columns set to values, written in name order: one
+	// statement text per set of columns.
+	Set map[string]any
+	// Guard, when not empty, is a column that must still hold GuardValue.
+	Guard      string
+	GuardValue any
+	// Into, when not nil, is the bun model the updated row is read back
+	// into (RETURNING its columns).
+	Into any
+}
+
+// Apply writes st on idb (a transaction that holds the row's lock, or any
+// handle when the guards say enough) in one statement with real
+// parameters:
+//
+//	UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ RETURNING ...]
+//
+// The update applies only while the row is still in st.From (and the
+// guard holds), so that a concurrent change that slipped past the lock
+// fails loudly instead of being overwritten (see MovedOn).
+func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) error {
+	var b strings.Builder
+	args := []any{string(st.To), st.At}
+	b.WriteString("UPDATE " + m.Table + " SET status = $1, updated_at = $2")
+	for _, e := range st.Exprs {
+		b.WriteString(", " + e)
+	}
+	for _, col := range slices.Sorted(maps.Keys(st.Set)) {
+		args = append(args, st.Set[col])
+		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
+	}
+	args = append(args, st.ID, string(st.From))
+	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d", len(args)-1, len(args))
+	if st.Guard != "" {
+		args = append(args, st.GuardValue)
+		fmt.Fprintf(&b, " AND %s = $%d", pgx.Identifier{st.Guard}.Sanitize(), len(args))
+	}
+	moved := false
+	var err error
+	if st.Into != nil {
+		b.WriteString(" RETURNING " + db.Columns(idb, st.Into))
+		err = db.QueryModel(ctx, idb, st.Into, b.String(), args...)
+		moved = db.IsNoRows(err)
+	} else {
+		res, xerr := db.Exec(ctx, idb, b.String(), args...)
+		err = xerr
+		if err == nil {
+			n, _ := res.RowsAffected()
+			moved = n != 1
+		}
+	}
+	if moved {
+		msg := fmt.Sprintf("%s %v is no longer %s", m.Noun, st.ID, st.From)
+		if m.MovedOn == nil {
+			return fmt.Errorf("%w: %s", ErrMovedOn, msg)
+		}
+		return m.MovedOn(msg)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %v: %s -> %s: %w", m.Noun, st.ID, st.From, st.To, err)
+	}
+	return nil
+}
