@@ -8,7 +8,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/alert"
-	"svc/modules/asset"
 	"svc/platform/btcpay"
 	"svc/platform/db"
 )
@@ -49,15 +48,10 @@ func (s *Service) reconcileOther(ctx context.Context, d Deposit, invoiceID strin
 		if err != nil {
 			return err
 		}
-		a, err := (&asset.Store{DB: tx}).Get(ctx, d.Asset)
+		a, rows, err := assetAndPayments(ctx, tx, d)
 		if err != nil {
 			return err
 		}
-		byDeposit, err := payments(ctx, tx, d.ID)
-		if err != nil {
-			return err
-		}
-		rows := byDeposit[d.ID]
 		now := s.now()
 		reason := fmt.Sprintf("%s (%s), not the deposit's own (%s): a creation retried while the processor was slow made two; "+
 			"check the invoice in the processor, then credit the payment or dismiss it", ReasonOtherInvoice, inv.ID, deref(d.InvoiceID))

@@ -18,6 +18,19 @@ import (
 	"svc/platform/money"
 )
 
+// assetAndPayments reads, in tx, the asset of d and d's payments.
+func assetAndPayments(ctx context.Context, tx bun.Tx, d Deposit) (asset.Asset, []Payment, error) {
+	a, err := (&asset.Store{DB: tx}).Get(ctx, d.Asset)
+	if err != nil {
+		return asset.Asset{}, nil, err
+	}
+	byDeposit, err := payments(ctx, tx, d.ID)
+	if err != nil {
+		return asset.Asset{}, nil, err
+	}
+	return a, byDeposit[d.ID], nil
+}
+
 // classify turns a payment seen for the first time into its row, and says
 // whether it needs an operator.
 func (s *Service) classify(d Deposit, a asset.Asset, inv btcpay.Invoice, grace []holder, method string, pp btcpay.Payment, now time.Time) (Payment, reviewItem) {

@@ -199,15 +199,10 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	if d.Status == StatusCreating || d.Status == StatusFailed || d.InvoiceID == nil || *d.InvoiceID != inv.ID {
 		return nil
 	}
-	a, err := (&asset.Store{DB: tx}).Get(ctx, d.Asset)
+	a, rows, err := assetAndPayments(ctx, tx, d)
 	if err != nil {
 		return err
 	}
-	byDeposit, err := payments(ctx, tx, d.ID)
-	if err != nil {
-		return err
-	}
-	rows := byDeposit[d.ID]
 	index := make(map[string]int, len(rows))
 	for i, p := range rows {
 		index[p.PaymentID] = i
