@@ -162,34 +162,19 @@ func (s *Sim) findPayment(inv *invoice, paymentID string) (*prompt, *payment) {
 // policy asks for: it becomes Settled (InvoicePaymentSettled), and the
 // invoice with it when every payment is (InvoiceSettled).
 func (s *Sim) ConfirmPayment(invoiceID, paymentID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(invoiceID)
-	if err != nil {
-		return err
-	}
-	_, pm := s.findPayment(inv, paymentID)
-	if pm == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownPayment, paymentID)
-	}
-	s.confirmLocked(inv, pm)
-	return nil
+	return s.onPayment(invoiceID, paymentID, s.confirmLocked)
 }
 
 // Confirm confirms every payment of the invoice still Processing.
 func (s *Sim) Confirm(invoiceID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(invoiceID)
-	if err != nil {
-		return err
-	}
-	for _, p := range inv.prompts {
-		for _, pm := range p.payments {
-			s.confirmLocked(inv, pm)
+	return s.onInvoice(invoiceID, func(inv *invoice) error {
+		for _, p := range inv.prompts {
+			for _, pm := range p.payments {
+				s.confirmLocked(inv, pm)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *Sim) confirmLocked(inv *invoice, pm *payment) {
@@ -207,20 +192,24 @@ func (s *Sim) confirmLocked(inv *invoice, pm *payment) {
 // InvalidatePayment makes a payment unaccounted, as a replaced or
 // double-spent transaction is: a Processing invoice falls back to New.
 func (s *Sim) InvalidatePayment(invoiceID, paymentID string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(invoiceID)
-	if err != nil {
-		return err
-	}
-	_, pm := s.findPayment(inv, paymentID)
-	if pm == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownPayment, paymentID)
-	}
-	pm.status = payInvalid
-	if pm.method == btcpay.MethodBTCChain {
-		s.wallet.drop(pm.txid)
-	}
-	s.update(inv, s.now())
-	return nil
+	return s.onPayment(invoiceID, paymentID, func(inv *invoice, pm *payment) {
+		pm.status = payInvalid
+		if pm.method == btcpay.MethodBTCChain {
+			s.wallet.drop(pm.txid)
+		}
+		s.update(inv, s.now())
+	})
+}
+
+// onPayment runs fn on payment paymentID of invoice invoiceID (see
+// onInvoice).
+func (s *Sim) onPayment(invoiceID, paymentID string, fn func(inv *invoice, pm *payment)) error {
+	return s.onInvoice(invoiceID, func(inv *invoice) error {
+		_, pm := s.findPayment(inv, paymentID)
+		if pm == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownPayment, paymentID)
+		}
+		fn(inv, pm)
+		return nil
+	})
 }

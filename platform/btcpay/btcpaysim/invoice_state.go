@@ -164,23 +164,30 @@ func (s *Sim) invoiceLocked(id string) (*invoice, error) {
 	return inv, nil
 }
 
-// Expire ends a New invoice's payment window now (InvoiceExpired).
-// Monitoring continues for the invoice's monitoring minutes from now.
-func (s *Sim) Expire(invoiceID string) error {
+// onInvoice runs fn on invoice id, brought up to date, with s.mu held.
+func (s *Sim) onInvoice(id string, fn func(inv *invoice) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(invoiceID)
+	inv, err := s.invoiceLocked(id)
 	if err != nil {
 		return err
 	}
-	if inv.status != stNew {
-		return fmt.Errorf("%w: invoice is %s", ErrInvalidState, inv.status)
-	}
-	now := s.now()
-	inv.expiration = now
-	inv.monitoring = now.Add(time.Duration(inv.checkout.MonitoringMinutes) * time.Minute)
-	s.expireLocked(inv)
-	return nil
+	return fn(inv)
+}
+
+// Expire ends a New invoice's payment window now (InvoiceExpired).
+// Monitoring continues for the invoice's monitoring minutes from now.
+func (s *Sim) Expire(invoiceID string) error {
+	return s.onInvoice(invoiceID, func(inv *invoice) error {
+		if inv.status != stNew {
+			return fmt.Errorf("%w: invoice is %s", ErrInvalidState, inv.status)
+		}
+		now := s.now()
+		inv.expiration = now
+		inv.monitoring = now.Add(time.Duration(inv.checkout.MonitoringMinutes) * time.Minute)
+		s.expireLocked(inv)
+		return nil
+	})
 }
 
 // MarkSettled marks the invoice settled by hand, as an operator can in
@@ -192,11 +199,5 @@ func (s *Sim) MarkSettled(invoiceID string) error { return s.mark(invoiceID, stS
 func (s *Sim) MarkInvalid(invoiceID string) error { return s.mark(invoiceID, stInvalid) }
 
 func (s *Sim) mark(invoiceID, to string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(invoiceID)
-	if err != nil {
-		return err
-	}
-	return s.markLocked(inv, to)
+	return s.onInvoice(invoiceID, func(inv *invoice) error { return s.markLocked(inv, to) })
 }

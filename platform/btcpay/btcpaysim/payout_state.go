@@ -17,6 +17,17 @@ func (s *Sim) payoutLocked(id string) (*payout, error) {
 	return po, nil
 }
 
+// onPayout runs fn on payout id with s.mu held.
+func (s *Sim) onPayout(id string, fn func(po *payout) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	po, err := s.payoutLocked(id)
+	if err != nil {
+		return err
+	}
+	return fn(po)
+}
+
 func onChainProof(txid string, completed bool) json.RawMessage {
 	// PascalCase, as BTCPay serializes PayoutTransactionOnChainBlob.
 	candidates := any([]string{txid})
@@ -45,34 +56,28 @@ func lightningProof(hash, preimage string) json.RawMessage {
 
 // ApprovePayout approves a payout created without approval.
 func (s *Sim) ApprovePayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	if po.state != poAwaitingApproval {
-		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
-	}
-	s.approveLocked(po)
-	return nil
+	return s.onPayout(id, func(po *payout) error {
+		if po.state != poAwaitingApproval {
+			return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+		}
+		s.approveLocked(po)
+		return nil
+	})
 }
 
 // BroadcastPayout puts an approved on-chain payout's transaction on the
 // network (InProgress with its txid as proof); txid "" makes one up.
-func (s *Sim) BroadcastPayout(id, txid string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return "", err
-	}
-	if po.method != btcpay.MethodBTCChain || po.state != poAwaitingPayment {
-		return "", fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
-	}
-	s.broadcastLocked(po, txid)
-	s.emitPayout(po, btcpay.EventPayoutUpdated)
-	return po.txid, nil
+func (s *Sim) BroadcastPayout(id, txid string) (sent string, err error) {
+	err = s.onPayout(id, func(po *payout) error {
+		if po.method != btcpay.MethodBTCChain || po.state != poAwaitingPayment {
+			return fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
+		}
+		s.broadcastLocked(po, txid)
+		s.emitPayout(po, btcpay.EventPayoutUpdated)
+		sent = po.txid
+		return nil
+	})
+	return sent, err
 }
 
 func (s *Sim) broadcastLocked(po *payout, txid string) {
@@ -97,14 +102,12 @@ func (s *Sim) broadcastLocked(po *payout, txid string) {
 // CompletePayout completes an approved or in-progress payout: on chain its
 // transaction (txid, or a made-up one) confirms; on Lightning it is paid.
 // It returns the txid or payment hash.
-func (s *Sim) CompletePayout(id, txid string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return "", err
-	}
-	return s.completeLocked(po, txid)
+func (s *Sim) CompletePayout(id, txid string) (done string, err error) {
+	err = s.onPayout(id, func(po *payout) error {
+		done, err = s.completeLocked(po, txid)
+		return err
+	})
+	return done, err
 }
 
 func (s *Sim) completeLocked(po *payout, txid string) (string, error) {
@@ -133,63 +136,53 @@ func (s *Sim) completeLocked(po *payout, txid string) (string, error) {
 // FailPayout ends a payout as failed: BTCPay cancels it (a Lightning
 // payment that cannot be routed after its retries, an expired BOLT11).
 func (s *Sim) FailPayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	if po.state == poCompleted || po.state == poCancelled {
-		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
-	}
-	if po.txid != "" && po.method == btcpay.MethodBTCChain {
-		s.wallet.unpay(po)
-	}
-	po.state, po.proof, po.stalled = poCancelled, nil, false
-	s.emitPayout(po, btcpay.EventPayoutUpdated)
-	return nil
+	return s.onPayout(id, func(po *payout) error {
+		if po.state == poCompleted || po.state == poCancelled {
+			return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+		}
+		if po.txid != "" && po.method == btcpay.MethodBTCChain {
+			s.wallet.unpay(po)
+		}
+		po.state, po.proof, po.stalled = poCancelled, nil, false
+		s.emitPayout(po, btcpay.EventPayoutUpdated)
+		return nil
+	})
 }
 
 // ConfirmCancelledPayout completes a payout BTCPay had cancelled: the
 // transaction it had sent confirms after all (or, on Lightning, the payment
 // it gave up on succeeds). The processor's "failed" was not final.
-func (s *Sim) ConfirmCancelledPayout(id, txid string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return "", err
-	}
-	if po.state != poCancelled {
-		return "", fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
-	}
-	if po.payoutAmount == nil {
-		amt := po.amount
-		po.payoutAmount = &amt
-	}
-	po.state = poAwaitingPayment
-	return s.completeLocked(po, txid)
+func (s *Sim) ConfirmCancelledPayout(id, txid string) (done string, err error) {
+	err = s.onPayout(id, func(po *payout) error {
+		if po.state != poCancelled {
+			return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+		}
+		if po.payoutAmount == nil {
+			amt := po.amount
+			po.payoutAmount = &amt
+		}
+		po.state = poAwaitingPayment
+		done, err = s.completeLocked(po, txid)
+		return err
+	})
+	return done, err
 }
 
 // BouncePayout returns an in-progress payout to AwaitingPayment, as after
 // a failed Lightning attempt that BTCPay will retry.
 func (s *Sim) BouncePayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	if po.state != poInProgress {
-		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
-	}
-	if po.method == btcpay.MethodBTCChain {
-		s.wallet.unpay(po)
-		po.txid = ""
-	}
-	po.state, po.proof, po.stalled = poAwaitingPayment, nil, false
-	s.emitPayout(po, btcpay.EventPayoutUpdated)
-	return nil
+	return s.onPayout(id, func(po *payout) error {
+		if po.state != poInProgress {
+			return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+		}
+		if po.method == btcpay.MethodBTCChain {
+			s.wallet.unpay(po)
+			po.txid = ""
+		}
+		po.state, po.proof, po.stalled = poAwaitingPayment, nil, false
+		s.emitPayout(po, btcpay.EventPayoutUpdated)
+		return nil
+	})
 }
 
 // UnmarkPayout returns an in-progress on-chain payout to AwaitingPayment
@@ -197,53 +190,37 @@ func (s *Sim) BouncePayout(id string) error {
 // lost track of it): the proof is cleared, but the transaction stays in
 // the wallet and may still confirm. The payout can then be cancelled.
 func (s *Sim) UnmarkPayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	if po.state != poInProgress || po.method != btcpay.MethodBTCChain {
-		return fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
-	}
-	po.state, po.proof, po.stalled, po.txid = poAwaitingPayment, nil, false, ""
-	s.emitPayout(po, btcpay.EventPayoutUpdated)
-	return nil
+	return s.onPayout(id, func(po *payout) error {
+		if po.state != poInProgress || po.method != btcpay.MethodBTCChain {
+			return fmt.Errorf("%w: payout is %s %s", ErrInvalidState, po.method, po.state)
+		}
+		po.state, po.proof, po.stalled, po.txid = poAwaitingPayment, nil, false, ""
+		s.emitPayout(po, btcpay.EventPayoutUpdated)
+		return nil
+	})
 }
 
 // CancelPayout cancels a payout that is neither in progress nor completed.
-func (s *Sim) CancelPayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	return s.cancelLocked(po)
-}
+func (s *Sim) CancelPayout(id string) error { return s.onPayout(id, s.cancelLocked) }
 
 // StallPayout leaves a payout InProgress with no outcome: a Lightning
 // payment whose result is unknown, or an on-chain transaction that never
 // confirms. Auto-completion skips it.
 func (s *Sim) StallPayout(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	if po.state != poAwaitingPayment && po.state != poAwaitingApproval {
-		return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
-	}
-	po.stalled = true
-	if po.state == poAwaitingApproval {
-		return nil // approval will leave it AwaitingPayment
-	}
-	if po.method == btcpay.MethodBTCChain {
-		s.broadcastLocked(po, "")
-	} else {
-		po.state = poInProgress
-	}
-	s.emitPayout(po, btcpay.EventPayoutUpdated)
-	return nil
+	return s.onPayout(id, func(po *payout) error {
+		if po.state != poAwaitingPayment && po.state != poAwaitingApproval {
+			return fmt.Errorf("%w: payout is %s", ErrInvalidState, po.state)
+		}
+		po.stalled = true
+		if po.state == poAwaitingApproval {
+			return nil // approval will leave it AwaitingPayment
+		}
+		if po.method == btcpay.MethodBTCChain {
+			s.broadcastLocked(po, "")
+		} else {
+			po.state = poInProgress
+		}
+		s.emitPayout(po, btcpay.EventPayoutUpdated)
+		return nil
+	})
 }
