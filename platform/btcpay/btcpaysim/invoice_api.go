@@ -143,11 +143,17 @@ func (s *Sim) payMethodsView(inv *invoice, onlyAccounted bool) []payMethodJSON {
 }
 
 func (s *Sim) lookupInvoice(w http.ResponseWriter, r *http.Request) *invoice {
-	inv := s.invoices[r.PathValue("invoiceId")]
-	if inv == nil {
-		problem(w, http.StatusNotFound, "invoice-not-found", "The invoice was not found")
+	return lookup(w, r, s.invoices, "invoiceId", "invoice-not-found", "The invoice was not found")
+}
+
+// lookup returns the entry of m that the request's path value param
+// names, or nil after answering 404 with code and message.
+func lookup[T any](w http.ResponseWriter, r *http.Request, m map[string]*T, param, code, message string) *T {
+	x := m[r.PathValue(param)]
+	if x == nil {
+		problem(w, http.StatusNotFound, code, message)
 	}
-	return inv
+	return x
 }
 
 func (s *Sim) getInvoice(w http.ResponseWriter, r *http.Request) {

@@ -166,13 +166,19 @@ func (s *Sim) invoiceLocked(id string) (*invoice, error) {
 
 // onInvoice runs fn on invoice id, brought up to date, with s.mu held.
 func (s *Sim) onInvoice(id string, fn func(inv *invoice) error) error {
+	return locked(s, id, s.invoiceLocked, fn)
+}
+
+// locked runs fn on what find finds of id, with s.mu held; find's error
+// (an unknown id) is returned as it is.
+func locked[T any](s *Sim, id string, find func(id string) (T, error), fn func(T) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	inv, err := s.invoiceLocked(id)
+	x, err := find(id)
 	if err != nil {
 		return err
 	}
-	return fn(inv)
+	return fn(x)
 }
 
 // Expire ends a New invoice's payment window now (InvoiceExpired).

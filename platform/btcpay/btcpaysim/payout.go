@@ -213,11 +213,7 @@ func (s *Sim) approveLocked(po *payout) {
 }
 
 func (s *Sim) lookupPayout(w http.ResponseWriter, r *http.Request) *payout {
-	po := s.payouts[r.PathValue("payoutId")]
-	if po == nil {
-		problem(w, http.StatusNotFound, "payout-not-found", "The payout was not found")
-	}
-	return po
+	return lookup(w, r, s.payouts, "payoutId", "payout-not-found", "The payout was not found")
 }
 
 func (s *Sim) getPayout(w http.ResponseWriter, r *http.Request) {

@@ -19,13 +19,7 @@ func (s *Sim) payoutLocked(id string) (*payout, error) {
 
 // onPayout runs fn on payout id with s.mu held.
 func (s *Sim) onPayout(id string, fn func(po *payout) error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	po, err := s.payoutLocked(id)
-	if err != nil {
-		return err
-	}
-	return fn(po)
+	return locked(s, id, s.payoutLocked, fn)
 }
 
 func onChainProof(txid string, completed bool) json.RawMessage {
