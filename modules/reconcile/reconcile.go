@@ -14,7 +14,8 @@
 //	ledger_in_flight   payouts broadcast and not yet confirmed
 //	ledger_transfer    the transfer account: what custody sent to the other
 //	                   custody of the same coin (BTC and BTC_LN) less what
-//	                   it received, as booked (ledger.BookTransfer)
+//	                   it received, as booked (ledger.BookTransfer), which
+//	                   still backs this asset's users
 //	user_obligations   users' available + held (+ the suspense account,
 //	                   which no flow posts to today: money in the deposit
 //	                   review queue is in no account until it is credited)
@@ -23,9 +24,6 @@
 //	                   may have left the wallet before the ledger recorded a
 //	                   broadcast (withdrawal.LeavingCustody)
 //	difference         chain_balance - ledger_custody (negative is bad)
-//	ledger_transfer    the transfer account: sent to the pair's other
-//	                   custody less received (ledger.BookTransfer), which
-//	                   still backs this asset's users
 //	shortfall          (user_obligations - expected_shortfall)
 //	                   - (chain_balance + ledger_transfer): what the chain
 //	                   lacks to cover what users are owed (zero or
