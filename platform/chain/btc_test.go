@@ -80,6 +80,24 @@ func codeOf(t *testing.T, err error) chain.Code {
 	return ce.Code
 }
 
+// requireOutcome checks the error of a table case: with no code the case
+// must succeed; with one, err must be a refusal with that code and, when
+// message is set, exactly that message. It reports whether the case
+// expected success, so that the caller checks what was parsed.
+func requireOutcome(t *testing.T, err error, code chain.Code, message string) bool {
+	t.Helper()
+	if code == "" {
+		require.NoError(t, err)
+		return true
+	}
+	require.Error(t, err)
+	require.Equal(t, code, codeOf(t, err), err.Error())
+	if message != "" {
+		require.Equal(t, message, err.Error())
+	}
+	return false
+}
+
 // witnessVersion reads the version out of a scriptPubKey: OP_0 or OP_1..OP_16.
 func witnessVersion(t *testing.T, spk string) (int, int) {
 	b, err := hex.DecodeString(spk)
@@ -91,6 +109,77 @@ func witnessVersion(t *testing.T, spk string) (int, int) {
 	return v, len(b) - 2
 }
 
+// requireAcceptedVector checks a valid segwit vector's address as parsed
+// on network n: accepted, with the published scriptPubKey, and written
+// back in lower case.
+func requireAcceptedVector(t *testing.T, n chain.Network, vec segwitVector, a chain.BTCAddress, err error) {
+	t.Helper()
+	require.NoError(t, err, n.String())
+	spk, err := a.ScriptPubKey()
+	require.NoError(t, err)
+	require.Equal(t, vec.ScriptPubKey, hex.EncodeToString(spk))
+	require.Equal(t, strings.ToLower(vec.Address), a.String())
+}
+
+// addressCase is a Bitcoin address, the network it is parsed on, and the
+// outcome: accepted (no code) as kind, or refused with code and, when set,
+// exactly message.
+type addressCase struct {
+	name    string
+	addr    string
+	net     chain.Network
+	kind    chain.AddressKind
+	code    chain.Code
+	message string
+}
+
+// runAddressCases parses each case in a subtest: an accepted address must
+// read back the same and, with withKind, be of the case's kind.
+func runAddressCases(t *testing.T, withKind bool, tests []addressCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := tt.net.ParseBTCAddress(tt.addr)
+			if requireOutcome(t, err, tt.code, tt.message) {
+				require.Equal(t, tt.addr, a.String())
+				if withKind {
+					require.Equal(t, tt.kind, a.Kind())
+				}
+			}
+		})
+	}
+}
+
+// runValidVectors runs check, in a subtest per valid segwit vector, on the
+// address as each of the vector's networks parses it, with the witness
+// version and program length of its published scriptPubKey.
+func runValidVectors(t *testing.T, vecs []segwitVector, check func(t *testing.T, vec segwitVector, n chain.Network, a chain.BTCAddress, err error, ver, plen int)) {
+	t.Helper()
+	for _, vec := range vecs {
+		t.Run("valid/"+vec.Address, func(t *testing.T) {
+			t.Parallel()
+			ver, plen := witnessVersion(t, vec.ScriptPubKey)
+			for _, n := range networksOf(vec.Address) {
+				a, err := n.ParseBTCAddress(vec.Address)
+				check(t, vec, n, a, err, ver, plen)
+			}
+		})
+	}
+}
+
+// runInvalidVectors runs a BIP's invalid segwit addresses, one subtest
+// each: every network refuses them with the code of their reason.
+func runInvalidVectors(t *testing.T, vecs []segwitVector) {
+	t.Helper()
+	for _, vec := range vecs {
+		t.Run("invalid/"+vec.Reason+"/"+vec.Address, func(t *testing.T) {
+			t.Parallel()
+			requireRefusedEverywhere(t, vec.Address, bipReasonCodes[vec.Reason])
+		})
+	}
+}
+
 // TestBTCAddressBIP173 runs the segwit address vectors of BIP-173. Its
 // version 0 addresses must be accepted on their network with the published
 // scriptPubKey. Its version 1+ addresses carry a bech32 checksum, which
@@ -98,30 +187,14 @@ func witnessVersion(t *testing.T, spk string) (int, int) {
 func TestBTCAddressBIP173(t *testing.T) {
 	t.Parallel()
 	v := loadBIP(t, "bip173.json")
-	for _, vec := range v.Valid {
-		t.Run("valid/"+vec.Address, func(t *testing.T) {
-			t.Parallel()
-			ver, _ := witnessVersion(t, vec.ScriptPubKey)
-			for _, n := range networksOf(vec.Address) {
-				a, err := n.ParseBTCAddress(vec.Address)
-				if ver == 0 {
-					require.NoError(t, err, n.String())
-					spk, err := a.ScriptPubKey()
-					require.NoError(t, err)
-					require.Equal(t, vec.ScriptPubKey, hex.EncodeToString(spk))
-					require.Equal(t, strings.ToLower(vec.Address), a.String())
-					continue
-				}
-				require.ErrorIs(t, err, chain.ErrBadChecksum, "superseded by BIP-350: v%d needs bech32m", ver)
-			}
-		})
-	}
-	for _, vec := range v.Invalid {
-		t.Run("invalid/"+vec.Reason+"/"+vec.Address, func(t *testing.T) {
-			t.Parallel()
-			requireRefusedEverywhere(t, vec.Address, bipReasonCodes[vec.Reason])
-		})
-	}
+	runValidVectors(t, v.Valid, func(t *testing.T, vec segwitVector, n chain.Network, a chain.BTCAddress, err error, ver, _ int) {
+		if ver == 0 {
+			requireAcceptedVector(t, n, vec, a, err)
+			return
+		}
+		require.ErrorIs(t, err, chain.ErrBadChecksum, "superseded by BIP-350: v%d needs bech32m", ver)
+	})
+	runInvalidVectors(t, v.Invalid)
 	for _, s := range append(v.ValidBech32, v.ValidBech32m...) {
 		requireRefusedEverywhere(t, s, "") // a valid bech32 string is not an address
 	}
@@ -138,39 +211,23 @@ func TestBTCAddressBIP173(t *testing.T) {
 func TestBTCAddressBIP350(t *testing.T) {
 	t.Parallel()
 	v := loadBIP(t, "bip350.json")
-	for _, vec := range v.Valid {
-		t.Run("valid/"+vec.Address, func(t *testing.T) {
-			t.Parallel()
-			ver, plen := witnessVersion(t, vec.ScriptPubKey)
-			for _, n := range networksOf(vec.Address) {
-				a, err := n.ParseBTCAddress(vec.Address)
-				if ver == 0 || (ver == 1 && plen == 32) {
-					require.NoError(t, err, n.String())
-					spk, err := a.ScriptPubKey()
-					require.NoError(t, err)
-					require.Equal(t, vec.ScriptPubKey, hex.EncodeToString(spk))
-					require.Equal(t, strings.ToLower(vec.Address), a.String())
-					if ver == 1 {
-						require.Equal(t, chain.P2TR, a.Kind())
-					}
-					for _, other := range allNetworks {
-						if !isIn(other, networksOf(vec.Address)) {
-							_, err := other.ParseBTCAddress(vec.Address)
-							require.ErrorIs(t, err, chain.ErrWrongNetwork, other.String())
-						}
-					}
-					continue
-				}
-				require.ErrorIs(t, err, chain.ErrUnsupported, "v%d, %d-byte program", ver, plen)
+	runValidVectors(t, v.Valid, func(t *testing.T, vec segwitVector, n chain.Network, a chain.BTCAddress, err error, ver, plen int) {
+		if ver == 0 || (ver == 1 && plen == 32) {
+			requireAcceptedVector(t, n, vec, a, err)
+			if ver == 1 {
+				require.Equal(t, chain.P2TR, a.Kind())
 			}
-		})
-	}
-	for _, vec := range v.Invalid {
-		t.Run("invalid/"+vec.Reason+"/"+vec.Address, func(t *testing.T) {
-			t.Parallel()
-			requireRefusedEverywhere(t, vec.Address, bipReasonCodes[vec.Reason])
-		})
-	}
+			for _, other := range allNetworks {
+				if !isIn(other, networksOf(vec.Address)) {
+					_, err := other.ParseBTCAddress(vec.Address)
+					require.ErrorIs(t, err, chain.ErrWrongNetwork, other.String())
+				}
+			}
+			return
+		}
+		require.ErrorIs(t, err, chain.ErrUnsupported, "v%d, %d-byte program", ver, plen)
+	})
+	runInvalidVectors(t, v.Invalid)
 	for _, s := range v.ValidBech32m {
 		requireRefusedEverywhere(t, s, "")
 	}
@@ -222,14 +279,7 @@ func isIn(n chain.Network, ns []chain.Network) bool {
 // version bytes, and mistyped addresses.
 func TestBTCAddressBase58(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		addr    string
-		net     chain.Network
-		kind    chain.AddressKind
-		code    chain.Code
-		message string
-	}{
+	runAddressCases(t, true, []addressCase{
 		{name: "genesis P2PKH", addr: "1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa", net: chain.Mainnet, kind: chain.P2PKH},
 		{name: "P2PKH from BOLT 11", addr: "1RustyRX2oai4EYYDpQGWvEL62BBGqN9T", net: chain.Mainnet, kind: chain.P2PKH},
 		{name: "P2SH from BOLT 11", addr: "3EktnHQD7RiAE6uzMj2ZifT9YgRrkSgzQX", net: chain.Mainnet, kind: chain.P2SH},
@@ -253,24 +303,7 @@ func TestBTCAddressBase58(t *testing.T) {
 		{name: "too long", addr: strings.Repeat("1", 91), net: chain.Mainnet, code: chain.CodeUnknownFormat},
 		{name: "compressed public key", addr: "0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798", net: chain.Mainnet, code: chain.CodeInvalidCharacter},
 		{name: "uncompressed public key without a 0", addr: strings.Repeat("4", 130), net: chain.Mainnet, code: chain.CodeUnknownFormat},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			a, err := tt.net.ParseBTCAddress(tt.addr)
-			if tt.code == "" {
-				require.NoError(t, err)
-				require.Equal(t, tt.addr, a.String())
-				require.Equal(t, tt.kind, a.Kind())
-				return
-			}
-			require.Error(t, err)
-			require.Equal(t, tt.code, codeOf(t, err), err.Error())
-			if tt.message != "" {
-				require.Equal(t, tt.message, err.Error())
-			}
-		})
-	}
+	})
 }
 
 // TestBTCAddressSegwitNetworks checks each segwit prefix against each
@@ -286,13 +319,7 @@ func TestBTCAddressSegwitNetworks(t *testing.T) {
 	regtestAddr := rt.EncodeAddress()
 	require.True(t, strings.HasPrefix(regtestAddr, "bcrt1q"))
 
-	tests := []struct {
-		name    string
-		addr    string
-		net     chain.Network
-		code    chain.Code
-		message string
-	}{
+	runAddressCases(t, false, []addressCase{
 		{name: "regtest on regtest", addr: regtestAddr, net: chain.Regtest},
 		{name: "regtest on mainnet", addr: regtestAddr, net: chain.Mainnet, code: chain.CodeWrongNetwork, message: "address is for regtest, this deployment uses mainnet"},
 		{name: "testnet on mainnet", addr: "tb1qrp33g0q5c5txsp9arysrx4k6zdkfs4nce4xj0gdcccefvpysxf3q0sl5k7", net: chain.Mainnet, code: chain.CodeWrongNetwork, message: "address is for testnet or signet, this deployment uses mainnet"},
@@ -302,23 +329,7 @@ func TestBTCAddressSegwitNetworks(t *testing.T) {
 		{name: "mistyped P2WSH", addr: "bc1qrp33g0q5c5txsp9arysrx4k6zdkfs4nce4xj0gdcccefvpysxf3qccfmv4", net: chain.Mainnet, code: chain.CodeBadChecksum},
 		{name: "bech32 with b", addr: "bc1qw508d6qejxtdg4y5r3zarvary0c5xw7kv8f3tb", net: chain.Mainnet, code: chain.CodeInvalidCharacter},
 		{name: "pay-to-anchor", addr: "bc1pfeessrawgf", net: chain.Mainnet, code: chain.CodeUnsupported},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			a, err := tt.net.ParseBTCAddress(tt.addr)
-			if tt.code == "" {
-				require.NoError(t, err)
-				require.Equal(t, tt.addr, a.String())
-				return
-			}
-			require.Error(t, err)
-			require.Equal(t, tt.code, codeOf(t, err), err.Error())
-			if tt.message != "" {
-				require.Equal(t, tt.message, err.Error())
-			}
-		})
-	}
+	})
 }
 
 // TestBTCAddressEveryTypo mutates every character of valid addresses of
