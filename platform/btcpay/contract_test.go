@@ -108,6 +108,22 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// invoiceWithMethod creates an invoice of amount in currency, to be paid
+// by method alone and expiring after minutes, and returns it with the one
+// payment method the server lists for it.
+func invoiceWithMethod(t *testing.T, c *btcpay.Client, amount, currency, method string, minutes int) (btcpay.Invoice, btcpay.InvoicePayMethod) {
+	t.Helper()
+	ctx := context.Background()
+	amt := btcpay.MustAmount(amount)
+	inv, err := c.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: uuid.NewString(), Amount: &amt, Currency: currency,
+		PaymentMethod: method, ExpirationMinutes: minutes})
+	require.NoError(t, err)
+	pms, err := c.InvoicePaymentMethods(ctx, inv.ID, true)
+	require.NoError(t, err)
+	require.Len(t, pms, 1)
+	return inv, pms[0]
+}
+
 func contractSuite(t *testing.T, tg target) {
 	ctx := context.Background()
 	c := tg.client
@@ -197,16 +213,10 @@ func contractSuite(t *testing.T, tg target) {
 		if !tg.has(t, btcpay.MethodBTCLN) {
 			t.Skip("the store has no BTC-LN")
 		}
-		amt := btcpay.MustAmount("0.00001000")
-		inv, err := c.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: uuid.NewString(), Amount: &amt, Currency: "BTC",
-			PaymentMethod: btcpay.MethodBTCLN, ExpirationMinutes: 30})
-		require.NoError(t, err)
-		pms, err := c.InvoicePaymentMethods(ctx, inv.ID, true)
-		require.NoError(t, err)
-		require.Len(t, pms, 1)
-		require.Equal(t, btcpay.MethodBTCLN, pms[0].PaymentMethodID)
-		bolt, err := zpay32.Decode(pms[0].Destination, tg.net)
-		require.NoError(t, err, "BOLT11 %s", pms[0].Destination)
+		inv, pm := invoiceWithMethod(t, c, "0.00001000", "BTC", btcpay.MethodBTCLN, 30)
+		require.Equal(t, btcpay.MethodBTCLN, pm.PaymentMethodID)
+		bolt, err := zpay32.Decode(pm.Destination, tg.net)
+		require.NoError(t, err, "BOLT11 %s", pm.Destination)
 		require.NotNil(t, bolt.MilliSat)
 		require.EqualValues(t, 1_000_000, *bolt.MilliSat)
 		require.WithinDuration(t, inv.ExpirationTime.Time, bolt.Timestamp.Add(bolt.Expiry()), 2*time.Minute)
@@ -216,20 +226,14 @@ func contractSuite(t *testing.T, tg target) {
 		if !tg.has(t, btcpay.MethodUSDTTron) {
 			t.Skip("the store has no USDT-TRON")
 		}
-		amt := btcpay.MustAmount("12.5")
-		inv, err := c.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: uuid.NewString(), Amount: &amt, Currency: "USDt",
-			PaymentMethod: btcpay.MethodUSDTTron, ExpirationMinutes: 60})
-		require.NoError(t, err)
-		pms, err := c.InvoicePaymentMethods(ctx, inv.ID, true)
-		require.NoError(t, err)
-		require.Len(t, pms, 1)
-		require.True(t, btcpay.SameMethod(btcpay.MethodUSDTTron, pms[0].PaymentMethodID))
-		payload, version, err := base58.CheckDecode(pms[0].Destination)
+		_, pm := invoiceWithMethod(t, c, "12.5", "USDt", btcpay.MethodUSDTTron, 60)
+		require.True(t, btcpay.SameMethod(btcpay.MethodUSDTTron, pm.PaymentMethodID))
+		payload, version, err := base58.CheckDecode(pm.Destination)
 		require.NoError(t, err)
 		require.EqualValues(t, 0x41, version)
 		require.Len(t, payload, 20)
-		require.True(t, strings.HasPrefix(pms[0].Destination, "T"))
-		units, err := pms[0].Due.Units(6)
+		require.True(t, strings.HasPrefix(pm.Destination, "T"))
+		units, err := pm.Due.Units(6)
 		require.NoError(t, err)
 		require.EqualValues(t, 12_500_000, units)
 	})
