@@ -19,6 +19,16 @@ import (
 // migrated template) and returns its URL.
 func emptyDatabase(t *testing.T) string { t.Helper(); return dbtest.NewEmptyURL(t) }
 
+// openEmptyDatabase opens a pool of 4 on a database of its own with
+// nothing in it, closed when the test ends.
+func openEmptyDatabase(t *testing.T) *db.DB {
+	t.Helper()
+	d, err := db.Open(context.Background(), emptyDatabase(t), 4)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	return d
+}
+
 func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -72,9 +82,7 @@ func TestMigrateConcurrentlyAndAgain(t *testing.T) {
 func TestFailedMigrationStaysPending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := db.Open(ctx, emptyDatabase(t), 4)
-	require.NoError(t, err)
-	defer d.Close()
+	d := openEmptyDatabase(t)
 	log := slog.New(slog.DiscardHandler)
 	set := db.MigrationSet{FS: fstest.MapFS{
 		"0001_gate.tx.up.sql": {Data: []byte("CREATE TABLE gate (open boolean NOT NULL);\nINSERT INTO gate VALUES (false);")},
@@ -83,7 +91,7 @@ func TestFailedMigrationStaysPending(t *testing.T) {
 END $$;
 CREATE TABLE behind_gate (id int);`)},
 	}}
-	err = db.Migrate(ctx, d, set, log)
+	err := db.Migrate(ctx, d, set, log)
 	require.ErrorContains(t, err, "the gate is closed")
 	pending, err := db.Pending(ctx, d, set)
 	require.NoError(t, err)
@@ -108,9 +116,7 @@ CREATE TABLE behind_gate (id int);`)},
 func TestRiverStepsInHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, err := db.Open(ctx, emptyDatabase(t), 4)
-	require.NoError(t, err)
-	defer d.Close()
+	d := openEmptyDatabase(t)
 	log := slog.New(slog.DiscardHandler)
 	fsys := fstest.MapFS{
 		"0001_before.tx.up.sql": {Data: []byte("SELECT 1")},

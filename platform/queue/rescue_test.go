@@ -25,6 +25,15 @@ type stuckWorker struct {
 	release chan struct{}
 }
 
+// newStuckWorker returns a stuckWorker not yet released and the workers
+// that run it.
+func newStuckWorker() (*stuckWorker, *river.Workers) {
+	w := &stuckWorker{release: make(chan struct{})}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	return w, workers
+}
+
 func (w *stuckWorker) Work(ctx context.Context, _ *river.Job[stuckArgs]) error {
 	if w.runs.Add(1) == 1 {
 		select {
@@ -42,9 +51,7 @@ func TestDeadWorkerRescue(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	ctx := context.Background()
-	w := &stuckWorker{release: make(chan struct{})}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, w)
+	w, workers := newStuckWorker()
 	newClient := func() (string, func()) {
 		c := startWorker(t, d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2})
 		rctx, stop := context.WithCancel(ctx)
@@ -160,9 +167,7 @@ func TestRescueJobsNeverReceived(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	ctx := context.Background()
-	w := &stuckWorker{release: make(chan struct{})}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, w)
+	w, workers := newStuckWorker()
 	started := queue.NewStarted()
 	c := startWorker(t, d.Pool, queue.WorkerParams{Workers: workers, Concurrency: 2, Started: started})
 	t.Cleanup(func() { close(w.release) })
