@@ -132,9 +132,7 @@ func TestProcessorDownThenTheSameKeyCompletesTheDeposit(t *testing.T) {
 
 			e.Sim.Up()
 			r := e.Do(req)
-			require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-			var v deposit.View
-			r.JSON(t, &v)
+			v := viewOf(t, r, http.StatusCreated)
 			require.Equal(t, id, v.DepositID, "the same deposit, not a second one")
 			require.Equal(t, deposit.StatusPending, v.Status)
 			require.Equal(t, 1, e.invoicesFor(id))
@@ -162,9 +160,7 @@ func TestAmbiguousCreationIsCompletedFromTheProcessorsInvoice(t *testing.T) {
 	require.Len(t, invs, 1, "the invoice exists although the answer was lost")
 
 	r = e.Do(req)
-	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var v deposit.View
-	r.JSON(t, &v)
+	v := viewOf(t, r, http.StatusCreated)
 	require.Equal(t, invs[0].OrderID, v.DepositID)
 	require.Equal(t, invs[0].Destination, *v.Address)
 	require.Len(t, e.Sim.Invoices(), 1, "no second invoice")
@@ -250,9 +246,7 @@ func TestIssuedInOneStatementAnswersAsRead(t *testing.T) {
 		{ExternalUserID: "ivy", Asset: "BTC_LN", ExpectedAmount: units("1000")},
 	} {
 		r := e.Do(apptest.Req{Method: "POST", Path: "/v1/deposits", Idem: fmt.Sprint("at-once-", i), Body: body})
-		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		var v deposit.View
-		r.JSON(t, &v)
+		v := viewOf(t, r, http.StatusCreated)
 		require.Equal(t, deposit.StatusPending, v.Status)
 		require.NotNil(t, v.Address)
 		got := e.Get("/v1/deposits/" + v.DepositID)

@@ -23,10 +23,8 @@ func TestPaymentAfterExpiryOnAPendingDeposit(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "gus", "BTC", nil)
 	e.advance(61 * time.Minute)
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.True(t, v.Payments[0].AfterExpiration)
 	require.False(t, v.Payments[0].Credited)
 	require.Len(t, e.events(t, "deposit.detected", v.DepositID), 1)
@@ -41,19 +39,15 @@ func TestInvoiceMarkedInvalidByHand(t *testing.T) {
 	e := setup(t)
 	empty := e.create(t, "hal", "BTC", nil)
 	require.NoError(t, e.Sim.MarkInvalid(e.invoice(t, empty.DepositID).ID))
-	require.Equal(t, deposit.StatusExpired, e.reconcile(t, empty.DepositID).Status)
+	e.reconcileTo(t, empty.DepositID, deposit.StatusExpired)
 
 	paid := e.create(t, "hal", "BTC", units("100000"))
 	inv := e.invoice(t, paid.DepositID)
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0004"}})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, paid.DepositID).Status)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0004"}})
+	e.reconcileTo(t, paid.DepositID, deposit.StatusConfirming)
 	require.NoError(t, e.Sim.MarkInvalid(inv.ID))
-	v := e.reconcile(t, paid.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
-	ev := e.events(t, "deposit.review_required", paid.DepositID)
-	require.Len(t, ev, 1)
-	require.Contains(t, ev[0]["review_reason"], "marked invalid by hand")
+	e.reconcileTo(t, paid.DepositID, deposit.StatusReview)
+	e.requireReviewReason(t, paid.DepositID, "marked invalid by hand")
 }
 
 // A payment replaced before it confirmed (RBF, double spend): it is never
@@ -64,20 +58,15 @@ func TestInvalidatedPaymentIsNeverCredited(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "ida", "BTC", units("20000"))
 	inv := e.invoice(t, v.DepositID)
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, v.DepositID).Status)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{})
+	e.reconcileTo(t, v.DepositID, deposit.StatusConfirming)
 	require.NoError(t, e.Sim.InvalidatePayment(inv.ID, paid[0].ID))
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusConfirming, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusConfirming)
 	require.False(t, v.Payments[0].Credited)
 	e.advance(61 * time.Minute)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Zero(t, e.ledgerEntries(t, v.DepositID))
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Contains(t, ev[0]["review_reason"], "invalidated")
+	e.requireReviewReason(t, v.DepositID, "invalidated")
 }
 
 // Payments that never confirm before the processor stops monitoring the
@@ -86,15 +75,11 @@ func TestPaymentsThatNeverConfirm(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v := e.create(t, "jon", "BTC", units("20000"))
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusConfirming, e.reconcile(t, v.DepositID).Status)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{})
+	e.reconcileTo(t, v.DepositID, deposit.StatusConfirming)
 	e.advance(61*time.Minute + 1440*time.Minute)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Contains(t, ev[0]["review_reason"], "did not confirm")
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
+	e.requireReviewReason(t, v.DepositID, "did not confirm")
 }
 
 // A credited payment the processor later declares invalid stays credited
@@ -104,9 +89,8 @@ func TestCreditIsNeverReversed(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "kai", "BTC", nil)
 	inv := e.invoice(t, v.DepositID)
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+	e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 	require.NoError(t, e.Sim.InvalidatePayment(inv.ID, paid[0].ID))
 	v = e.reconcile(t, v.DepositID)
 	require.True(t, v.Payments[0].Credited)
@@ -114,7 +98,7 @@ func TestCreditIsNeverReversed(t *testing.T) {
 	require.Equal(t, []string{paid[0].ID}, e.alerts(t, deposit.AlertCreditedInvalidation))
 
 	// The database refuses to un-credit a payment, whatever the code does.
-	_, err = e.App.DB.Bun.ExecContext(context.Background(), "UPDATE deposit_payments SET credited = false, credited_at = NULL, ledger_entry_id = NULL WHERE payment_id = ?", paid[0].ID)
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "UPDATE deposit_payments SET credited = false, credited_at = NULL, ledger_entry_id = NULL WHERE payment_id = ?", paid[0].ID)
 	require.Error(t, err)
 	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM deposit_payments WHERE payment_id = ?", paid[0].ID)
 	require.Error(t, err)
@@ -126,20 +110,17 @@ func TestPaymentAfterDismissalIsRaised(t *testing.T) {
 	e := setup(t)
 	v, _ := e.latePayment(t, "lea")
 	require.Equal(t, 200, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusDismissed, v.Status)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusDismissed)
 	require.Len(t, v.Payments, 2)
 	require.Equal(t, "0.00000000", v.AmountCredited)
 	require.Equal(t, []string{v.DepositID + ":" + v.Payments[1].PaymentID}, e.alerts(t, deposit.AlertPaymentAfterDismiss))
 
 	// Acknowledged, and then another payment: it is raised too (one alert
 	// per payment, not one per deposit ever).
-	_, err = e.App.DB.Bun.ExecContext(context.Background(), "UPDATE operator_alerts SET acknowledged_at = now(), acknowledged_by = 'ops'")
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "UPDATE operator_alerts SET acknowledged_at = now(), acknowledged_by = 'ops'")
 	require.NoError(t, err)
-	_, err = e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
 	v = e.reconcile(t, v.DepositID)
 	require.Len(t, v.Payments, 3)
 	require.ElementsMatch(t, []string{v.DepositID + ":" + v.Payments[1].PaymentID, v.DepositID + ":" + v.Payments[2].PaymentID},
@@ -154,8 +135,7 @@ func TestReconcileWhileTheProcessorIsDown(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v := e.create(t, "moe", "BTC", nil)
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
 	for i := 0; i < 20; i++ {
 		e.create(t, "moe", "BTC", nil)
 	}
@@ -168,7 +148,7 @@ func TestReconcileWhileTheProcessorIsDown(t *testing.T) {
 	require.LessOrEqual(t, res.Failed, 4, "no deposit is asked about once the processor is known down, beyond those already in flight")
 	require.Equal(t, deposit.StatusPending, e.deposit(t, v.DepositID).Status)
 	e.Sim.Up()
-	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+	e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 }
 
 // Invoice events for invoices that are no deposit are ignored; an event
@@ -181,8 +161,7 @@ func TestInvoiceEventsFromTheIngress(t *testing.T) {
 	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: "not-ours", OrderID: uuid.NewString()}))
 	v := e.create(t, "ned", "BTC", nil)
 	inv := e.invoice(t, v.DepositID)
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
 	// An invoice that carries the deposit's orderId but is not its invoice
 	// changes nothing.
 	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: "another", OrderID: v.DepositID}))
@@ -205,8 +184,7 @@ func TestPollVisitsOpenAndMonitoredDeposits(t *testing.T) {
 		return res.Visited
 	}
 	settled := e.create(t, "ona", "BTC", nil)
-	_, err := e.Sim.Pay(e.invoice(t, settled.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, settled.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
 	e.create(t, "ona", "BTC", nil) // pending
 	e.Sim.SetPaymentMethods("BTC-CHAIN")
 	r := e.Post("/v1/deposits", createBody{ExternalUserID: "ona", Asset: "BTC_LN"}) // failed
@@ -231,22 +209,19 @@ func TestPaymentRecordedUnderAnotherDeposit(t *testing.T) {
 	ctx := context.Background()
 	a := e.create(t, "hal", "BTC", units("10000"))
 	b := e.create(t, "ivy", "BTC", units("20000"))
-	paid, err := e.Sim.Pay(e.invoice(t, b.DepositID).ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
+	paid := e.payDeposit(t, b.DepositID, btcpaysim.PayParams{Settled: true})
 	// The payment is already under deposit a (a processor mix-up).
-	_, err = e.App.DB.Bun.ExecContext(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, amount, units, processor_status,
+	_, err := e.App.DB.Bun.ExecContext(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, amount, units, processor_status,
   received_at, after_expiration, created_at, updated_at) VALUES (?, ?, '0.0002', 20000, 'Processing', now(), false, now(), now())`,
 		a.DepositID, paid[0].ID)
 	require.NoError(t, err)
-	v := e.reconcile(t, b.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v := e.reconcileTo(t, b.DepositID, deposit.StatusReview)
 	require.Empty(t, v.Payments)
 	require.Equal(t, []string{b.DepositID + ":" + paid[0].ID}, e.alerts(t, deposit.AlertPaymentClash))
 	row, err := e.Svc.Get(ctx, uuid.MustParse(b.DepositID))
 	require.NoError(t, err)
 	require.Contains(t, *row.InvoiceReview, "already recorded under another deposit: payment "+paid[0].ID+" is recorded under deposit "+a.DepositID)
-	v = e.reconcile(t, b.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v = e.reconcileTo(t, b.DepositID, deposit.StatusReview)
 	require.Len(t, e.alerts(t, deposit.AlertPaymentClash), 1)
 }
 
@@ -268,8 +243,7 @@ func TestPaymentToAnotherInvoiceOfTheDeposit(t *testing.T) {
 	row, err := e.Svc.Get(ctx, uuid.MustParse(v.DepositID))
 	require.NoError(t, err)
 	require.NotEqual(t, *row.InvoiceID, other.ID)
-	paid, err := e.Sim.Pay(other.ID, btcpaysim.PayParams{Amounts: []string{"0.00012"}, Settled: true})
-	require.NoError(t, err)
+	paid := e.pay(t, other.ID, btcpaysim.PayParams{Amounts: []string{"0.00012"}, Settled: true})
 	event := ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: other.ID, OrderID: v.DepositID}
 	for range 2 {
 		require.NoError(t, e.Svc.InvoiceEvent(ctx, event))
@@ -281,7 +255,7 @@ func TestPaymentToAnotherInvoiceOfTheDeposit(t *testing.T) {
 	require.Equal(t, []string{v.DepositID + ":" + paid[0].ID}, e.alerts(t, deposit.AlertOtherInvoice))
 	require.Zero(t, e.ledgerEntries(t, v.DepositID), "nothing credited by itself")
 	// The deposit's own reconcile leaves it as it is.
-	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 
 	r := e.resolve(t, v.DepositID, map[string]any{"action": "credit", "payment_id": paid[0].ID})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -295,8 +269,7 @@ func TestPaymentToAnotherInvoiceOfTheDeposit(t *testing.T) {
 	stray, err := e.Svc.Processor.CreateInvoice(ctx, btcpay.CreateInvoiceParams{OrderID: "not-a-deposit", Currency: "BTC",
 		PaymentMethod: btcpay.MethodBTCChain, ExpirationMinutes: 60, MonitoringMinutes: 1440})
 	require.NoError(t, err)
-	_, err = e.Sim.Pay(stray.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
-	require.NoError(t, err)
+	e.pay(t, stray.ID, btcpaysim.PayParams{Amounts: []string{"0.0001"}, Settled: true})
 	require.NoError(t, e.Svc.InvoiceEvent(ctx, ingress.InvoiceEvent{Type: "InvoiceSettled", InvoiceID: stray.ID, OrderID: w.DepositID}))
 	require.Equal(t, deposit.StatusPending, e.deposit(t, w.DepositID).Status)
 }
@@ -310,8 +283,7 @@ func TestPaymentThroughAnotherMethod(t *testing.T) {
 	v := e.create(t, "jon", "BTC", units("10000"))
 	inv := e.invoice(t, v.DepositID)
 	require.NoError(t, e.Sim.OfferMethod(inv.ID, btcpay.MethodBTCLN))
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Method: btcpay.MethodBTCLN, Settled: true})
-	require.NoError(t, err)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Method: btcpay.MethodBTCLN, Settled: true})
 	v = e.reconcile(t, v.DepositID)
 	require.Empty(t, v.Payments)
 	got := e.alerts(t, deposit.AlertOtherMethod)

@@ -163,17 +163,18 @@ func units(s string) *string { return &s }
 // create makes a deposit through the API and requires a 201.
 func (e *env) create(t testing.TB, user, code string, expected *string) deposit.View {
 	t.Helper()
-	r := e.Post("/v1/deposits", createBody{ExternalUserID: user, Asset: code, ExpectedAmount: expected})
-	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var v deposit.View
-	r.JSON(t, &v)
-	return v
+	return viewOf(t, e.Post("/v1/deposits", createBody{ExternalUserID: user, Asset: code, ExpectedAmount: expected}), http.StatusCreated)
 }
 
 func (e *env) deposit(t testing.TB, id string) deposit.View {
 	t.Helper()
-	r := e.Get("/v1/deposits/" + id)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	return viewOf(t, e.Get("/v1/deposits/"+id), http.StatusOK)
+}
+
+// viewOf requires an answer's status and decodes the deposit it carries.
+func viewOf(t testing.TB, r *apptest.Response, status int) deposit.View {
+	t.Helper()
+	require.Equal(t, status, r.Status, string(r.Body))
 	var v deposit.View
 	r.JSON(t, &v)
 	return v
@@ -230,4 +231,61 @@ func (e *env) ledgerEntries(t testing.TB, id string) int {
 		Where("kind = 'deposit_credit' AND source_ref LIKE ?", "deposit:"+id+":%").Count(context.Background())
 	require.NoError(t, err)
 	return int(n)
+}
+
+// pay has the simulator pay the invoice invoiceID and requires that it
+// took the payment.
+func (e *env) pay(t testing.TB, invoiceID string, p btcpaysim.PayParams) []btcpaysim.PaymentInfo {
+	t.Helper()
+	paid, err := e.Sim.Pay(invoiceID, p)
+	require.NoError(t, err)
+	return paid
+}
+
+// payDeposit pays the simulator's invoice of a deposit, as pay does.
+func (e *env) payDeposit(t testing.TB, depositID string, p btcpaysim.PayParams) []btcpaysim.PaymentInfo {
+	t.Helper()
+	return e.pay(t, e.invoice(t, depositID).ID, p)
+}
+
+// reviewEvent returns the data of the deposit.review_required event of a
+// deposit, and requires that there is exactly one.
+func (e *env) reviewEvent(t testing.TB, depositID string) map[string]any {
+	t.Helper()
+	ev := e.events(t, "deposit.review_required", depositID)
+	require.Len(t, ev, 1)
+	return ev[0]
+}
+
+// adminList reads an admin list with the admin key, requires a 200, and
+// returns the list the body holds under key, which must be a list (empty,
+// never null or missing).
+func adminList[T any](t testing.TB, e *env, path, key string) []T {
+	t.Helper()
+	r := e.AdminGet(path)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var body map[string]json.RawMessage
+	r.JSON(t, &body)
+	var list []T
+	if raw, ok := body[key]; ok {
+		require.NoError(t, json.Unmarshal(raw, &list))
+	}
+	require.NotNil(t, list)
+	return list
+}
+
+// reconcileTo reconciles a deposit and requires the status it reads after.
+func (e *env) reconcileTo(t testing.TB, id string, want deposit.Status, msgAndArgs ...any) deposit.View {
+	t.Helper()
+	v := e.reconcile(t, id)
+	require.Equal(t, want, v.Status, msgAndArgs...)
+	return v
+}
+
+// requireReviewReason requires the one deposit.review_required event of a
+// deposit, with a review_reason that contains reason.
+func (e *env) requireReviewReason(t testing.TB, depositID, reason string) {
+	t.Helper()
+	ev := e.reviewEvent(t, depositID)
+	require.Contains(t, ev["review_reason"], reason)
 }

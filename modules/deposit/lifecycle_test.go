@@ -57,10 +57,8 @@ func TestOnChainPaymentIsDetectedConfirmedAndCreditedOnce(t *testing.T) {
 	v := e.create(t, "bob", "BTC", units("100000"))
 	inv := e.invoice(t, v.DepositID)
 
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusConfirming, v.Status)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusConfirming)
 	require.Len(t, v.Payments, 1)
 	p := v.Payments[0]
 	require.Equal(t, paid[0].ID, p.PaymentID)
@@ -115,17 +113,14 @@ func TestTwoPaymentsAreCreditedIndependently(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "carol", "BTC", units("300000"))
 	inv := e.invoice(t, v.DepositID)
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.001", "0.002"}})
-	require.NoError(t, err)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.001", "0.002"}})
 	require.Len(t, paid, 2)
 
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusConfirming, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusConfirming)
 	require.Len(t, v.Payments, 2)
 
 	require.NoError(t, e.Sim.ConfirmPayment(inv.ID, paid[1].ID))
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusConfirming, v.Status, "one payment still confirms")
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusConfirming, "one payment still confirms")
 	require.Equal(t, "0.00200000", v.AmountCredited)
 	byID := map[string]deposit.PaymentView{}
 	for _, p := range v.Payments {
@@ -135,8 +130,7 @@ func TestTwoPaymentsAreCreditedIndependently(t *testing.T) {
 	require.False(t, byID[paid[0].ID].Credited)
 
 	require.NoError(t, e.Sim.ConfirmPayment(inv.ID, paid[0].ID))
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusSettled, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 	require.Equal(t, "0.00300000", v.AmountCredited)
 	require.Equal(t, 2, e.ledgerEntries(t, v.DepositID), "one ledger entry per payment")
 	require.Len(t, e.events(t, "deposit.settled", v.DepositID), 1)
@@ -155,13 +149,11 @@ func TestLightningInvoiceIsPaidOnce(t *testing.T) {
 	require.Equal(t, int64(25000), inv.AmountSat)
 
 	sim := e.invoice(t, v.DepositID)
-	_, err = e.Sim.Pay(sim.ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
+	e.pay(t, sim.ID, btcpaysim.PayParams{})
 	_, err = e.Sim.Pay(sim.ID, btcpaysim.PayParams{})
 	require.ErrorIs(t, err, btcpaysim.ErrNotWatched, "a BOLT11 is paid exactly once")
 
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusSettled, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 	require.Equal(t, "0.00025000", v.AmountCredited)
 	require.Len(t, v.Payments, 1)
 	require.Len(t, e.events(t, "deposit.detected", v.DepositID), 1)
@@ -175,8 +167,7 @@ func TestDepositExpiresWithNothingReceived(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "erin", "BTC", nil)
 	e.advance(61 * time.Minute)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusExpired, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusExpired)
 	require.Equal(t, []map[string]any{{"deposit_id": v.DepositID, "external_user_id": "erin", "asset": "BTC", "status": "expired"}},
 		e.events(t, "deposit.expired", v.DepositID))
 	v = e.reconcile(t, v.DepositID)
@@ -191,8 +182,7 @@ func TestDepositExpiredEarlyShowsWhen(t *testing.T) {
 	v := e.create(t, "erin", "BTC", nil)
 	e.advance(10 * time.Minute)
 	require.NoError(t, e.Sim.Expire(e.invoice(t, v.DepositID).ID))
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusExpired, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusExpired)
 	exp, err := time.Parse(time.RFC3339, *v.ExpiresAt)
 	require.NoError(t, err)
 	require.True(t, exp.Equal(e.Clock.Now()), "expires_at %s, now %s", exp, e.Clock.Now())
@@ -251,8 +241,7 @@ func TestConcurrentReconcilesCreditOnce(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "frank", "BTC", nil)
 	inv := e.invoice(t, v.DepositID)
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0042"}, Settled: true})
-	require.NoError(t, err)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0042"}, Settled: true})
 	id := uuid.MustParse(v.DepositID)
 	errs := make(chan error, 16)
 	for range 16 {

@@ -115,14 +115,11 @@ func TestProcessorPoolFullIsTheSame503(t *testing.T) {
 	// The first deposit is paid in full and settles: the processor frees
 	// its address.
 	inv := e.invoice(t, first.DepositID)
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusSettled, e.reconcile(t, first.DepositID).Status)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Settled: true})
+	e.reconcileTo(t, first.DepositID, deposit.StatusSettled)
 
 	r = e.Do(req)
-	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var v deposit.View
-	r.JSON(t, &v)
+	v := viewOf(t, r, http.StatusCreated)
 	require.Equal(t, simPool[0], *v.Address)
 	require.Equal(t, 1, e.countDeposits(t, "pete"))
 }
@@ -143,10 +140,8 @@ func TestUSDTAddressClashSendsPaymentsToReview(t *testing.T) {
 	require.Equal(t, *first.Address, *second.Address, "the processor reused the address")
 	require.Equal(t, []string{second.DepositID}, e.alerts(t, deposit.AlertAddressClash))
 
-	_, err := e.Sim.Pay(e.invoice(t, second.DepositID).ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
-	v := e.reconcile(t, second.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	e.payDeposit(t, second.DepositID, btcpaysim.PayParams{Settled: true})
+	v := e.reconcileTo(t, second.DepositID, deposit.StatusReview)
 	require.Equal(t, "0.000000", v.AmountCredited)
 	require.Len(t, v.Payments, 1)
 	require.False(t, v.Payments[0].Credited)
@@ -157,7 +152,7 @@ func TestUSDTAddressClashSendsPaymentsToReview(t *testing.T) {
 	h := e.history(t, second.DepositID)
 	require.Len(t, h.Reservations, 2)
 	require.Equal(t, first.DepositID, h.Reservations[0].DepositID)
-	require.Equal(t, deposit.StatusExpired, e.reconcile(t, first.DepositID).Status)
+	e.reconcileTo(t, first.DepositID, deposit.StatusExpired)
 }
 
 // The plugin reuses an address as soon as its invoice closes, while the
@@ -181,20 +176,16 @@ func TestUSDTPaymentInsideAnExpiredDepositsGraceGoesToReview(t *testing.T) {
 			e := setup(t, withPools(pool, btcpaysim.DefaultTronPool(2)))
 			first := e.create(t, "uma", "USDT_TRC20", units("3000000"))
 			e.advance(61 * time.Minute)
-			require.Equal(t, deposit.StatusExpired, e.reconcile(t, first.DepositID).Status)
+			e.reconcileTo(t, first.DepositID, deposit.StatusExpired)
 
 			second := e.create(t, "vic", "USDT_TRC20", units("3000000"))
 			require.Equal(t, *first.Address, *second.Address)
 			require.Empty(t, e.alerts(t, deposit.AlertAddressClash), "not a clash: the first deposit is closed")
 			e.advance(tt.wait)
-			_, err := e.Sim.Pay(e.invoice(t, second.DepositID).ID, btcpaysim.PayParams{Settled: true})
-			require.NoError(t, err)
-			v := e.reconcile(t, second.DepositID)
-			require.Equal(t, tt.status, v.Status)
+			e.payDeposit(t, second.DepositID, btcpaysim.PayParams{Settled: true})
+			e.reconcileTo(t, second.DepositID, tt.status)
 			if tt.status == deposit.StatusReview {
-				ev := e.events(t, "deposit.review_required", second.DepositID)
-				require.Len(t, ev, 1)
-				require.Contains(t, ev[0]["review_reason"], first.DepositID)
+				e.requireReviewReason(t, second.DepositID, first.DepositID)
 			}
 		})
 	}
@@ -228,15 +219,11 @@ func TestUSDTAmountTolerance(t *testing.T) {
 	}
 	for _, tt := range tests {
 		v := e.create(t, "tess", "USDT_TRC20", units("10000000"))
-		_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{tt.paid}, Settled: true})
-		require.NoError(t, err)
-		v = e.reconcile(t, v.DepositID)
-		require.Equal(t, tt.status, v.Status, "paid %s", tt.paid)
+		e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{tt.paid}, Settled: true})
+		v = e.reconcileTo(t, v.DepositID, tt.status, "paid %s", tt.paid)
 		if tt.status == deposit.StatusReview {
 			require.False(t, v.Payments[0].Credited)
-			ev := e.events(t, "deposit.review_required", v.DepositID)
-			require.Len(t, ev, 1)
-			require.Contains(t, ev[0]["review_reason"], "ppm from amount_expected")
+			e.requireReviewReason(t, v.DepositID, "ppm from amount_expected")
 		}
 	}
 }
@@ -248,14 +235,11 @@ func TestUSDTWithoutExpectedAmountGoesToReview(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v := e.create(t, "una", "USDT_TRC20", nil)
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"10"}, Settled: true})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"10"}, Settled: true})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.False(t, v.Payments[0].Credited)
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Equal(t, deposit.ReasonNoExpectedAmount, ev[0]["review_reason"])
+	ev := e.reviewEvent(t, v.DepositID)
+	require.Equal(t, deposit.ReasonNoExpectedAmount, ev["review_reason"])
 	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Equal(t, deposit.StatusSettled, e.deposit(t, v.DepositID).Status)

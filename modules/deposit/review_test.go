@@ -28,14 +28,18 @@ type resolved struct {
 
 func (e *env) reviewQueue(t *testing.T, query string) []deposit.View {
 	t.Helper()
-	r := e.AdminGet("/v1/admin/deposits/review" + query)
+	return adminList[deposit.View](t, e, "/v1/admin/deposits/review"+query, "deposits")
+}
+
+// resolveOK posts a resolution with the admin key, requires a 200 and
+// returns what it answered.
+func (e *env) resolveOK(t *testing.T, id string, body resolveBody) resolved {
+	t.Helper()
+	r := e.resolve(t, id, body)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var q struct {
-		Deposits []deposit.View `json:"deposits"`
-	}
-	r.JSON(t, &q)
-	require.NotNil(t, q.Deposits)
-	return q.Deposits
+	var res resolved
+	r.JSON(t, &res)
+	return res
 }
 
 // latePayment makes a BTC deposit that expired and then received a
@@ -44,12 +48,10 @@ func (e *env) latePayment(t *testing.T, user string) (deposit.View, btcpaysim.Pa
 	t.Helper()
 	v := e.create(t, user, "BTC", units("50000"))
 	e.advance(61 * time.Minute)
-	require.Equal(t, deposit.StatusExpired, e.reconcile(t, v.DepositID).Status)
-	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0005"}, Settled: true})
-	require.NoError(t, err)
+	e.reconcileTo(t, v.DepositID, deposit.StatusExpired)
+	paid := e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0005"}, Settled: true})
 	require.True(t, paid[0].AfterExpiration)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	return v, paid[0]
 }
 
@@ -66,22 +68,18 @@ func TestLatePaymentIsReviewedAndCredited(t *testing.T) {
 	require.False(t, p.Credited, "money in review is visible, not in the balance")
 	require.Nil(t, p.ResolvedBy)
 	require.Equal(t, "0.00000000", v.AmountCredited)
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Equal(t, paid.ID, ev[0]["payment_id"])
-	require.Equal(t, "0.00050000", ev[0]["amount"])
-	require.Contains(t, ev[0]["review_reason"], "after the invoice expired")
+	ev := e.reviewEvent(t, v.DepositID)
+	require.Equal(t, paid.ID, ev["payment_id"])
+	require.Equal(t, "0.00050000", ev["amount"])
+	require.Contains(t, ev["review_reason"], "after the invoice expired")
 	require.Equal(t, []string{v.DepositID}, ids(e.reviewQueue(t, "")))
 	for range 2 { // reconciling again changes nothing
-		require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+		e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	}
 	require.Len(t, e.events(t, "deposit.review_required", v.DepositID), 1)
 	require.Zero(t, e.ledgerEntries(t, v.DepositID))
 
-	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res resolved
-	r.JSON(t, &res)
+	res := e.resolveOK(t, v.DepositID, resolveBody{Action: "credit"})
 	require.Equal(t, "0.00050000", res.Credited)
 	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
 	require.Equal(t, "0.00050000", res.Deposit.AmountCredited)
@@ -104,17 +102,14 @@ func TestLatePaymentDismissed(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v, _ := e.latePayment(t, "xena")
-	r := e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"})
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res resolved
-	r.JSON(t, &res)
+	res := e.resolveOK(t, v.DepositID, resolveBody{Action: "dismiss"})
 	require.Equal(t, "0.00000000", res.Credited)
 	require.Equal(t, deposit.StatusDismissed, res.Deposit.Status)
 	require.False(t, res.Deposit.Payments[0].Credited)
 	require.Equal(t, e.AdminKeyID, *res.Deposit.Payments[0].ResolvedBy)
 	require.Zero(t, e.ledgerEntries(t, v.DepositID))
 	require.Equal(t, http.StatusConflict, e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status)
-	require.Equal(t, deposit.StatusDismissed, e.reconcile(t, v.DepositID).Status, "dismissed is terminal")
+	e.reconcileTo(t, v.DepositID, deposit.StatusDismissed, "dismissed is terminal")
 }
 
 // settled -> review: a later payment to a settled deposit's address; the
@@ -124,25 +119,18 @@ func TestLaterPaymentToASettledDeposit(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "yuri", "BTC", units("100000"))
 	inv := e.invoice(t, v.DepositID)
-	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status)
+	e.pay(t, inv.ID, btcpaysim.PayParams{Settled: true})
+	e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 
-	later, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
-	require.NoError(t, err)
+	later := e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
 	require.False(t, later[0].AfterExpiration)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Equal(t, "0.00100000", v.AmountCredited, "the first credit is never reversed")
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Contains(t, ev[0]["review_reason"], "later payment")
-	require.Equal(t, "0.00100000", ev[0]["amount_credited"])
+	ev := e.reviewEvent(t, v.DepositID)
+	require.Contains(t, ev["review_reason"], "later payment")
+	require.Equal(t, "0.00100000", ev["amount_credited"])
 
-	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &later[0].ID})
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res resolved
-	r.JSON(t, &res)
+	res := e.resolveOK(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &later[0].ID})
 	require.Equal(t, "0.00020000", res.Credited)
 	require.Equal(t, "0.00120000", res.Deposit.AmountCredited)
 	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
@@ -156,26 +144,21 @@ func TestInvoiceMarkedSettledByHand(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "zoe", "BTC", units("70000"))
 	require.NoError(t, e.Sim.MarkSettled(e.invoice(t, v.DepositID).ID))
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Empty(t, v.Payments)
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Nil(t, ev[0]["payment_id"])
-	require.Contains(t, ev[0]["review_reason"], "marked settled by hand")
-	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	ev := e.reviewEvent(t, v.DepositID)
+	require.Nil(t, ev["payment_id"])
+	require.Contains(t, ev["review_reason"], "marked settled by hand")
+	e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Len(t, e.events(t, "deposit.review_required", v.DepositID), 1)
 
-	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var res resolved
-	r.JSON(t, &res)
+	res := e.resolveOK(t, v.DepositID, resolveBody{Action: "credit"})
 	require.Equal(t, "0.00070000", res.Credited)
 	require.Equal(t, deposit.StatusSettled, res.Deposit.Status)
 	require.Len(t, res.Deposit.Payments, 1, "the credit is recorded as a payment so amount_credited is their sum")
 	require.True(t, res.Deposit.Payments[0].Credited)
 	require.Equal(t, "0.00070000", res.Deposit.AmountCredited)
-	require.Equal(t, deposit.StatusSettled, e.reconcile(t, v.DepositID).Status, "the mark is not raised again")
+	e.reconcileTo(t, v.DepositID, deposit.StatusSettled, "the mark is not raised again")
 }
 
 // A top-up invoice marked settled with nothing paid is worth nothing: a
@@ -185,7 +168,7 @@ func TestMarkedTopUpInvoiceHasNothingToCredit(t *testing.T) {
 	e := setup(t)
 	v := e.create(t, "abe", "BTC", nil)
 	require.NoError(t, e.Sim.MarkSettled(e.invoice(t, v.DepositID).ID))
-	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
 	require.Equal(t, http.StatusOK, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
@@ -197,15 +180,11 @@ func TestAmountNotInWholeUnitsGoesToReview(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v := e.create(t, "bea", "BTC_LN", nil)
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.00001000001"}})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusReview, v.Status)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.00001000001"}})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Equal(t, "0.00001000001", v.Payments[0].Amount, "shown as the processor reported it, never rounded")
 	require.False(t, v.Payments[0].Credited)
-	ev := e.events(t, "deposit.review_required", v.DepositID)
-	require.Len(t, ev, 1)
-	require.Contains(t, ev[0]["review_reason"], "whole smallest units")
+	e.requireReviewReason(t, v.DepositID, "whole smallest units")
 
 	r := e.resolve(t, v.DepositID, resolveBody{Action: "credit"})
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
@@ -262,9 +241,8 @@ func TestResolveRefusals(t *testing.T) {
 	// Two uncredited payments: the operator must say which.
 	v := e.create(t, "dan", "BTC", nil)
 	e.advance(61 * time.Minute)
-	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.0001", "0.0002"}, Settled: true})
-	require.NoError(t, err)
-	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	paid := e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0001", "0.0002"}, Settled: true})
+	e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit"}).Status)
 	unknown := "no-such-payment"
 	require.Equal(t, http.StatusUnprocessableEntity, e.resolve(t, v.DepositID, resolveBody{Action: "credit", PaymentID: &unknown}).Status)
@@ -334,13 +312,11 @@ func TestPaymentToADismissedDepositIsNotCredited(t *testing.T) {
 	v := e.create(t, "ned", "BTC", nil)
 	inv := e.invoice(t, v.DepositID).ID
 	require.NoError(t, e.Sim.MarkSettled(inv))
-	require.Equal(t, deposit.StatusReview, e.reconcile(t, v.DepositID).Status)
+	e.reconcileTo(t, v.DepositID, deposit.StatusReview)
 	require.Equal(t, http.StatusOK, e.resolve(t, v.DepositID, resolveBody{Action: "dismiss"}).Status)
 
-	_, err := e.Sim.Pay(inv, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
-	require.NoError(t, err)
-	v = e.reconcile(t, v.DepositID)
-	require.Equal(t, deposit.StatusDismissed, v.Status)
+	e.pay(t, inv, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusDismissed)
 	require.Equal(t, "0.00000000", v.AmountCredited)
 	require.Len(t, e.alerts(t, deposit.AlertPaymentAfterDismiss), 1)
 	require.Contains(t, e.alerts(t, deposit.AlertPaymentAfterDismiss)[0], v.DepositID+":")
@@ -352,7 +328,7 @@ func TestPaymentToADismissedDepositIsNotCredited(t *testing.T) {
 	id := uuid.MustParse(v.DepositID)
 	pid := v.Payments[0].PaymentID
 	op := audit.CLI("ops")
-	_, err = e.Svc.CreditAfterDismissal(ctx, id, pid, op, "short")
+	_, err := e.Svc.CreditAfterDismissal(ctx, id, pid, op, "short")
 	require.Error(t, err)
 	_, err = e.Svc.CreditAfterDismissal(ctx, id, "no-such-payment", op, "the payer asked us to keep it")
 	require.Error(t, err)

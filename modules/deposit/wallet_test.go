@@ -17,14 +17,7 @@ import (
 
 func (e *env) walletAlerts(t *testing.T, query string) []deposit.WalletAlertView {
 	t.Helper()
-	r := e.AdminGet("/v1/admin/wallet-alerts" + query)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var l struct {
-		Alerts []deposit.WalletAlertView `json:"alerts"`
-	}
-	r.JSON(t, &l)
-	require.NotNil(t, l.Alerts)
-	return l.Alerts
+	return adminList[deposit.WalletAlertView](t, e, "/v1/admin/wallet-alerts"+query, "alerts")
 }
 
 func (e *env) scan(t *testing.T) int {
@@ -44,12 +37,10 @@ func TestWalletReceivesMatchingNoPaymentAreRecordedOnce(t *testing.T) {
 
 	// A deposit paid and reconciled, and one paid but not yet seen.
 	seen := e.create(t, "ned", "BTC", nil)
-	_, err := e.Sim.Pay(e.invoice(t, seen.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.001"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, seen.DepositID, btcpaysim.PayParams{Amounts: []string{"0.001"}, Settled: true})
 	e.reconcile(t, seen.DepositID)
 	unseen := e.create(t, "ned", "BTC", nil)
-	_, err = e.Sim.Pay(e.invoice(t, unseen.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.002"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, unseen.DepositID, btcpaysim.PayParams{Amounts: []string{"0.002"}, Settled: true})
 
 	txid, _, err := e.Sim.ReceiveUnmatched("0.015", 2)
 	require.NoError(t, err)
@@ -103,8 +94,7 @@ func TestWalletReceivePayingMoreThanItsDeposit(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	v := e.create(t, "ola", "BTC", nil)
-	paid, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.001"}})
-	require.NoError(t, err)
+	paid := e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.001"}})
 	e.reconcile(t, v.DepositID)
 	txid := strings.SplitN(paid[0].ID, "-", 2)[0]
 	require.NoError(t, e.Sim.AddOutput(txid, "0.0025"))
@@ -120,8 +110,7 @@ func TestWalletReceivePayingMoreThanItsDeposit(t *testing.T) {
 
 	// A transaction its payments account for exactly raises nothing.
 	w := e.create(t, "ola", "BTC", nil)
-	_, err = e.Sim.Pay(e.invoice(t, w.DepositID).ID, btcpaysim.PayParams{Amounts: []string{"0.002"}, Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, w.DepositID, btcpaysim.PayParams{Amounts: []string{"0.002"}, Settled: true})
 	e.reconcile(t, w.DepositID)
 	require.Equal(t, 0, e.scan(t))
 }

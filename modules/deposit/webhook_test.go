@@ -33,8 +33,7 @@ func TestWebhooksSettleADeposit(t *testing.T) {
 	e := setup(t, withWebhooks())
 	v := e.create(t, "hugo", "BTC", units("120000"))
 	inv := e.invoice(t, v.DepositID)
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{})
 	apptest.Eventually(t, 30*time.Second, func() bool {
 		return e.deposit(t, v.DepositID).Status == deposit.StatusConfirming
 	}, "confirming after InvoiceReceivedPayment")
@@ -51,8 +50,7 @@ func TestDuplicatedWebhooksCreditOnce(t *testing.T) {
 	e := setup(t, withWebhooks())
 	e.Sim.DuplicateWebhooks(true)
 	v := e.create(t, "iris", "BTC", units("10000"))
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Settled: true})
 	v = e.settles(t, v.DepositID)
 	for _, d := range e.Sim.Deliveries() {
 		_, err := e.Sim.Redeliver(d.ID)
@@ -75,8 +73,7 @@ func TestReorderedWebhooks(t *testing.T) {
 	v := e.create(t, "jill", "BTC", units("30000"))
 	inv := e.invoice(t, v.DepositID)
 	e.Sim.HoldWebhooks()
-	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{})
-	require.NoError(t, err)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{})
 	require.NoError(t, e.Sim.ConfirmPayment(inv.ID, paid[0].ID))
 	require.Equal(t, deposit.StatusPending, e.deposit(t, v.DepositID).Status, "nothing arrived yet")
 	e.Sim.ReleaseWebhooks(true)
@@ -90,8 +87,7 @@ func TestLostWebhooksArePolled(t *testing.T) {
 	e := setup(t, withWorker(), withConfig(func(c *config.Config) { c.Worker.DepositPollEvery = time.Second }))
 	// No webhook URL: the simulator sends nothing.
 	v := e.create(t, "kurt", "BTC", units("40000"))
-	_, err := e.Sim.Pay(e.invoice(t, v.DepositID).ID, btcpaysim.PayParams{Settled: true})
-	require.NoError(t, err)
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Settled: true})
 	v = e.settles(t, v.DepositID)
 	require.Equal(t, "0.00040000", v.AmountCredited)
 
