@@ -29,10 +29,7 @@ func (u *usdtEnv) confirmUSDT(t *testing.T) {
 func TestUSDTOneMissIsNoAlert(t *testing.T) {
 	t.Parallel()
 	u := setupUSDT(t)
-	u.fund(t, "wa", asset.USDTTRC20, 100_000_000)
-	id, dest := u.approvedUSDT(t, "wa")
-	txid := u.Node.AddUSDTTransfer("", u.Hot, dest, 23_000_000, true)
-	require.Equal(t, http.StatusOK, u.markBroadcast(id, txid).Status)
+	id, dest, txid := u.broadcastUSDT(t, "wa")
 
 	u.Node.Forget(txid) // a node that lags, or another node behind a balancer
 	u.confirmUSDT(t)
@@ -72,10 +69,7 @@ func TestUSDTOneMissIsNoAlert(t *testing.T) {
 func TestUSDTPaidAfterRelease(t *testing.T) {
 	t.Parallel()
 	u := setupUSDT(t)
-	u.fund(t, "wb", asset.USDTTRC20, 100_000_000)
-	id, dest := u.approvedUSDT(t, "wb")
-	txid := u.Node.AddUSDTTransfer("", u.Hot, dest, 23_000_000, true)
-	require.Equal(t, http.StatusOK, u.markBroadcast(id, txid).Status)
+	id, dest, txid := u.broadcastUSDT(t, "wb")
 	u.Node.Forget(txid)
 	for range 11 {
 		u.confirmUSDT(t)
@@ -112,11 +106,8 @@ func TestUSDTPaidAfterRelease(t *testing.T) {
 func (e *env) broadcastThenCancelled(t *testing.T, user string, gross int64) (id, txid string) {
 	t.Helper()
 	e.fund(t, user, asset.BTC, 10_000_000)
-	w := e.create(t, user, asset.BTC, gross, p2wpkh(t, chain.Regtest, "cancelled after broadcast "+user))
-	e.pass(t)
-	p := e.onePayout(t, w.WithdrawalID)
-	txid, err := e.Sim.BroadcastPayout(p.ID, "")
-	require.NoError(t, err)
+	w, p := e.submit(t, user, asset.BTC, gross, p2wpkh(t, chain.Regtest, "cancelled after broadcast "+user))
+	txid = e.broadcastPayout(t, p.ID, "")
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusBroadcast, e.status(t, w.WithdrawalID))
 	require.NoError(t, e.Sim.UnmarkPayout(p.ID))
@@ -219,9 +210,7 @@ func TestReleaseReadsOnlyItsPayout(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.fund(t, "wf", asset.BTC, 10_000_000)
-	w := e.create(t, "wf", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "one attempt"))
-	e.pass(t)
-	p := e.onePayout(t, w.WithdrawalID)
+	w, p := e.submit(t, "wf", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "one attempt"))
 	require.NoError(t, e.Sim.CancelPayout(p.ID))
 	e.pass(t)
 	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))

@@ -50,6 +50,19 @@ func (u *usdtEnv) approvedUSDT(t *testing.T, user string) (string, chain.TronAdd
 	return w.WithdrawalID, dest
 }
 
+// broadcastUSDT funds user with 100 USDT, has a withdrawal of 25 USDT of
+// theirs approved, and marks it broadcast with a 23 USDT transfer the node
+// shows as successful; it returns the withdrawal, its destination and the
+// transfer's txid.
+func (u *usdtEnv) broadcastUSDT(t *testing.T, user string) (string, chain.TronAddress, string) {
+	t.Helper()
+	u.fund(t, user, asset.USDTTRC20, 100_000_000)
+	id, dest := u.approvedUSDT(t, user)
+	txid := u.Node.AddUSDTTransfer("", u.Hot, dest, 23_000_000, true)
+	require.Equal(t, http.StatusOK, u.markBroadcast(id, txid).Status)
+	return id, dest, txid
+}
+
 func (u *usdtEnv) markBroadcast(id, txid string) *apptest.Response {
 	u.T.Helper()
 	return u.decide(id, "mark-broadcast", map[string]any{"txid": txid})
@@ -227,10 +240,7 @@ func (u *usdtEnv) approvedUSDTTo(t *testing.T, user string, dest chain.TronAddre
 func TestUSDTTransferThatDisappears(t *testing.T) {
 	t.Parallel()
 	u := setupUSDT(t)
-	u.fund(t, "ud", asset.USDTTRC20, 100_000_000)
-	id, dest := u.approvedUSDT(t, "ud")
-	txid := u.Node.AddUSDTTransfer("", u.Hot, dest, 23_000_000, true)
-	require.Equal(t, http.StatusOK, u.markBroadcast(id, txid).Status)
+	id, _, txid := u.broadcastUSDT(t, "ud")
 	u.Node.Forget(txid)
 	// Missed on consecutive checks a minute apart: the alert once the
 	// misses span ten minutes, not before.
