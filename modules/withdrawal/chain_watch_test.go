@@ -108,8 +108,7 @@ func (e *env) broadcastThenCancelled(t *testing.T, user string, gross int64) (id
 	e.fund(t, user, asset.BTC, 10_000_000)
 	w, p := e.submit(t, user, asset.BTC, gross, p2wpkh(t, chain.Regtest, "cancelled after broadcast "+user))
 	txid = e.broadcastPayout(t, p.ID, "")
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusBroadcast, e.status(t, w.WithdrawalID))
+	e.passTo(t, w.WithdrawalID, withdrawal.StatusBroadcast)
 	require.NoError(t, e.Sim.UnmarkPayout(p.ID))
 	require.NoError(t, e.Sim.CancelPayout(p.ID))
 	e.pass(t)
@@ -130,13 +129,11 @@ func TestBTCReleaseFollowsTheWallet(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	id, txid := e.broadcastThenCancelled(t, "wc", 70_000)
-	r := e.decide(id, "release", map[string]any{"attestation": att})
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	require.Contains(t, detail(t, r), "is Unconfirmed in the wallet, not replaced")
+	e.requireReleaseRefused(t, id, "is Unconfirmed in the wallet, not replaced")
 	require.Equal(t, withdrawal.StatusFailed, e.status(t, id))
 
 	require.NoError(t, e.Sim.ReplaceTransaction(txid))
-	r = e.decide(id, "release", map[string]any{"attestation": "the wallet shows the transaction replaced by a conflicting one"})
+	r := e.decide(id, "release", map[string]any{"attestation": "the wallet shows the transaction replaced by a conflicting one"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Equal(t, "0.00000000", e.balance(t, "wc", asset.BTC).Held)
 
@@ -153,9 +150,7 @@ func TestBTCReleaseFollowsTheWallet(t *testing.T) {
 	// Confirmed in the wallet: refused too.
 	id2, txid2 := e.broadcastThenCancelled(t, "wd", 80_000)
 	require.NoError(t, e.Sim.ConfirmTransaction(txid2, 1))
-	r = e.decide(id2, "release", map[string]any{"attestation": att})
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	require.Contains(t, detail(t, r), "is confirmed in the wallet (1 confirmations), so the money has left")
+	e.requireReleaseRefused(t, id2, "is confirmed in the wallet (1 confirmations), so the money has left")
 	require.Equal(t, "0.00080000", e.balance(t, "wd", asset.BTC).Held)
 }
 
@@ -172,36 +167,28 @@ func TestReleaseStuckSubmission(t *testing.T) {
 	w := e.create(t, "we", asset.BTC, 100_000, p2wpkh(t, chain.Regtest, "stuck"))
 	real := e.Svc.Processor
 	e.Svc.Processor = forbidden{real}
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w.WithdrawalID))
-	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	require.Contains(t, detail(t, r), "being handed to the processor")
+	e.passTo(t, w.WithdrawalID, withdrawal.StatusSubmitting)
+	e.requireReleaseRefused(t, w.WithdrawalID, "being handed to the processor")
 
 	e.Clock.Advance(5 * time.Minute)
-	r = e.decide(w.WithdrawalID, "release", map[string]any{"attestation": "the processor refuses every payout of it; none exists"})
+	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": "the processor refuses every payout of it; none exists"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	adm := e.admin(t, w.WithdrawalID)
 	require.Equal(t, "refunded", adm["status"])
 	require.Equal(t, "0.00000000", e.balance(t, "we", asset.BTC).Held)
 	e.Svc.Processor = real
 	e.Clock.Advance(time.Hour)
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusRefunded, e.status(t, w.WithdrawalID))
+	e.passTo(t, w.WithdrawalID, withdrawal.StatusRefunded)
 	require.Empty(t, e.payoutsOf(w.WithdrawalID))
 
 	// A payout was created but the answer lost: refused while it is live.
 	w2 := e.create(t, "we", asset.BTC, 90_000, p2wpkh(t, chain.Regtest, "answer lost"))
 	e.Sim.FailNext(1, btcpaysim.DownDropAfter)
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusSubmitting, e.status(t, w2.WithdrawalID))
+	e.passTo(t, w2.WithdrawalID, withdrawal.StatusSubmitting)
 	p := e.onePayout(t, w2.WithdrawalID)
 	e.Clock.Advance(5 * time.Minute)
-	r = e.decide(w2.WithdrawalID, "release", map[string]any{"attestation": att})
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	require.Contains(t, detail(t, r), "payout "+p.ID+" is AwaitingPayment at the processor")
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusSubmitted, e.status(t, w2.WithdrawalID))
+	e.requireReleaseRefused(t, w2.WithdrawalID, "payout "+p.ID+" is AwaitingPayment at the processor")
+	e.passTo(t, w2.WithdrawalID, withdrawal.StatusSubmitted)
 }
 
 // TestReleaseReadsOnlyItsPayout: releasing a withdrawal submitted in one
@@ -212,8 +199,7 @@ func TestReleaseReadsOnlyItsPayout(t *testing.T) {
 	e.fund(t, "wf", asset.BTC, 10_000_000)
 	w, p := e.submit(t, "wf", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "one attempt"))
 	require.NoError(t, e.Sim.CancelPayout(p.ID))
-	e.pass(t)
-	require.Equal(t, withdrawal.StatusFailed, e.status(t, w.WithdrawalID))
+	e.passTo(t, w.WithdrawalID, withdrawal.StatusFailed)
 	before := e.Sim.PayoutListings()
 	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))

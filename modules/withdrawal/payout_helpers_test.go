@@ -1,10 +1,12 @@
 package withdrawal_test
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 )
 
@@ -43,4 +45,21 @@ func (e *env) confirmCancelledPayout(t testing.TB, payoutID string) string {
 	txid, err := e.Sim.ConfirmCancelledPayout(payoutID, "")
 	require.NoError(t, err)
 	return txid
+}
+
+// passTo runs one payout pass and requires the withdrawal's status after
+// it.
+func (e *env) passTo(t testing.TB, id string, want withdrawal.Status, msgAndArgs ...any) {
+	t.Helper()
+	e.pass(t)
+	require.Equal(t, want, e.status(t, id), msgAndArgs...)
+}
+
+// requireReleaseRefused asks for the release of a withdrawal's hold, with
+// the usual attestation, and requires a 409 whose detail contains why.
+func (e *env) requireReleaseRefused(t testing.TB, id, why string) {
+	t.Helper()
+	r := e.decide(id, "release", map[string]any{"attestation": att})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), why)
 }
