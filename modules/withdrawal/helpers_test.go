@@ -202,18 +202,29 @@ func (e *env) get(t testing.TB, id string) withdrawal.View {
 	return v
 }
 
+// adminPage is one page of the admin list of withdrawals.
+type adminPage struct {
+	Withdrawals []map[string]any `json:"withdrawals"`
+	NextCursor  *string          `json:"next_cursor"`
+}
+
+// adminPage reads one page of the admin list with the query given and
+// requires a 200.
+func (e *env) adminPage(t testing.TB, query string) adminPage {
+	t.Helper()
+	r := e.AdminGet("/v1/admin/withdrawals?" + query)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var page adminPage
+	r.JSON(t, &page)
+	return page
+}
+
 // admin reads a withdrawal's admin view through the admin list.
 func (e *env) admin(t testing.TB, id string) map[string]any {
 	t.Helper()
 	cursor := ""
 	for {
-		r := e.AdminGet("/v1/admin/withdrawals?limit=200" + cursor)
-		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var page struct {
-			Withdrawals []map[string]any `json:"withdrawals"`
-			NextCursor  *string          `json:"next_cursor"`
-		}
-		r.JSON(t, &page)
+		page := e.adminPage(t, "limit=200"+cursor)
 		for _, w := range page.Withdrawals {
 			if w["withdrawal_id"] == id {
 				return w

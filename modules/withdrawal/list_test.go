@@ -89,13 +89,7 @@ func TestAdminList(t *testing.T) {
 	var seen []string
 	cursor := ""
 	for {
-		r := e.AdminGet("/v1/admin/withdrawals?status=pending_approval&limit=2" + cursor)
-		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var l struct {
-			Withdrawals []map[string]any `json:"withdrawals"`
-			NextCursor  *string          `json:"next_cursor"`
-		}
-		r.JSON(t, &l)
+		l := e.adminPage(t, "status=pending_approval&limit=2"+cursor)
 		for _, w := range l.Withdrawals {
 			require.Equal(t, "pending_approval", w["status"])
 			require.Contains(t, w, "approved_by")

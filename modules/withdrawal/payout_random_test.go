@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"testing"
@@ -37,12 +36,7 @@ var (
 // through and every withdrawal must reach confirmed, failed or refunded.
 func TestRandomPayouts(t *testing.T) {
 	t.Parallel()
-	seed := *flagPayoutSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d: replay with go test ./modules/withdrawal -run TestRandomPayouts -payout.seed=%d -payout.ops=%d", seed, seed, *flagPayoutOps)
-	rng := rand.New(rand.NewPCG(seed, seed^0x51ed270b27f4a7c1))
+	rng := seededRand(t, *flagPayoutSeed, "payout", *flagPayoutOps, 0x51ed270b27f4a7c1)
 	e := setup(t)
 	ctx := context.Background()
 	users := []string{"q0", "q1", "q2"}

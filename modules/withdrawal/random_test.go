@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"testing"
@@ -33,12 +32,7 @@ var (
 // each asset's rolling volume equal to the withdrawals of the window whose
 // money was not returned.
 func TestRandomWithdrawals(t *testing.T) {
-	seed := *flagSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d: replay with go test ./modules/withdrawal -run TestRandomWithdrawals -withdrawal.seed=%d -withdrawal.ops=%d", seed, seed, *flagOps)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rng := seededRand(t, *flagSeed, "withdrawal", *flagOps, 0x9e3779b97f4a7c15)
 	u := setupUSDT(t)
 	ctx := context.Background()
 	second := u.mintAdmin(t, "second operator")
