@@ -61,7 +61,6 @@ func recorded(t testing.TB, d *bun.DB, id int64) (scope string, consistent bool,
 func TestIncrementalCheckCoversOnlyNewEntries(t *testing.T) {
 	t.Parallel()
 	_, d := newCheckpointDB(t)
-	ctx := context.Background()
 	credit(t, d, "BTC", "ann", 1_000, "old-1")
 	credit(t, d, "BTC", "bert", 500, "old-2")
 
@@ -119,8 +118,7 @@ func TestIncrementalCheckCoversOnlyNewEntries(t *testing.T) {
 	require.Equal(t, assetTotals(t, d), last.Totals, "the system sums carried from check to check")
 
 	// The full check is still the full check.
-	again, err := ledger.Check(ctx, d)
-	require.NoError(t, err)
+	again := fullCheck(t, d)
 	require.Equal(t, ledger.ScopeFull, again.Coverage.Scope)
 	require.Equal(t, count(t, d, `SELECT count(*) FROM ledger_entries`), again.Entries)
 }
@@ -181,7 +179,6 @@ SELECT $1, a.id, 3 FROM ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'cu
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			u, d := newCheckpointDB(t)
-			ctx := context.Background()
 			credit(t, d, "BTC", "cleo", 1_000, "old-cleo")
 			credit(t, d, "BTC", "dora", 500, "old-dora")
 			full := checkAboveAll(t, d)
@@ -219,8 +216,7 @@ SELECT $1, a.id, 3 FROM ledger_accounts a WHERE a.asset = 'BTC' AND a.kind = 'cu
 			requireFindings(again)
 
 			// The full check finds it as well (in its own words).
-			all, err := ledger.Check(ctx, d)
-			require.NoError(t, err)
+			all := fullCheck(t, d)
 			require.False(t, all.LedgerConsistent)
 			require.NotEmpty(t, append(append(all.MaterializedVsDerivedDrifts, all.UnbalancedEntries...), all.NegativeBalances...))
 		})
@@ -409,21 +405,19 @@ func TestFullCheckVerifiesCarriedSums(t *testing.T) {
 	credit(t, d, "BTC", "ann", 1_000, "before")
 	honest := checkAboveAll(t, d)
 	credit(t, d, "BTC", "ann", 10, "after")
-	again, err := ledger.Check(ctx, d)
-	require.NoError(t, err)
+	again := fullCheck(t, d)
 	require.True(t, again.LedgerConsistent, "the sums carried by check %d verified: %+v", *honest.Coverage.CheckID, again)
 
 	var custody int64
 	require.NoError(t, d.QueryRowContext(ctx, `SELECT id FROM ledger_accounts WHERE owner = '' AND asset = 'BTC' AND kind = 'custody'`).Scan(&custody))
-	_, err = ownerDB(t, u).ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms, system_sums)
+	_, err := ownerDB(t, u).ExecContext(ctx, `INSERT INTO ledger_checks (checked_at, scope, xid_to, last_posting, consistent, accounts, entries, postings, findings, took_ms, system_sums)
 SELECT now(), 'full', pg_snapshot_xmin(pg_current_snapshot()), (SELECT max(id) FROM ledger_postings), true, 0, 0, 0, 0, 0,
        jsonb_build_object(?::text, -5)`, fmt.Sprint(custody)) // postings to custody are negative (AccountKind.Natural)
 	require.NoError(t, err)
 	forged := count(t, d, `SELECT max(id) FROM ledger_checks`)
 	credit(t, d, "BTC", "ann", 20, "later")
 
-	r, err := ledger.Check(ctx, d)
-	require.NoError(t, err)
+	r := fullCheck(t, d)
 	require.False(t, r.LedgerConsistent)
 	require.Len(t, r.MaterializedVsDerivedDrifts, 1, "%q", r.MaterializedVsDerivedDrifts)
 	// Below the forged boundary: the credits before it (other tests'

@@ -36,6 +36,27 @@ func inTx(t testing.TB, d *bun.DB, fn func(ctx context.Context, tx bun.Tx) error
 	return db.RunInTx(context.Background(), d, fn)
 }
 
+// fullCheck runs the full ledger check and requires that it ran.
+func fullCheck(t testing.TB, d *bun.DB) ledger.Report {
+	t.Helper()
+	r, err := ledger.Check(context.Background(), d)
+	require.NoError(t, err)
+	return r
+}
+
+// behindTriggers runs fn in its own committed transaction with the
+// triggers off (session_replication_role replica: a superuser's way
+// around them), and requires that it committed.
+func behindTriggers(t testing.TB, d *bun.DB, fn func(ctx context.Context, tx bun.Tx) error) {
+	t.Helper()
+	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	}))
+}
+
 func credit(t testing.TB, d *bun.DB, asset, user string, amount int64, ref string) ledger.Posted {
 	t.Helper()
 	var p ledger.Posted

@@ -58,12 +58,10 @@ func TestBalancesHTTP(t *testing.T) {
 	})
 
 	user := "user/42 ü" // needs percent-encoding in the path
-	_, err := ledger.CreditDeposit(ctx, d, "BTC", user, 150_000_000, "pay-1", "")
+	credit(t, d, "BTC", user, 150_000_000, "pay-1")
+	_, err := ledger.PlaceHold(ctx, d, "BTC", user, 12_345, "wd-1", "")
 	require.NoError(t, err)
-	_, err = ledger.PlaceHold(ctx, d, "BTC", user, 12_345, "wd-1", "")
-	require.NoError(t, err)
-	_, err = ledger.CreditDeposit(ctx, d, "USDT_TRC20", user, 2_500_000, "pay-2", "")
-	require.NoError(t, err)
+	credit(t, d, "USDT_TRC20", user, 2_500_000, "pay-2")
 
 	get := func() balancesBody {
 		r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
@@ -129,18 +127,15 @@ func TestTransactionsHTTP(t *testing.T) {
 
 	// 5 deposits, a hold and its release, a USDT deposit: 10 postings.
 	for i := range 5 {
-		_, err := ledger.CreditDeposit(ctx, d, "BTC", user, int64(1_000*(i+1)), fmt.Sprintf("pay-%d", i), "")
-		require.NoError(t, err)
+		credit(t, d, "BTC", user, int64(1_000*(i+1)), fmt.Sprintf("pay-%d", i))
 	}
 	_, err := ledger.PlaceHold(ctx, d, "BTC", user, 2_500, "wd-1", "")
 	require.NoError(t, err)
 	_, err = ledger.ReleaseHold(ctx, d, "BTC", user, 2_500, "wd-1", "rejected by operator")
 	require.NoError(t, err)
-	_, err = ledger.CreditDeposit(ctx, d, "USDT_TRC20", user, 1_500_000, "pay-usdt", "")
-	require.NoError(t, err)
+	credit(t, d, "USDT_TRC20", user, 1_500_000, "pay-usdt")
 	// Someone else's postings never show.
-	_, err = ledger.CreditDeposit(ctx, d, "BTC", "other", 9, "pay-other", "")
-	require.NoError(t, err)
+	credit(t, d, "BTC", "other", 9, "pay-other")
 
 	list := func(query string) txBody {
 		t.Helper()
@@ -192,8 +187,7 @@ func TestTransactionsHTTP(t *testing.T) {
 		require.Equal(t, all.Transactions[4].PostingID, p2.Transactions[0].PostingID)
 
 		// New postings arrive: the next page is still the one it was.
-		_, err := ledger.CreditDeposit(ctx, d, "BTC", user, 1, "pay-late", "")
-		require.NoError(t, err)
+		credit(t, d, "BTC", user, 1, "pay-late")
 		again := list(fmt.Sprintf("?limit=4&cursor=%d", *p1.NextCursor))
 		require.Equal(t, p2, again)
 

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
-	"svc/modules/ledger"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 )
@@ -164,13 +163,11 @@ func constraintOf(err error) string {
 func TestCheckFindsCorruption(t *testing.T) {
 	t.Parallel()
 	d := newDBAs(t, 4, func(u string) string { return dbtest.AdminURLOf(t, u) })
-	ctx := context.Background()
 	credit(t, d, "BTC", "judy", 1_000, "pay-1")
 	credit(t, d, "BTC", "ken", 500, "pay-2")
 	_, err := hold(t, d, "BTC", "ken", 200, "wd-1")
 	require.NoError(t, err)
-	r, err := ledger.Check(ctx, d)
-	require.NoError(t, err)
+	r := fullCheck(t, d)
 	require.True(t, r.LedgerConsistent)
 	require.Empty(t, r.MaterializedVsDerivedDrifts)
 	require.Empty(t, r.UnbalancedEntries)
@@ -181,16 +178,11 @@ func TestCheckFindsCorruption(t *testing.T) {
 	// A balance corrupted by hand with the triggers off (with them on, the
 	// database refuses it: TestDatabaseRefuses): it no longer matches the
 	// postings.
-	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-			return err
-		}
+	behindTriggers(t, d, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE ledger_accounts SET balance = balance + 1 WHERE owner = 'judy' AND kind = 'user_available'`)
 		return err
 	})
-	require.NoError(t, err)
-	r, err = ledger.Check(ctx, d)
-	require.NoError(t, err)
+	r = fullCheck(t, d)
 	require.False(t, r.LedgerConsistent)
 	require.Len(t, r.MaterializedVsDerivedDrifts, 1)
 	require.Contains(t, r.MaterializedVsDerivedDrifts[0], `BTC user_available of "judy"`)
@@ -199,10 +191,7 @@ func TestCheckFindsCorruption(t *testing.T) {
 
 	// Postings written with the triggers off: an unbalanced entry that also
 	// drives ken's held balance negative by its postings.
-	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-			return err
-		}
+	behindTriggers(t, d, func(ctx context.Context, tx bun.Tx) error {
 		var id int64
 		if err := tx.NewRaw(`INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'forged') RETURNING id`).Scan(ctx, &id); err != nil {
 			return err
@@ -212,9 +201,7 @@ func TestCheckFindsCorruption(t *testing.T) {
     FROM ledger_accounts WHERE owner = 'ken' AND kind = 'user_hold'`, id)
 		return err
 	})
-	require.NoError(t, err)
-	r, err = ledger.Check(ctx, d)
-	require.NoError(t, err)
+	r = fullCheck(t, d)
 	require.False(t, r.LedgerConsistent)
 	require.Len(t, r.UnbalancedEntries, 1)
 	require.Contains(t, r.UnbalancedEntries[0], "correction forged, BTC): 1 postings sum to -0.00000300")
@@ -226,10 +213,7 @@ func TestCheckFindsCorruption(t *testing.T) {
 
 	// An entry without postings, and a balanced entry whose second posting
 	// is on another asset's account.
-	err = db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-			return err
-		}
+	behindTriggers(t, d, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (kind, asset, source_ref) VALUES ('correction', 'BTC', 'empty')`); err != nil {
 			return err
 		}
@@ -241,9 +225,7 @@ func TestCheckFindsCorruption(t *testing.T) {
   SELECT ?, id, CASE WHEN asset = 'BTC' THEN 5 ELSE -5 END FROM ledger_accounts WHERE kind = 'custody' AND asset IN ('BTC', 'USDT_TRC20')`, id)
 		return err
 	})
-	require.NoError(t, err)
-	r, err = ledger.Check(ctx, d)
-	require.NoError(t, err)
+	r = fullCheck(t, d)
 	require.Len(t, r.UnbalancedEntries, 3, "%q", r.UnbalancedEntries)
 	require.Contains(t, r.UnbalancedEntries[1], "(correction empty, BTC) has no postings")
 	require.Contains(t, r.UnbalancedEntries[2], "(correction cross, BTC): posting")
