@@ -11,17 +11,13 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/pgdialect"
 
-	"svc/cmd/svc/app/apptest"
 	"svc/modules/asset"
 	"svc/modules/reconcile"
 	"svc/platform/btcpay/btcpaysim"
-	"svc/platform/chain"
-	"svc/platform/chain/chaintest"
 	"svc/platform/config"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 	"svc/platform/money"
-	"svc/platform/tron/tronsim"
 )
 
 // The reconciliation benchmark's book: 100,000 users; 440,000 settled and
@@ -126,28 +122,7 @@ func BenchmarkReport(b *testing.B) {
 // TRON simulators, every asset enabled, on the real clock.
 func benchSetup(b *testing.B) *env {
 	b.Helper()
-	sim := btcpaysim.Start(b, btcpaysim.Options{TickEvery: -1})
-	node := tronsim.Start(b)
-	hot, err := chain.ParseTronAddress(chaintest.Tron("hot wallet"))
-	require.NoError(b, err)
-	e := &env{Sim: sim, Node: node, Hot: hot}
-	for _, p := range sim.TronPool() {
-		a, err := chain.ParseTronAddress(p)
-		require.NoError(b, err)
-		e.Pool = append(e.Pool, a)
-	}
-	e.Env = apptest.New(b, apptest.WithConfig(func(c *config.Config) {
-		c.LogLevel = "error"
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
-		c.Deposits.USDTPool = sim.TronPool()
-		c.Tron.URL, c.Tron.HotWallet = node.URL, hot.String()
-	}))
-	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
-		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
-		require.NoError(b, err)
-	}
-	node.SetTRXBalance(hot, 1_000_000_000)
-	return e
+	return start(b, btcpaysim.Options{TickEvery: -1}, nil, func(c *config.Config) { c.LogLevel = "error" })
 }
 
 // seedBook writes the benchmark's book in plain SQL, a chunk of deposits

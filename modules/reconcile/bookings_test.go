@@ -81,11 +81,9 @@ func TestRoutingFeeBooked(t *testing.T) {
 	e.Sim.SetLightningRoutingFee(12_000) // 12 sat
 	ln := e.withdraw(t, "ann", asset.BTCLN, 20_000, chaintest.BOLT11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour))
 	e.pass(t)
-	_, err := e.Sim.CompletePayout(e.payoutOf(t, ln).ID, "")
-	require.NoError(t, err)
+	e.completePayout(t, ln)
 	e.pass(t)
-	st, _ := e.status(t, ln)
-	require.Equal(t, "confirmed", st)
+	e.requireStatus(t, ln, "confirmed")
 
 	for range 2 { // it does not go away by itself
 		rep := e.report(t)

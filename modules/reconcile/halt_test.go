@@ -80,10 +80,8 @@ func TestInconsistencyHaltsTheAsset(t *testing.T) {
 			e.deposit(t, "bea", asset.BTC, 100_000)
 			pending := e.withdraw(t, "ann", asset.BTC, 1_500_000, btcAddr(t, "pending"))
 			approved := e.withdraw(t, "ann", asset.BTC, 100_000, btcAddr(t, "approved"))
-			st, _ := e.status(t, pending)
-			require.Equal(t, "pending_approval", st)
-			st, _ = e.status(t, approved)
-			require.Equal(t, "approved", st)
+			e.requireStatus(t, pending, "pending_approval")
+			e.requireStatus(t, approved, "approved")
 			require.True(t, e.report(t).Healthy)
 
 			c.tamper(e, t)
@@ -107,14 +105,12 @@ func TestInconsistencyHaltsTheAsset(t *testing.T) {
 			// Nothing of BTC leaves: the approved one is not submitted, the
 			// pending one cannot be approved, a new one waits.
 			e.pass(t)
-			st, _ = e.status(t, approved)
-			require.Equal(t, "approved", st, "nothing is submitted while halted")
+			e.requireStatus(t, approved, "approved", "nothing is submitted while halted")
 			require.Empty(t, e.Sim.Payouts())
 			r := e.AdminPost("/v1/admin/withdrawals/"+pending+"/approve", nil)
 			require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 			require.Contains(t, string(r.Body), "inconsistency: reconciliation found the BTC ledger inconsistent")
-			st, _ = e.status(t, pending)
-			require.Equal(t, "pending_approval", st)
+			e.requireStatus(t, pending, "pending_approval")
 			requireWaits(t, e, "bea", asset.BTC, "inconsistency: ")
 			r = e.Get("/readyz")
 			require.Equal(t, http.StatusServiceUnavailable, r.Status)
@@ -122,8 +118,7 @@ func TestInconsistencyHaltsTheAsset(t *testing.T) {
 
 			// BTC_LN is not concerned: it flows.
 			ln := e.withdraw(t, "ann", asset.BTCLN, 20_000, chaintest.BOLT11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour))
-			st, _ = e.status(t, ln)
-			require.Equal(t, "approved", st)
+			e.requireStatus(t, ln, "approved")
 
 			if c.undo == nil {
 				return
@@ -138,8 +133,7 @@ func TestInconsistencyHaltsTheAsset(t *testing.T) {
 			r = e.AdminPost("/v1/admin/withdrawals/"+pending+"/approve", nil)
 			require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 			e.pass(t)
-			st, _ = e.status(t, approved)
-			require.Equal(t, "submitted", st)
+			e.requireStatus(t, approved, "submitted")
 		})
 	}
 }
@@ -177,13 +171,11 @@ func TestUnbackedCreditMaskedByInFlightIsHalted(t *testing.T) {
 	e.deposit(t, "mal", asset.BTC, 10_000)
 	leaving := e.withdraw(t, "lee", asset.BTC, 100_000, btcAddr(t, "lee's payee"))
 	e.pass(t)
-	st, _ := e.status(t, leaving)
-	require.Equal(t, "submitted", st)
+	e.requireStatus(t, leaving, "submitted")
 
 	e.forgeCredit(t, "mal", asset.BTC, 90_000)
 	forged := e.withdraw(t, "mal", asset.BTC, 95_000, btcAddr(t, "mal's payee"))
-	st, _ = e.status(t, forged)
-	require.Equal(t, "approved", st, "created before any report")
+	e.requireStatus(t, forged, "approved", "created before any report")
 	rep := e.report(t)
 	btc := line(t, rep, asset.BTC)
 	require.False(t, btc.Insolvent, "the payout in the processor's hands covers the forged credit: %+v", btc)
@@ -193,8 +185,7 @@ func TestUnbackedCreditMaskedByInFlightIsHalted(t *testing.T) {
 	require.Len(t, e.alerts(t, reconcile.AlertInconsistent), 1)
 
 	e.pass(t)
-	st, _ = e.status(t, forged)
-	require.Equal(t, "approved", st, "halted: not handed to the processor")
+	e.requireStatus(t, forged, "approved", "halted: not handed to the processor")
 	for _, p := range e.Sim.Payouts() {
 		require.NotEqual(t, forged, p.WithdrawalID, "the forged credit was not paid")
 	}
@@ -223,8 +214,7 @@ func TestAckAcceptsAShortfall(t *testing.T) {
 	require.True(t, btc.Insolvent)
 	require.Equal(t, "0.00000100", *btc.AcknowledgedShortfall)
 	before := e.withdraw(t, "ivy", asset.BTC, 20_000, btcAddr(t, "accepted"))
-	st, _ := e.status(t, before)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, before, "approved")
 	require.Len(t, e.alerts(t, reconcile.AlertInsolvent), 1)
 
 	// 90% of the wallet leaves: more than was accepted.
@@ -237,8 +227,7 @@ func TestAckAcceptsAShortfall(t *testing.T) {
 	require.Len(t, alerts, 2)
 	require.Contains(t, alerts[1].Detail, "more than the shortfall of 0.00000100 BTC that cli:ops accepted")
 	e.pass(t)
-	st, _ = e.status(t, before)
-	require.Equal(t, "approved", st, "halted again: nothing is submitted")
+	e.requireStatus(t, before, "approved", "halted again: nothing is submitted")
 	require.Empty(t, e.Sim.Payouts())
 	requireWaits(t, e, "ivy", asset.BTC, "insolvency: ")
 	r := e.Get("/readyz")
@@ -267,8 +256,7 @@ func TestAckAcceptsTheFindings(t *testing.T) {
 	btc = line(t, e.report(t), asset.BTC)
 	require.Equal(t, btc.LedgerFindings, *btc.AcknowledgedFindings)
 	id := e.withdraw(t, "jo", asset.BTC, 20_000, btcAddr(t, "accepted"))
-	st, _ := e.status(t, id)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, id, "approved")
 
 	e.forgeCredit(t, "jo", asset.BTC, 1)
 	btc = line(t, e.report(t), asset.BTC)
@@ -301,8 +289,7 @@ func TestHaltRefusesUSDTApprovalAndMarkBroadcast(t *testing.T) {
 	r = e.AdminPost("/v1/admin/withdrawals/"+sent+"/mark-broadcast", map[string]any{"txid": txid})
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Contains(t, string(r.Body), "mark-broadcast refused: USDT_TRC20 withdrawals are halted: insolvency: ")
-	st, _ := e.status(t, sent)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, sent, "approved")
 
 	e.Node.SetUSDTBalance(e.Pool[0], 100_000_000)
 	require.False(t, line(t, e.report(t), asset.USDTTRC20).Insolvent)

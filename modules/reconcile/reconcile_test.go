@@ -44,24 +44,40 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
-	node := tronsim.Start(t)
+	return start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1}, fake, nil)
+}
+
+// start is the service against a BTCPay simulator started with o and a
+// TRON node whose hot wallet has 1,000 TRX of gas, with every asset
+// enabled: on the fake clock when one is given, and with cfg's changes to
+// the configuration when it is set.
+func start(tb testing.TB, o btcpaysim.Options, fake *clock.Fake, cfg func(*config.Config)) *env {
+	tb.Helper()
+	sim := btcpaysim.Start(tb, o)
+	node := tronsim.Start(tb)
 	hot, err := chain.ParseTronAddress(chaintest.Tron("hot wallet"))
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	e := &env{Sim: sim, Node: node, Clock: fake, Hot: hot}
 	for _, p := range sim.TronPool() {
 		a, err := chain.ParseTronAddress(p)
-		require.NoError(t, err)
+		require.NoError(tb, err)
 		e.Pool = append(e.Pool, a)
 	}
-	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
+	opts := []apptest.Option{apptest.WithConfig(func(c *config.Config) {
+		if cfg != nil {
+			cfg(c)
+		}
 		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
 		c.Deposits.USDTPool = sim.TronPool()
 		c.Tron.URL, c.Tron.HotWallet = node.URL, hot.String()
-	}))
+	})}
+	if fake != nil {
+		opts = append(opts, apptest.WithClock(fake))
+	}
+	e.Env = apptest.New(tb, opts...)
 	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
 		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
-		require.NoError(t, err)
+		require.NoError(tb, err)
 	}
 	node.SetTRXBalance(hot, 1_000_000_000) // 1,000 TRX of gas
 	return e
@@ -123,6 +139,27 @@ func (e *env) status(t *testing.T, id string) (string, map[string]any) {
 	return m["status"].(string), m
 }
 
+// requireStatus requires the withdrawal's status through the API.
+func (e *env) requireStatus(t *testing.T, id, want string, msgAndArgs ...any) {
+	t.Helper()
+	st, _ := e.status(t, id)
+	require.Equal(t, want, st, msgAndArgs...)
+}
+
+// completePayout has the processor complete the withdrawal's payout.
+func (e *env) completePayout(t *testing.T, id string) {
+	t.Helper()
+	_, err := e.Sim.CompletePayout(e.payoutOf(t, id).ID, "")
+	require.NoError(t, err)
+}
+
+// broadcastPayout has the processor's wallet send the withdrawal's payout.
+func (e *env) broadcastPayout(t *testing.T, id string) {
+	t.Helper()
+	_, err := e.Sim.BroadcastPayout(e.payoutOf(t, id).ID, "")
+	require.NoError(t, err)
+}
+
 func (e *env) pass(t *testing.T) {
 	t.Helper()
 	require.NoError(t, e.App.Withdrawals.ProcessPayouts(context.Background()))
@@ -173,13 +210,10 @@ func TestCleanReport(t *testing.T) {
 	ln := e.withdraw(t, "ann", asset.BTCLN, 20_000, chaintest.BOLT11(t, chain.Regtest, e.Clock.Now(), 0, 2*time.Hour))
 	usdt := e.withdraw(t, "ann", asset.USDTTRC20, 20_000_000, chaintest.Tron("payee"))
 	e.pass(t)
-	_, err := e.Sim.BroadcastPayout(e.payoutOf(t, broadcast).ID, "")
-	require.NoError(t, err)
-	_, err = e.Sim.CompletePayout(e.payoutOf(t, confirmed).ID, "")
-	require.NoError(t, err)
+	e.broadcastPayout(t, broadcast)
+	e.completePayout(t, confirmed)
 	require.NoError(t, e.Sim.FailPayout(e.payoutOf(t, failed).ID))
-	_, err = e.Sim.CompletePayout(e.payoutOf(t, ln).ID, "")
-	require.NoError(t, err)
+	e.completePayout(t, ln)
 	e.pass(t)
 	r := e.AdminPost("/v1/admin/withdrawals/"+failed+"/release", map[string]any{"attestation": "the processor cancelled it; nothing was sent"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
@@ -187,8 +221,7 @@ func TestCleanReport(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	for id, want := range map[string]string{pending: "pending_approval", submitted: "submitted", broadcast: "broadcast",
 		confirmed: "confirmed", failed: "refunded", ln: "confirmed", usdt: "approved"} {
-		st, _ := e.status(t, id)
-		require.Equal(t, want, st, id)
+		e.requireStatus(t, id, want, id)
 	}
 
 	rep = e.report(t)
@@ -306,13 +339,11 @@ func TestInsolvencyHaltsWithdrawals(t *testing.T) {
 	require.Len(t, e.alerts(t, reconcile.AlertInsolvent), 1)
 
 	halted := e.withdraw(t, "cat", asset.BTC, 20_000, btcAddr(t, "halted"))
-	st, _ := e.status(t, halted)
-	require.Equal(t, "pending_approval", st)
+	e.requireStatus(t, halted, "pending_approval")
 	r := e.AdminGet("/v1/admin/withdrawals?status=pending_approval")
 	require.Contains(t, string(r.Body), "insolvency: reconciliation found BTC custody short")
 	e.pass(t)
-	st, _ = e.status(t, approved)
-	require.Equal(t, "approved", st, "nothing is submitted while halted")
+	e.requireStatus(t, approved, "approved", "nothing is submitted while halted")
 	require.Empty(t, e.Sim.Payouts())
 	r = e.Get("/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status)
@@ -323,11 +354,9 @@ func TestInsolvencyHaltsWithdrawals(t *testing.T) {
 	r = e.Get("/readyz")
 	require.NotContains(t, string(r.Body), "withdrawals halted")
 	e.pass(t)
-	st, _ = e.status(t, approved)
-	require.Equal(t, "submitted", st)
+	e.requireStatus(t, approved, "submitted")
 	after := e.withdraw(t, "cat", asset.BTC, 20_000, btcAddr(t, "after"))
-	st, _ = e.status(t, after)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, after, "approved")
 }
 
 // TestAckLiftsTheHalt: an operator's acknowledgement lifts the halt at
@@ -346,12 +375,10 @@ func TestAckLiftsTheHalt(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, eps, 1)
 	id := e.withdraw(t, "dan", asset.BTC, 20_000, btcAddr(t, "acked"))
-	st, _ := e.status(t, id)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, id, "approved")
 	require.True(t, line(t, e.report(t), asset.BTC).Insolvent) // still, but acknowledged
 	id = e.withdraw(t, "dan", asset.BTC, 20_000, btcAddr(t, "acked 2"))
-	st, _ = e.status(t, id)
-	require.Equal(t, "approved", st)
+	e.requireStatus(t, id, "approved")
 	require.Len(t, e.alerts(t, reconcile.AlertInsolvent), 1)
 
 	require.NoError(t, e.Sim.SetWalletBalance("0.01000000", "0"))
@@ -360,8 +387,7 @@ func TestAckLiftsTheHalt(t *testing.T) {
 	require.True(t, line(t, e.report(t), asset.BTC).Insolvent)
 	require.Len(t, e.alerts(t, reconcile.AlertInsolvent), 2)
 	id = e.withdraw(t, "dan", asset.BTC, 20_000, btcAddr(t, "halted again"))
-	st, _ = e.status(t, id)
-	require.Equal(t, "pending_approval", st)
+	e.requireStatus(t, id, "pending_approval")
 	n, err := e.App.DB.Bun.NewSelect().Table("audit_log").Where("action = ?", audit.ReconciliationAck).Count(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
@@ -398,11 +424,9 @@ func TestPayoutInFlight(t *testing.T) {
 	e.deposit(t, "fay", asset.BTC, 1_000_000)
 	id := e.withdraw(t, "fay", asset.BTC, 400_000, btcAddr(t, "in flight"))
 	e.pass(t)
-	_, err := e.Sim.BroadcastPayout(e.payoutOf(t, id).ID, "")
-	require.NoError(t, err)
+	e.broadcastPayout(t, id)
 	e.pass(t)
-	st, _ := e.status(t, id)
-	require.Equal(t, "broadcast", st)
+	e.requireStatus(t, id, "broadcast")
 	rep := e.report(t)
 	require.True(t, rep.Healthy, "%+v", rep)
 	btc := line(t, rep, asset.BTC)
