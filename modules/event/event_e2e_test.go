@@ -38,10 +38,7 @@ type eventList struct {
 
 func listEvents(t *testing.T, e *apptest.Env, query string) []event.Record {
 	t.Helper()
-	r := e.AdminGet("/v1/admin/events" + query)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var l eventList
-	r.JSON(t, &l)
+	l := okBody[eventList](t, e.AdminGet("/v1/admin/events"+query))
 	require.NotNil(t, l.Events, "an empty list is [], not null")
 	return l.Events
 }

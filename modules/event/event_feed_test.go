@@ -29,10 +29,7 @@ type feedPage struct {
 
 func getFeed(t *testing.T, e *apptest.Env, query string) feedPage {
 	t.Helper()
-	r := e.Get("/v1/events" + query)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var p feedPage
-	r.JSON(t, &p)
+	p := okBody[feedPage](t, e.Get("/v1/events"+query))
 	require.NotNil(t, p.Events, "an empty list is [], not null")
 	return p
 }
