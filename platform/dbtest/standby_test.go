@@ -31,26 +31,18 @@ func TestStandbyFailoverAndBack(t *testing.T) {
 	// the late standby shows it only after its delay.
 	url := MultiHostURL(runtime, a, b)
 	execSQL(t, url, "INSERT INTO kept VALUES (1)")
-	if n := count(t, b.URL); n != 1 {
-		t.Fatalf("b sees %d rows right after a remote_apply commit, want 1", n)
-	}
-	if n := count(t, late.URL); n != 0 {
-		t.Fatalf("the delayed standby sees %d rows at once, want 0", n)
-	}
+	requireRows(t, b.URL, 1, "b sees %d rows right after a remote_apply commit, want 1")
+	requireRows(t, late.URL, 0, "the delayed standby sees %d rows at once, want 0")
 
 	// Failover: a dies, b is promoted, the same URL now writes to b.
 	a.Kill()
 	b.Promote()
 	execSQL(t, url, "INSERT INTO kept VALUES (2)")
-	if n := count(t, b.URL); n != 2 {
-		t.Fatalf("b has %d rows after failover, want 2", n)
-	}
+	requireRows(t, b.URL, 2, "b has %d rows after failover, want 2")
 
 	// The old primary comes back as b's synchronous standby, then the
 	// roles swap back.
-	if how := a.RebuildAsStandby(b); how != "pg_rewind" {
-		t.Errorf("a rebuilt with %s, want pg_rewind", how)
-	}
+	requireRewound(t, "a", a, b)
 	if a.Name != "pg"+a.Port() {
 		t.Fatalf("a rebuilt under name %q", a.Name)
 	}
@@ -60,45 +52,61 @@ func TestStandbyFailoverAndBack(t *testing.T) {
 	b.Kill()
 	a.Promote()
 	execSQL(t, url, "INSERT INTO kept VALUES (4)")
-	if n := count(t, a.URL); n != 4 {
-		t.Fatalf("a has %d rows after failing back, want 4", n)
-	}
-	if how := b.RebuildAsStandby(a); how != "pg_rewind" {
-		t.Errorf("b rebuilt with %s, want pg_rewind", how)
-	}
+	requireRows(t, a.URL, 4, "a has %d rows after failing back, want 4")
+	requireRewound(t, "b", b, a)
 	a.SetSynchronous("remote_apply", "b")
 	a.WaitStreaming("b", true)
-	if n := count(t, b.URL); n != 4 {
-		t.Fatalf("b rebuilt has %d rows, want 4", n)
+	requireRows(t, b.URL, 4, "b rebuilt has %d rows, want 4")
+}
+
+// requireRows stops the test unless kept has want rows on the server at
+// url; format says what was wrong, with a %d for the rows found.
+func requireRows(t *testing.T, url string, want int, format string) {
+	t.Helper()
+	if n := count(t, url); n != want {
+		t.Fatalf(format, n)
 	}
+}
+
+// requireRewound rebuilds the server called name as a standby of primary
+// and flags the test unless it was rewound with pg_rewind.
+func requireRewound(t *testing.T, name string, s, primary *PrivateServer) {
+	t.Helper()
+	if how := s.RebuildAsStandby(primary); how != "pg_rewind" {
+		t.Errorf("%s rebuilt with %s, want pg_rewind", name, how)
+	}
+}
+
+// withConn connects to url, giving the connection and fn 30 seconds, and
+// runs fn on it.
+func withConn(t *testing.T, url string, fn func(ctx context.Context, c *pgx.Conn)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer c.Close(context.Background())
+	fn(ctx, c)
 }
 
 func execSQL(t *testing.T, url, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer c.Close(context.Background())
-	if _, err := c.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	withConn(t, url, func(ctx context.Context, c *pgx.Conn) {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	})
 }
 
 func count(t *testing.T, url string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer c.Close(context.Background())
 	var n int
-	if err := c.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil {
-		t.Fatalf("count: %v", err)
-	}
+	withConn(t, url, func(ctx context.Context, c *pgx.Conn) {
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+	})
 	return n
 }
