@@ -31,6 +31,21 @@ func seedNetworks(f *testing.F, s string) {
 	}
 }
 
+// fuzzOnNetworks fuzzes parse with the inputs seedNetworks seeded, on the
+// network the fuzzer picks: a refusal must be a proper one
+// (requireRefusal), and check looks at what was accepted.
+func fuzzOnNetworks[T any](f *testing.F, parse func(chain.Network, string) (T, error), check func(t *testing.T, n chain.Network, s string, v T)) {
+	f.Fuzz(func(t *testing.T, netIdx uint8, s string) {
+		n := allNetworks[int(netIdx)%len(allNetworks)]
+		v, err := parse(n, s)
+		if err != nil {
+			requireRefusal(t, err)
+			return
+		}
+		check(t, n, s, v)
+	})
+}
+
 func FuzzBTCAddress(f *testing.F) {
 	for _, name := range []string{"bip173.json", "bip350.json"} {
 		raw, err := os.ReadFile("testdata/" + name)
@@ -44,13 +59,7 @@ func FuzzBTCAddress(f *testing.F) {
 	for _, s := range []string{"1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa", "3EktnHQD7RiAE6uzMj2ZifT9YgRrkSgzQX", "mk2QpYatsKicvFVuTAQLBryyccRXMUaGHP", "bc1pfeessrawgf", "TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t", "0xa614f803b6fd780986a42c78ec9c7f77e6ded13c", ""} {
 		seedNetworks(f, s)
 	}
-	f.Fuzz(func(t *testing.T, netIdx uint8, s string) {
-		n := allNetworks[int(netIdx)%len(allNetworks)]
-		a, err := n.ParseBTCAddress(s)
-		if err != nil {
-			requireRefusal(t, err)
-			return
-		}
+	fuzzOnNetworks(f, chain.Network.ParseBTCAddress, func(t *testing.T, n chain.Network, s string, a chain.BTCAddress) {
 		again, err := n.ParseBTCAddress(a.String())
 		require.NoError(t, err, "canonical form %q of %q refused", a.String(), s)
 		require.Equal(t, a.String(), again.String())
@@ -102,13 +111,7 @@ func FuzzBOLT11(f *testing.F) {
 	seedNetworks(f, "lnbcrt1")
 	seedNetworks(f, "lightning:lnbc1")
 	now := time.Unix(1496314658, 0)
-	f.Fuzz(func(t *testing.T, netIdx uint8, s string) {
-		n := allNetworks[int(netIdx)%len(allNetworks)]
-		inv, err := n.DecodeBOLT11(s)
-		if err != nil {
-			requireRefusal(t, err)
-			return
-		}
+	fuzzOnNetworks(f, chain.Network.DecodeBOLT11, func(t *testing.T, n chain.Network, _ string, inv chain.Invoice) {
 		again, err := n.DecodeBOLT11(inv.String())
 		require.NoError(t, err)
 		require.Equal(t, inv, again)
