@@ -36,10 +36,7 @@ func newStuckWorker() (*stuckWorker, *river.Workers) {
 
 func (w *stuckWorker) Work(ctx context.Context, _ *river.Job[stuckArgs]) error {
 	if w.runs.Add(1) == 1 {
-		select {
-		case <-w.release:
-		case <-ctx.Done():
-		}
+		held(ctx, w.release)
 	}
 	return nil
 }

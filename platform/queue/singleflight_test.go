@@ -36,6 +36,14 @@ type passWorker[T river.JobArgs] struct {
 	release            chan struct{}
 }
 
+// held blocks a job until release is closed or its context ends.
+func held(ctx context.Context, release <-chan struct{}) {
+	select {
+	case <-release:
+	case <-ctx.Done():
+	}
+}
+
 func (w *passWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
 	w.ran.Add(1)
 	n := w.running.Add(1)
@@ -46,10 +54,7 @@ func (w *passWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
 			break
 		}
 	}
-	select {
-	case <-w.release:
-	case <-ctx.Done():
-	}
+	held(ctx, w.release)
 	return nil
 }
 
