@@ -21,19 +21,10 @@ func TestConcurrentHolds(t *testing.T) {
 	const amount, holders = 1_000, 50
 	credit(t, d, "BTC", "zoe", 10*amount, "pay-1")
 
-	start := make(chan struct{})
 	errs := make([]error, holders)
-	var wg sync.WaitGroup
-	for i := range holders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, errs[i] = hold(t, d, "BTC", "zoe", amount, fmt.Sprintf("wd-%d", i))
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(holders, func(i int) {
+		_, errs[i] = hold(t, d, "BTC", "zoe", amount, fmt.Sprintf("wd-%d", i))
+	})
 
 	var ok, short int
 	for i, err := range errs {
@@ -68,24 +59,15 @@ func TestConcurrentSameFact(t *testing.T) {
 	t.Parallel()
 	d := newDB(t, 30)
 	const workers = 20
-	start := make(chan struct{})
 	errs := make([]error, workers)
 	posted := make([]ledger.Posted, workers)
-	var wg sync.WaitGroup
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs[i] = inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
-				var err error
-				posted[i], err = ledger.CreditDeposit(ctx, tx, "BTC", "yan", 777, "pay-same", "")
-				return err
-			})
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(workers, func(i int) {
+		errs[i] = inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			posted[i], err = ledger.CreditDeposit(ctx, tx, "BTC", "yan", 777, "pay-same", "")
+			return err
+		})
+	})
 	firsts := 0
 	for i, err := range errs {
 		if err != nil {
