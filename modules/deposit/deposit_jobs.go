@@ -4,9 +4,17 @@ import (
 	"context"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"svc/platform/queue"
+)
+
+// The deposit passes' workers: each makes its job's call on the Service.
+type (
+	// PollWorker runs Service.Poll.
+	PollWorker = queue.Pass[PollArgs, *Service]
+	// PoolReleaseWorker runs Service.ReleasePool.
+	PoolReleaseWorker = queue.Pass[PoolReleaseArgs, *Service]
+	// WalletScanWorker runs Service.ScanWallet.
+	WalletScanWorker = queue.Pass[WalletScanArgs, *Service]
 )
 
 // PollArgs asks for one poll of the deposits (every DEPOSIT_POLL_INTERVAL).
@@ -15,22 +23,13 @@ type PollArgs struct{}
 // Kind is the job kind.
 func (PollArgs) Kind() string { return "deposit_poll" }
 
-// PollWorker runs Service.Poll.
-type PollWorker struct {
-	river.WorkerDefaults[PollArgs]
-	Service *Service
-}
-
-// Work polls. A deposit that cannot be reconciled is retried by the next
+// Pass polls. A deposit that cannot be reconciled is retried by the next
 // poll, so only a failure to read the list, or a processor found
 // unreachable, fails the job.
-func (w *PollWorker) Work(ctx context.Context, _ *river.Job[PollArgs]) error {
-	_, err := w.Service.Poll(ctx)
-	return err
-}
+func (PollArgs) Pass(ctx context.Context, s *Service) error { return queue.Err(s.Poll(ctx)) }
 
 // Timeout gives a poll of a full batch room beyond River's default.
-func (w *PollWorker) Timeout(*river.Job[PollArgs]) time.Duration { return queue.LongestJobTimeout }
+func (PollArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // PoolReleaseArgs asks for the USDT reservations that have ended to be
 // returned to the pool (every PoolReleaseEvery).
@@ -39,16 +38,9 @@ type PoolReleaseArgs struct{}
 // Kind is the job kind.
 func (PoolReleaseArgs) Kind() string { return "deposit_pool_release" }
 
-// PoolReleaseWorker runs Service.ReleasePool.
-type PoolReleaseWorker struct {
-	river.WorkerDefaults[PoolReleaseArgs]
-	Service *Service
-}
-
-// Work releases.
-func (w *PoolReleaseWorker) Work(ctx context.Context, _ *river.Job[PoolReleaseArgs]) error {
-	_, err := w.Service.ReleasePool(ctx)
-	return err
+// Pass releases.
+func (PoolReleaseArgs) Pass(ctx context.Context, s *Service) error {
+	return queue.Err(s.ReleasePool(ctx))
 }
 
 // WalletScanArgs asks for one scan of the BTC wallet's receives (every
@@ -58,19 +50,10 @@ type WalletScanArgs struct{}
 // Kind is the job kind.
 func (WalletScanArgs) Kind() string { return "deposit_wallet_scan" }
 
-// WalletScanWorker runs Service.ScanWallet.
-type WalletScanWorker struct {
-	river.WorkerDefaults[WalletScanArgs]
-	Service *Service
-}
-
-// Work scans.
-func (w *WalletScanWorker) Work(ctx context.Context, _ *river.Job[WalletScanArgs]) error {
-	_, err := w.Service.ScanWallet(ctx)
-	return err
+// Pass scans.
+func (WalletScanArgs) Pass(ctx context.Context, s *Service) error {
+	return queue.Err(s.ScanWallet(ctx))
 }
 
 // Timeout gives a long wallet history room beyond River's default.
-func (w *WalletScanWorker) Timeout(*river.Job[WalletScanArgs]) time.Duration {
-	return queue.LongestJobTimeout
-}
+func (WalletScanArgs) Timeout() time.Duration { return queue.LongestJobTimeout }

@@ -27,6 +27,7 @@ import (
 	"svc/modules/alert"
 	"svc/modules/asset"
 	"svc/platform/btcpay"
+	"svc/platform/queue"
 )
 
 // Methods lists the processor store's payment methods.
@@ -174,14 +175,8 @@ func (Args) Kind() string { return "processor_discovery" }
 // runs it again anyway.
 func (Args) InsertOpts() river.InsertOpts { return river.InsertOpts{MaxAttempts: 3} }
 
-// Worker runs discovery.
-type Worker struct {
-	river.WorkerDefaults[Args]
-	Service *Service
-}
+// Pass runs one discovery.
+func (Args) Pass(ctx context.Context, s *Service) error { return queue.Err(s.Run(ctx)) }
 
-// Work runs one discovery.
-func (w *Worker) Work(ctx context.Context, _ *river.Job[Args]) error {
-	_, err := w.Service.Run(ctx)
-	return err
-}
+// Worker runs discovery.
+type Worker = queue.Pass[Args, *Service]

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"svc/platform/queue"
 )
 
@@ -18,19 +16,13 @@ type CheckpointArgs struct{}
 // Kind is the job kind.
 func (CheckpointArgs) Kind() string { return "ledger_checkpoint" }
 
-// CheckpointWorker runs Checkpointer.Checkpoint.
-type CheckpointWorker struct {
-	river.WorkerDefaults[CheckpointArgs]
-	Checkpointer *Checkpointer
-}
-
-// Work checkpoints.
-func (w *CheckpointWorker) Work(ctx context.Context, _ *river.Job[CheckpointArgs]) error {
-	_, err := w.Checkpointer.Checkpoint(ctx)
-	return err
+// Pass checkpoints.
+func (CheckpointArgs) Pass(ctx context.Context, c *Checkpointer) error {
+	return queue.Err(c.Checkpoint(ctx))
 }
 
 // Timeout leaves a large range room beyond River's default.
-func (w *CheckpointWorker) Timeout(*river.Job[CheckpointArgs]) time.Duration {
-	return queue.LongestJobTimeout
-}
+func (CheckpointArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
+
+// CheckpointWorker runs Checkpointer.Checkpoint (its Service).
+type CheckpointWorker = queue.Pass[CheckpointArgs, *Checkpointer]

@@ -4,10 +4,17 @@ import (
 	"context"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"svc/platform/queue"
 )
+
+// RunWorker runs and stores the report (Service.RunHourly: the full
+// ledger check when one is due). River's periodic jobs are enqueued
+// by the elected leader only, so several workers reconcile once an hour
+// between them, not once each.
+type RunWorker = queue.Pass[RunArgs, *Service]
+
+// GasWorker runs Service.CheckGas.
+type GasWorker = queue.Pass[GasArgs, *Service]
 
 // RunArgs asks for the hourly reconciliation.
 type RunArgs struct{}
@@ -15,23 +22,11 @@ type RunArgs struct{}
 // Kind is the job kind.
 func (RunArgs) Kind() string { return "reconciliation" }
 
-// RunWorker runs and stores the report (Service.RunHourly: the full
-// ledger check when one is due). River's periodic jobs are enqueued
-// by the elected leader only, so several workers reconcile once an hour
-// between them, not once each.
-type RunWorker struct {
-	river.WorkerDefaults[RunArgs]
-	Service *Service
-}
-
-// Work reconciles.
-func (w *RunWorker) Work(ctx context.Context, _ *river.Job[RunArgs]) error {
-	_, err := w.Service.RunHourly(ctx)
-	return err
-}
+// Pass reconciles.
+func (RunArgs) Pass(ctx context.Context, s *Service) error { return queue.Err(s.RunHourly(ctx)) }
 
 // Timeout leaves a large ledger room beyond River's default.
-func (w *RunWorker) Timeout(*river.Job[RunArgs]) time.Duration { return queue.LongestJobTimeout }
+func (RunArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // GasArgs asks for the hot wallet's gas check.
 type GasArgs struct{}
@@ -39,13 +34,5 @@ type GasArgs struct{}
 // Kind is the job kind.
 func (GasArgs) Kind() string { return "gas_check" }
 
-// GasWorker runs Service.CheckGas.
-type GasWorker struct {
-	river.WorkerDefaults[GasArgs]
-	Service *Service
-}
-
-// Work checks the gas.
-func (w *GasWorker) Work(ctx context.Context, _ *river.Job[GasArgs]) error {
-	return w.Service.CheckGas(ctx)
-}
+// Pass checks the gas.
+func (GasArgs) Pass(ctx context.Context, s *Service) error { return s.CheckGas(ctx) }

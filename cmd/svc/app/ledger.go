@@ -46,7 +46,7 @@ func (a *App) routesLedger(r Routers) {
 // and the full check every LEDGER_FULL_CHECK_INTERVAL) and on demand (svc
 // admin ledger check, full unless --incremental).
 func (a *App) jobsLedger(j *Jobs) error {
-	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Checkpointer: a.Checkpointer})
+	river.AddWorker(j.Workers, &ledger.CheckpointWorker{Service: a.Checkpointer})
 	j.AddPeriodic(a.Cfg.Ledger.CheckpointInterval, ledger.CheckpointArgs{})
 	var pub ed25519.PublicKey
 	if a.Checkpointer.Key != nil {
