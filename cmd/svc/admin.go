@@ -1,20 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/user"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/apikey"
 	"svc/modules/asset"
-	"svc/modules/audit"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
@@ -29,26 +24,6 @@ func newAdminCmd() *cobra.Command {
 		}
 	}
 	return c
-}
-
-func jsonFlag(cmd *cobra.Command) bool {
-	v, _ := cmd.Flags().GetBool("json")
-	return v
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
-
-func orDash(t *time.Time) string {
-	if s := timefmt.Ptr(t); s != nil {
-		return *s
-	}
-	return "-"
 }
 
 func newKeysCmd() *cobra.Command {
@@ -72,50 +47,40 @@ with the scope, label, mode and expiry, never the key.`,
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Actor: actor})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s); store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt))
-			fmt.Fprintln(out, plain)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Actor: actor})
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s); store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt))
+				fmt.Fprintln(out, plain)
+				return nil
+			})
 		},
 	}
 	mint.Flags().StringVar(&scope, "scope", "", "readwrite (platform backend) or admin (operators)")
 	mint.Flags().StringVar(&label, "label", "", "who or what the key is for")
 	mint.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h; 0 never expires")
-	mint.Flags().StringVar(&mintAs, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
+	asFlag(mint, &mintAs, asUsage)
 	_ = mint.MarkFlagRequired("scope")
 	_ = mint.MarkFlagRequired("label")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List keys (never their secrets)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			ks, err := a.Keys.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), ks)
-			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED")
-			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
-					timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
-			}
-			return tw.Flush()
+			return withApp(cmd, func(a *app.App) error {
+				ks, err := a.Keys.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return show(cmd, ks, func(out io.Writer) error {
+					return printTable(out, "", "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED", ks, func(tw io.Writer, k apikey.Key) {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
+							timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
+					})
+				})
+			})
 		},
 	}
 	revoke := &cobra.Command{
@@ -125,20 +90,17 @@ with the scope, label, mode and expiry, never the key.`,
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			k, err := a.Keys.Revoke(cmd.Context(), args[0], actor)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s at %s\n", k.ID, orDash(k.RevokedAt))
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				k, err := a.Keys.Revoke(cmd.Context(), args[0], actor)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s at %s\n", k.ID, orDash(k.RevokedAt))
+				return nil
+			})
 		},
 	}
-	revoke.Flags().StringVar(&revokeAs, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
+	asFlag(revoke, &revokeAs, asUsage)
 	keys.AddCommand(mint, list, revoke)
 	return keys
 }
@@ -156,29 +118,23 @@ func newAssetsCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List every asset with its limits (display units)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			all, err := a.Assets.All(cmd.Context())
-			if err != nil {
-				return err
-			}
-			views := make([]asset.View, len(all))
-			for i, x := range all {
-				views[i] = asset.ToView(x)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), views)
-			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE\tUSER DAILY CAP\tFOUR-EYES ABOVE")
-			for i, v := range views {
-				fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee,
-					optionalLimit(all[i], all[i].WithdrawalUserDailyCap), optionalLimit(all[i], all[i].WithdrawalFourEyesThreshold))
-			}
-			return tw.Flush()
+			return withApp(cmd, func(a *app.App) error {
+				all, err := a.Assets.All(cmd.Context())
+				if err != nil {
+					return err
+				}
+				views := make([]asset.View, len(all))
+				for i, x := range all {
+					views[i] = asset.ToView(x)
+				}
+				return show(cmd, views, func(out io.Writer) error {
+					return printTable(out, "", "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE\tUSER DAILY CAP\tFOUR-EYES ABOVE", all, func(tw io.Writer, x asset.Asset) {
+						v := asset.ToView(x)
+						fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee,
+							optionalLimit(x, x.WithdrawalUserDailyCap), optionalLimit(x, x.WithdrawalFourEyesThreshold))
+					})
+				})
+			})
 		},
 	}
 	var minS, autoS, capS, feeS, userCapS, fourEyesS, as string
@@ -232,23 +188,20 @@ The change is recorded in the audit trail as made by "cli:NAME" (--as, default t
 			if l.IsZero() {
 				return fmt.Errorf("nothing to change: give at least one limit flag")
 			}
-			by, err := operatorName(as)
+			actor, err := operator(as)
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			x, err := a.Assets.SetLimits(cmd.Context(), args[0], l, audit.CLI(by))
-			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
-			}
-			v := asset.ToView(x)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: min %s, auto limit %s, daily cap %s, flat fee %s, user daily cap %s, four-eyes threshold %s (display units)\n",
-				v.Asset, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee, optionalLimit(x, x.WithdrawalUserDailyCap), optionalLimit(x, x.WithdrawalFourEyesThreshold))
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				x, err := a.Assets.SetLimits(cmd.Context(), args[0], l, actor)
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				v := asset.ToView(x)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: min %s, auto limit %s, daily cap %s, flat fee %s, user daily cap %s, four-eyes threshold %s (display units)\n",
+					v.Asset, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee, optionalLimit(x, x.WithdrawalUserDailyCap), optionalLimit(x, x.WithdrawalFourEyesThreshold))
+				return nil
+			})
 		},
 	}
 	set.Flags().StringVar(&minS, "withdrawal-min", "", "smallest withdrawal, in smallest units")
@@ -257,39 +210,7 @@ The change is recorded in the audit trail as made by "cli:NAME" (--as, default t
 	set.Flags().StringVar(&feeS, "withdrawal-flat-fee", "", "flat service fee, in smallest units")
 	set.Flags().StringVar(&userCapS, "withdrawal-user-daily-cap", "", "per-user rolling 24-hour total beyond which the user's withdrawals need an operator, in smallest units, or off")
 	set.Flags().StringVar(&fourEyesS, "four-eyes-threshold", "", "gross above which approval needs two different operators, in smallest units, or off")
-	set.Flags().StringVar(&as, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
+	asFlag(set, &as, asUsage)
 	assets.AddCommand(list, set)
 	return assets
-}
-
-// operatorName is the operator's name for the audit trail: --as, else the
-// login name.
-func operatorName(as string) (string, error) {
-	name := strings.TrimSpace(as)
-	if name == "" {
-		if u, err := user.Current(); err == nil {
-			name = u.Username
-		}
-	}
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		return "", fmt.Errorf("--as is required: name the operator")
-	}
-	if len(name) > 251 {
-		return "", fmt.Errorf("--as: at most 251 characters")
-	}
-	return name, nil
-}
-
-// operator is the command-line operator acting (--as, default the login
-// name) as the audit trail records them: "cli:NAME", also what a resolution
-// records as resolved_by.
-func operator(as string) (audit.Actor, error) {
-	name, err := operatorName(as)
-	if err != nil {
-		return audit.Actor{}, err
-	}
-	return audit.CLI(name), nil
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/audit"
 )
 
@@ -27,8 +29,8 @@ request. Entries are never changed or deleted.
 --cursor takes the id printed after a full page (next_cursor with --json) to read the next one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > audit.MaxListLimit {
-				return fmt.Errorf("--limit %d: want 1 to %d", limit, audit.MaxListLimit)
+			if err := checkLimit(limit, audit.MaxListLimit); err != nil {
+				return err
 			}
 			p := audit.ListParams{Limit: limit, Action: action, Target: target}
 			if cmd.Flags().Changed("cursor") {
@@ -37,37 +39,19 @@ request. Entries are never changed or deleted.
 				}
 				p.Cursor = &cursor
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			entries, next, err := audit.List(cmd.Context(), a.DB.Bun, p)
-			if err != nil {
-				return err
-			}
-			page := audit.ToListView(entries, next)
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), page)
-			}
-			out := cmd.OutOrStdout()
-			if len(page.Entries) == 0 {
-				fmt.Fprintln(out, "no audit entries")
-				return nil
-			}
-			tw := table(out)
-			fmt.Fprintln(tw, "ID\tAT\tACTOR\tACTION\tTARGET\tDETAIL")
-			for _, e := range page.Entries {
-				actor := audit.Actor{ID: e.Actor, Label: e.ActorLabel}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At, actor, e.Action, e.Target, e.Detail)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if page.NextCursor != nil {
-				fmt.Fprintf(out, "more: --cursor %d\n", *page.NextCursor)
-			}
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				entries, next, err := audit.List(cmd.Context(), a.DB.Bun, p)
+				if err != nil {
+					return err
+				}
+				page := audit.ToListView(entries, next)
+				return show(cmd, page, func(out io.Writer) error {
+					return printPage(out, "no audit entries", "ID\tAT\tACTOR\tACTION\tTARGET\tDETAIL", page.Entries, page.NextCursor, func(tw io.Writer, e audit.View) {
+						actor := audit.Actor{ID: e.Actor, Label: e.ActorLabel}
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.At, actor, e.Action, e.Target, e.Detail)
+					})
+				})
+			})
 		},
 	}
 	c.Flags().IntVar(&limit, "limit", audit.DefaultListLimit, fmt.Sprintf("at most this many entries (1 to %d)", audit.MaxListLimit))

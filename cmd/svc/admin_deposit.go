@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/deposit"
 )
 
@@ -19,41 +21,18 @@ func adminDepositsCmd() *cobra.Command {
 		Short: "List the deposits in review, oldest first, with why they are there",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > deposit.MaxReviewLimit {
-				return fmt.Errorf("--limit %d: want 1 to %d", limit, deposit.MaxReviewLimit)
-			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
+			if err := checkLimit(limit, deposit.MaxReviewLimit); err != nil {
 				return err
 			}
-			defer a.Close()
-			items, err := a.Deposits.ReviewDetails(cmd.Context(), limit)
-			if err != nil {
-				return err
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), items)
-			}
-			out := cmd.OutOrStdout()
-			if len(items) == 0 {
-				fmt.Fprintln(out, "the review queue is empty")
-				return nil
-			}
-			tw := table(out)
-			fmt.Fprintln(tw, "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON")
-			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.DepositID, it.ExternalUserID, it.Asset, dashIfNil(it.ReviewSince),
-					it.AmountCredited, dashIfNil(it.ReviewReason))
-				if it.InvoiceReview != nil {
-					fmt.Fprintf(tw, "\t\t\t\t\tinvoice: %s\n", *it.InvoiceReview)
+			return withApp(cmd, func(a *app.App) error {
+				items, err := a.Deposits.ReviewDetails(cmd.Context(), limit)
+				if err != nil {
+					return err
 				}
-				for _, p := range it.Payments {
-					if reason, ok := it.Reasons[p.PaymentID]; ok {
-						fmt.Fprintf(tw, "\t\t\t\t\tpayment %s (%s): %s\n", p.PaymentID, p.Amount, reason)
-					}
-				}
-			}
-			return tw.Flush()
+				return show(cmd, items, func(out io.Writer) error {
+					return printTable(out, "the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", items, reviewRows)
+				})
+			})
 		},
 	}
 	review.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many deposits (1 to %d)", deposit.MaxReviewLimit))
@@ -92,26 +71,19 @@ the audit trail.`,
 			if paymentID != "" {
 				p.PaymentID = &paymentID
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			res, _, err := a.Deposits.Resolve(cmd.Context(), p, nil)
-			if err != nil {
-				return fmt.Errorf("%s: %w", id, err)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deposit %s is %s: credited %s %s by this resolution, %s in total (resolved by %s)\n",
-				res.Deposit.DepositID, res.Deposit.Status, res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited, by)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				res, _, err := a.Deposits.Resolve(cmd.Context(), p, nil)
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				return showLine(cmd, res, "deposit %s is %s: credited %s %s by this resolution, %s in total (resolved by %s)\n",
+					res.Deposit.DepositID, res.Deposit.Status, res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited, by)
+			})
 		},
 	}
 	resolve.Flags().StringVar(&action, "action", "", "credit or dismiss")
 	resolve.Flags().StringVar(&paymentID, "payment-id", "", "for credit: which uncredited payment (needed when there are several)")
-	resolve.Flags().StringVar(&as, "as", "", "the operator's name recorded as the resolver (default: the login name)")
+	asFlag(resolve, &as, "the operator's name recorded as the resolver (default: the login name)")
 	_ = resolve.MarkFlagRequired("action")
 
 	var creditPayment, creditAs, reason string
@@ -129,31 +101,24 @@ dismissed. Only a payment the processor settled, with an exact amount.`,
 				return fmt.Errorf("%q is not a deposit id", args[0])
 			}
 			if creditAs == "" {
-				return fmt.Errorf("--as NAME is required: the credit is recorded as made by cli:NAME")
+				return errAsRequired("credit")
 			}
 			actor, err := operator(creditAs)
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			p, err := a.Deposits.CreditAfterDismissal(cmd.Context(), id, creditPayment, actor, reason)
-			if err != nil {
-				return fmt.Errorf("%s: %w", id, err)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), p)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "payment %s of deposit %s credited: %s (resolved by %s)\n", p.PaymentID, id, p.Amount, actor.ID)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				p, err := a.Deposits.CreditAfterDismissal(cmd.Context(), id, creditPayment, actor, reason)
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				return showLine(cmd, p, "payment %s of deposit %s credited: %s (resolved by %s)\n", p.PaymentID, id, p.Amount, actor.ID)
+			})
 		},
 	}
 	credit.Flags().StringVar(&creditPayment, "payment-id", "", "the payment to credit (required)")
 	credit.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (10 to 2000 characters; required)")
-	credit.Flags().StringVar(&creditAs, "as", "", "the operator's name, recorded as cli:NAME (required)")
+	asFlag(credit, &creditAs, asRequiredUsage)
 	_ = credit.MarkFlagRequired("payment-id")
 	_ = credit.MarkFlagRequired("reason")
 
@@ -171,35 +136,18 @@ func adminWalletAlertsCmd() *cobra.Command {
 		Short: "List wallet alerts, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > deposit.MaxReviewLimit {
-				return fmt.Errorf("--limit %d: want 1 to %d", limit, deposit.MaxReviewLimit)
-			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
+			if err := checkLimit(limit, deposit.MaxReviewLimit); err != nil {
 				return err
 			}
-			defer a.Close()
-			list, err := a.Deposits.WalletAlerts(cmd.Context(), limit)
-			if err != nil {
-				return err
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), list)
-			}
-			if len(list) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no wallet alerts")
-				return nil
-			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE")
-			for _, w := range list {
-				confs := "-"
-				if w.Confirmations != nil {
-					confs = fmt.Sprint(*w.Confirmations)
+			return withApp(cmd, func(a *app.App) error {
+				list, err := a.Deposits.WalletAlerts(cmd.Context(), limit)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Asset, w.Txid, w.Amount, confs, w.DetectedAt, dashIfNil(w.Note))
-			}
-			return tw.Flush()
+				return show(cmd, list, func(out io.Writer) error {
+					return printTable(out, "no wallet alerts", "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE", list, walletAlertRow)
+				})
+			})
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many alerts (1 to %d)", deposit.MaxReviewLimit))
@@ -207,9 +155,25 @@ func adminWalletAlertsCmd() *cobra.Command {
 	return alerts
 }
 
-func dashIfNil(s *string) string {
-	if s == nil {
-		return "-"
+// reviewRows is a deposit in review's row, with its invoice's and its
+// payments' reasons under it.
+func reviewRows(tw io.Writer, it deposit.ReviewDetail) {
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.DepositID, it.ExternalUserID, it.Asset, dashIfNil(it.ReviewSince),
+		it.AmountCredited, dashIfNil(it.ReviewReason))
+	if it.InvoiceReview != nil {
+		fmt.Fprintf(tw, "\t\t\t\t\tinvoice: %s\n", *it.InvoiceReview)
 	}
-	return *s
+	for _, p := range it.Payments {
+		if reason, ok := it.Reasons[p.PaymentID]; ok {
+			fmt.Fprintf(tw, "\t\t\t\t\tpayment %s (%s): %s\n", p.PaymentID, p.Amount, reason)
+		}
+	}
+}
+
+func walletAlertRow(tw io.Writer, w deposit.WalletAlertView) {
+	confs := "-"
+	if w.Confirmations != nil {
+		confs = fmt.Sprint(*w.Confirmations)
+	}
+	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Asset, w.Txid, w.Amount, confs, w.DetectedAt, dashIfNil(w.Note))
 }

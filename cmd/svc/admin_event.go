@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/alert"
 	"svc/modules/event"
 	"svc/platform/timefmt"
@@ -31,38 +33,22 @@ func adminEventsCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--status %q: want pending, delivered or dead", status)
 			}
-			if limit < 1 || limit > 200 {
-				return fmt.Errorf("--limit %d: want 1 to 200", limit)
-			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
+			if err := checkLimit(limit, 200); err != nil {
 				return err
 			}
-			defer a.Close()
-			evs, err := a.Events.List(cmd.Context(), event.ListParams{Status: event.Status(status), Limit: limit})
-			if err != nil {
-				return err
-			}
-			recs := make([]event.Record, len(evs))
-			for i, e := range evs {
-				recs[i] = event.ToRecord(e)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), recs)
-			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tRAW ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR")
-			for _, r := range recs {
-				lastErr := "-"
-				if r.LastError != nil {
-					lastErr = *r.LastError
-					if rs := []rune(lastErr); len(rs) > 80 {
-						lastErr = string(rs[:80]) + "…"
-					}
+			return withApp(cmd, func(a *app.App) error {
+				evs, err := a.Events.List(cmd.Context(), event.ListParams{Status: event.Status(status), Limit: limit})
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.RawID, r.Type, r.Status, r.Attempts, r.NextAttemptAt, r.CreatedAt, lastErr)
-			}
-			return tw.Flush()
+				recs := make([]event.Record, len(evs))
+				for i, e := range evs {
+					recs[i] = event.ToRecord(e)
+				}
+				return show(cmd, recs, func(out io.Writer) error {
+					return printTable(out, "", "ID\tRAW ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR", recs, eventRow)
+				})
+			})
 		},
 	}
 	list.Flags().StringVar(&status, "status", "", "only events in this status: pending, delivered or dead")
@@ -82,26 +68,31 @@ func adminEventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			e, err := a.Events.Redeliver(cmd.Context(), id, actor)
-			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), event.RedeliverResponse{ID: e.PublicID(), Status: e.Status})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) is %s again, with a fresh %d attempts: the worker sends it next\n",
-				e.PublicID(), e.Type, e.Status, event.MaxAttempts)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				e, err := a.Events.Redeliver(cmd.Context(), id, actor)
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				return showLine(cmd, event.RedeliverResponse{ID: e.PublicID(), Status: e.Status}, "%s (%s) is %s again, with a fresh %d attempts: the worker sends it next\n",
+					e.PublicID(), e.Type, e.Status, event.MaxAttempts)
+			})
 		},
 	}
-	redeliver.Flags().StringVar(&as, "as", "", "the operator's name recorded in the audit trail (default: the login name)")
+	asFlag(redeliver, &as, asUsage)
 	events.AddCommand(list, redeliver)
 	return events
+}
+
+// eventRow is an event's row, its last error cut to 80 characters.
+func eventRow(tw io.Writer, r event.Record) {
+	lastErr := "-"
+	if r.LastError != nil {
+		lastErr = *r.LastError
+		if rs := []rune(lastErr); len(rs) > 80 {
+			lastErr = string(rs[:80]) + "…"
+		}
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.RawID, r.Type, r.Status, r.Attempts, r.NextAttemptAt, r.CreatedAt, lastErr)
 }
 
 // adminAlertsCmd is `svc admin alerts`: list and acknowledge operator
@@ -133,35 +124,28 @@ func adminAlertsCmd() *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("--limit %d: want at least 1", limit)
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			all, err := a.Alerts.List(cmd.Context(), alert.ListParams{Open: open, Limit: limit})
-			if err != nil {
-				return err
-			}
-			views := make([]view, len(all))
-			for i, x := range all {
-				views[i] = toView(x)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), views)
-			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tTYPE\tSUBJECT\tCREATED\tACKNOWLEDGED\tDETAIL")
-			for _, v := range views {
-				ack := "-"
-				if v.AcknowledgedAt != nil {
-					ack = *v.AcknowledgedAt
-					if v.AcknowledgedBy != nil {
-						ack += " by " + *v.AcknowledgedBy
-					}
+			return withApp(cmd, func(a *app.App) error {
+				all, err := a.Alerts.List(cmd.Context(), alert.ListParams{Open: open, Limit: limit})
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Type, v.Subject, v.CreatedAt, ack, v.Detail)
-			}
-			return tw.Flush()
+				views := make([]view, len(all))
+				for i, x := range all {
+					views[i] = toView(x)
+				}
+				return show(cmd, views, func(out io.Writer) error {
+					return printTable(out, "", "ID\tTYPE\tSUBJECT\tCREATED\tACKNOWLEDGED\tDETAIL", views, func(tw io.Writer, v view) {
+						ack := "-"
+						if v.AcknowledgedAt != nil {
+							ack = *v.AcknowledgedAt
+							if v.AcknowledgedBy != nil {
+								ack += " by " + *v.AcknowledgedBy
+							}
+						}
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Type, v.Subject, v.CreatedAt, ack, v.Detail)
+					})
+				})
+			})
 		},
 	}
 	list.Flags().BoolVar(&open, "open", false, "only alerts nobody has acknowledged")
@@ -180,20 +164,16 @@ func adminAlertsCmd() *cobra.Command {
 			if by = strings.TrimSpace(by); by == "" {
 				return fmt.Errorf("--by: say who acknowledges the alert")
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			x, err := a.Alerts.Acknowledge(cmd.Context(), id, by)
-			if err != nil {
-				return fmt.Errorf("alert %d: %w", id, err)
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), toView(x))
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "alert %d (%s %s) acknowledged at %s by %s\n", x.ID, x.Type, x.Subject, orDash(x.AcknowledgedAt), *x.AcknowledgedBy)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				x, err := a.Alerts.Acknowledge(cmd.Context(), id, by)
+				if err != nil {
+					return fmt.Errorf("alert %d: %w", id, err)
+				}
+				return show(cmd, toView(x), func(out io.Writer) error {
+					fmt.Fprintf(out, "alert %d (%s %s) acknowledged at %s by %s\n", x.ID, x.Type, x.Subject, orDash(x.AcknowledgedAt), *x.AcknowledgedBy)
+					return nil
+				})
+			})
 		},
 	}
 	ack.Flags().StringVar(&by, "by", os.Getenv("USER"), "who acknowledges it (default: $USER)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/modules/ledger"
 	"svc/modules/withdrawal"
 )
@@ -41,58 +42,57 @@ func adminLedgerCmd() *cobra.Command {
 			"it is the full check.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			var r ledger.Report
-			if incremental {
-				r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
-			} else {
-				r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
-			}
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if jsonFlag(cmd) {
-				if err := printJSON(out, r); err != nil {
+			return withApp(cmd, func(a *app.App) error {
+				var r ledger.Report
+				var err error
+				if incremental {
+					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
+				} else {
+					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
+				}
+				if err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(out, "checked %d accounts, %d entries, %d postings in %s\n", r.Accounts, r.Entries, r.Postings, r.Took.Round(time.Millisecond))
-				fmt.Fprintf(out, "covered: %s\n", r.Coverage)
-				for _, sec := range []struct {
-					title string
-					list  []string
-				}{
-					{"materialized vs derived drifts", r.MaterializedVsDerivedDrifts},
-					{"unbalanced entries", r.UnbalancedEntries},
-					{"negative balances", r.NegativeBalances},
-					{"holds vs open withdrawals", r.HoldMismatches},
-					{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
-				} {
-					fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))
-					for _, s := range sec.list {
-						fmt.Fprintf(out, "  %s\n", s)
-					}
+				if err := show(cmd, r, func(out io.Writer) error { printCheck(out, r); return nil }); err != nil {
+					return err
 				}
-				if r.LedgerConsistent {
-					fmt.Fprintln(out, "ledger consistent")
-				} else {
-					fmt.Fprintln(out, "LEDGER INCONSISTENT")
+				if !r.LedgerConsistent {
+					return errLedgerInconsistent
 				}
-			}
-			if !r.LedgerConsistent {
-				return errLedgerInconsistent
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	check.Flags().BoolVar(&incremental, "incremental", false, "check only what was committed since the last consistent check, and the accounts written since")
 	c.AddCommand(check, adminCheckpointCmd(), adminVerifyCmd(), adminExportCmd(), adminCorrectCmd(), adminTransferCmd())
 	return c
+}
+
+// printCheck prints a ledger check's report: what it covered, each kind
+// of finding with its list, and its verdict.
+func printCheck(out io.Writer, r ledger.Report) {
+	fmt.Fprintf(out, "checked %d accounts, %d entries, %d postings in %s\n", r.Accounts, r.Entries, r.Postings, r.Took.Round(time.Millisecond))
+	fmt.Fprintf(out, "covered: %s\n", r.Coverage)
+	for _, sec := range []struct {
+		title string
+		list  []string
+	}{
+		{"materialized vs derived drifts", r.MaterializedVsDerivedDrifts},
+		{"unbalanced entries", r.UnbalancedEntries},
+		{"negative balances", r.NegativeBalances},
+		{"holds vs open withdrawals", r.HoldMismatches},
+		{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
+	} {
+		fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))
+		for _, s := range sec.list {
+			fmt.Fprintf(out, "  %s\n", s)
+		}
+	}
+	if r.LedgerConsistent {
+		fmt.Fprintln(out, "ledger consistent")
+	} else {
+		fmt.Fprintln(out, "LEDGER INCONSISTENT")
+	}
 }
 
 // adminCheckpointCmd is `svc admin ledger checkpoint`.
@@ -107,25 +107,20 @@ func adminCheckpointCmd() *cobra.Command {
 			"writes nothing.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			cp, err := a.Checkpointer.Checkpoint(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if jsonFlag(cmd) {
-				return printJSON(out, cp)
-			}
-			if cp == nil {
-				fmt.Fprintln(out, "nothing to seal: no entry committed since the last checkpoint is below the oldest running transaction")
-				return nil
-			}
-			printCheckpoint(out, *cp)
-			return nil
+			return withApp(cmd, func(a *app.App) error {
+				cp, err := a.Checkpointer.Checkpoint(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return show(cmd, cp, func(out io.Writer) error {
+					if cp == nil {
+						fmt.Fprintln(out, "nothing to seal: no entry committed since the last checkpoint is below the oldest running transaction")
+						return nil
+					}
+					printCheckpoint(out, *cp)
+					return nil
+				})
+			})
 		},
 	}
 }
@@ -152,43 +147,40 @@ func adminVerifyCmd() *cobra.Command {
 			"mismatch (or an error). Entries not yet sealed are not looked at.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			var pub ed25519.PublicKey
-			if a.Checkpointer.Key != nil {
-				pub, _ = a.Checkpointer.Key.Public().(ed25519.PublicKey)
-			}
-			r, err := ledger.VerifyCheckpoints(cmd.Context(), a.DB.Bun, from, pub)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if jsonFlag(cmd) {
-				if err := printJSON(out, r); err != nil {
+			return withApp(cmd, func(a *app.App) error {
+				var pub ed25519.PublicKey
+				if a.Checkpointer.Key != nil {
+					pub, _ = a.Checkpointer.Key.Public().(ed25519.PublicKey)
+				}
+				r, err := ledger.VerifyCheckpoints(cmd.Context(), a.DB.Bun, from, pub)
+				if err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(out, "checked %d checkpoints from %d, %d entries; signatures: %s\n", r.Checkpoints, r.From, r.Entries, r.Signatures)
-				for _, seq := range r.Ignored {
-					fmt.Fprintf(out, "ignored checkpoint %d: its range is beyond the snapshot or its time in the future; no checkpoint of the service is written so\n", seq)
+				if err := show(cmd, r, func(out io.Writer) error { printVerify(out, r); return nil }); err != nil {
+					return err
 				}
-				if r.OK {
-					fmt.Fprintln(out, "checkpoints match the ledger")
-				} else {
-					fmt.Fprintf(out, "MISMATCH: %s\n", r.Mismatch)
+				if !r.OK {
+					return errCheckpointMismatch
 				}
-			}
-			if !r.OK {
-				return errCheckpointMismatch
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	c.Flags().Int64Var(&from, "from", 1, "the first checkpoint to verify (its predecessor's hash is trusted)")
 	return c
+}
+
+// printVerify prints a verification's report and its verdict.
+func printVerify(out io.Writer, r ledger.VerifyReport) {
+	fmt.Fprintf(out, "checked %d checkpoints from %d, %d entries; signatures: %s\n", r.Checkpoints, r.From, r.Entries, r.Signatures)
+	for _, seq := range r.Ignored {
+		fmt.Fprintf(out, "ignored checkpoint %d: its range is beyond the snapshot or its time in the future; no checkpoint of the service is written so\n", seq)
+	}
+	if r.OK {
+		fmt.Fprintln(out, "checkpoints match the ledger")
+	} else {
+		fmt.Fprintf(out, "MISMATCH: %s\n", r.Mismatch)
+	}
 }
 
 // errCheckpointMismatch makes svc exit non-zero after the report.
@@ -206,17 +198,15 @@ func adminExportCmd() *cobra.Command {
 			"offline with svc ledger verify-export, without a database.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			x, err := ledger.ExportCheckpoint(cmd.Context(), a.DB.Bun, seq)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if file != "" && file != "-" {
+			return withApp(cmd, func(a *app.App) error {
+				x, err := ledger.ExportCheckpoint(cmd.Context(), a.DB.Bun, seq)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if file == "" || file == "-" {
+					return json.NewEncoder(out).Encode(x)
+				}
 				f, err := os.Create(file)
 				if err != nil {
 					return err
@@ -230,8 +220,7 @@ func adminExportCmd() *cobra.Command {
 				}
 				fmt.Fprintf(out, "wrote checkpoint %d (%d entries) to %s\n", seq, len(x.Entries), file)
 				return nil
-			}
-			return json.NewEncoder(out).Encode(x)
+			})
 		},
 	}
 	c.Flags().Int64Var(&seq, "checkpoint", 0, "the checkpoint's number (seq)")

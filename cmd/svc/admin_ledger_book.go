@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/uptrace/bun"
 
 	"svc/cmd/svc/app"
-	"svc/modules/audit"
 	"svc/modules/ledger"
 	"svc/platform/fault"
 	"svc/platform/money"
@@ -22,19 +22,6 @@ import (
 // errNotConfirmed makes svc exit non-zero when the operator did not
 // confirm a booking: nothing was posted.
 var errNotConfirmed = errors.New("not confirmed: nothing was posted (answer yes, or pass --yes)")
-
-// bookingOperator is the --as of a booking: required, no default to the
-// login name (as for a withdrawal decision).
-func bookingOperator(as string) (audit.Actor, error) {
-	if strings.TrimSpace(as) == "" {
-		return audit.Actor{}, fmt.Errorf("--as NAME is required: the booking is recorded as made by cli:NAME")
-	}
-	name, err := operatorName(as)
-	if err != nil {
-		return audit.Actor{}, err
-	}
-	return audit.CLI(name), nil
-}
 
 // parseAccount reads "custody" or "user_available:EXTERNAL_USER_ID".
 func parseAccount(s string) (ledger.Account, error) {
@@ -107,9 +94,7 @@ func printBooking(w io.Writer, b ledger.Booked, decimals map[string]int) {
 		}
 		fmt.Fprintf(w, "%s %s (%s), %s\n  memo: %s\n", e.Asset, e.Kind, e.SourceRef, id, e.Memo)
 	}
-	tw := table(w)
-	fmt.Fprintln(tw, "  ASSET\tACCOUNT\tDEBIT\tCREDIT\tBALANCE BEFORE\tBALANCE AFTER")
-	for _, l := range b.Lines {
+	_ = printTable(w, "", "  ASSET\tACCOUNT\tDEBIT\tCREDIT\tBALANCE BEFORE\tBALANCE AFTER", b.Lines, func(tw io.Writer, l ledger.LineBalance) {
 		d := decimals[l.Asset]
 		debit, credit := "", ""
 		if l.Amount < 0 {
@@ -122,8 +107,7 @@ func printBooking(w io.Writer, b ledger.Booked, decimals map[string]int) {
 			before, after = "-", "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", l.Asset, l.Account, debit, credit, before, after)
-	}
-	_ = tw.Flush()
+	})
 }
 
 // confirm asks on in whether to go on; only "y" or "yes" does. No answer
@@ -139,64 +123,62 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 	return false
 }
 
-// booking is what a booking command runs: show the entry, ask, post.
-type booking struct {
+// booking is what a booking command runs: show the entry, ask, post. P
+// is what it books (a correction, a transfer), with its ledger's preview
+// and booking.
+type booking[P any] struct {
 	what    string // "correction", "transfer"
 	codes   []string
-	preview func(ctx context.Context, idb bun.IDB) (ledger.Booked, error)
-	book    func(ctx context.Context, a *app.App) (ledger.Booked, error)
+	p       P
+	preview func(ctx context.Context, idb bun.IDB, p P) (ledger.Booked, error)
+	book    func(ctx context.Context, idb bun.IDB, now time.Time, p P, then func(ctx context.Context, tx bun.IDB, b ledger.Booked) error) (ledger.Booked, error)
 }
 
-func runBooking(cmd *cobra.Command, bk booking, yes, dryRun bool) error {
-	a, err := openApp(cmd.Context())
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	ctx := cmd.Context()
-	decimals := map[string]int{}
-	for _, code := range bk.codes {
-		x, err := a.Assets.Get(ctx, code)
-		if err != nil {
-			return fmt.Errorf("%s: %w", code, err)
+func runBooking[P any](cmd *cobra.Command, bk booking[P], yes, dryRun bool) error {
+	return withApp(cmd, func(a *app.App) error {
+		ctx := cmd.Context()
+		decimals := map[string]int{}
+		for _, code := range bk.codes {
+			x, err := a.Assets.Get(ctx, code)
+			if err != nil {
+				return fmt.Errorf("%s: %w", code, err)
+			}
+			decimals[code] = x.Decimals
 		}
-		decimals[code] = x.Decimals
-	}
-	// With --json the result alone goes to standard output.
-	show := cmd.OutOrStdout()
-	if jsonFlag(cmd) {
-		show = cmd.ErrOrStderr()
-	}
-	b, err := bk.preview(ctx, a.DB.Bun)
-	if err != nil {
-		return refused("the "+bk.what, err)
-	}
-	printBooking(show, b, decimals)
-	if dryRun {
-		fmt.Fprintf(show, "dry run: nothing was posted\n")
+		// With --json the result alone goes to standard output.
+		preview := cmd.OutOrStdout()
 		if jsonFlag(cmd) {
-			return printJSON(cmd.OutOrStdout(), ledger.ViewOf(b, decimals, true))
+			preview = cmd.ErrOrStderr()
 		}
-		return nil
-	}
-	if !yes && !confirm(cmd.InOrStdin(), show, "Post this "+bk.what+"?") {
-		return errNotConfirmed
-	}
-	b, err = bk.book(ctx, a)
-	if err != nil {
-		return refused("the "+bk.what, err)
-	}
-	if jsonFlag(cmd) {
-		return printJSON(cmd.OutOrStdout(), ledger.ViewOf(b, decimals, false))
-	}
-	out := cmd.OutOrStdout()
-	if b.Replayed() {
-		fmt.Fprintf(out, "this %s was posted before with the same lines; nothing changed\n", bk.what)
-	} else {
-		fmt.Fprintf(out, "posted; audit record %d\n", b.AuditID)
-	}
-	printBooking(out, b, decimals)
-	return nil
+		b, err := bk.preview(ctx, a.DB.Bun, bk.p)
+		if err != nil {
+			return refused("the "+bk.what, err)
+		}
+		printBooking(preview, b, decimals)
+		if dryRun {
+			fmt.Fprintf(preview, "dry run: nothing was posted\n")
+			if jsonFlag(cmd) {
+				return printJSON(cmd.OutOrStdout(), ledger.ViewOf(b, decimals, true))
+			}
+			return nil
+		}
+		if !yes && !confirm(cmd.InOrStdin(), preview, "Post this "+bk.what+"?") {
+			return errNotConfirmed
+		}
+		b, err = bk.book(ctx, a.DB.Bun, a.Clock.Now(), bk.p, nil)
+		if err != nil {
+			return refused("the "+bk.what, err)
+		}
+		return show(cmd, ledger.ViewOf(b, decimals, false), func(out io.Writer) error {
+			if b.Replayed() {
+				fmt.Fprintf(out, "this %s was posted before with the same lines; nothing changed\n", bk.what)
+			} else {
+				fmt.Fprintf(out, "posted; audit record %d\n", b.AuditID)
+			}
+			printBooking(out, b, decimals)
+			return nil
+		})
+	})
 }
 
 // adminCorrectCmd is `svc admin ledger correct`.
@@ -229,7 +211,8 @@ Lightning routing fee:
     --memo "routing fees of withdrawal ..." --as alice-ops`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := bookingOperator(as)
+			// Required: no default to the login name for a booking.
+			actor, err := requiredOperator(as, "booking")
 			if err != nil {
 				return err
 			}
@@ -244,18 +227,13 @@ Lightning routing fee:
 				ref = uuid.NewString()
 			}
 			p := ledger.OperatorCorrection{Asset: code, Reference: ref, Memo: memo, Lines: lines, Actor: actor}
-			return runBooking(cmd, booking{what: "correction", codes: []string{code},
-				preview: func(ctx context.Context, idb bun.IDB) (ledger.Booked, error) {
-					return ledger.PreviewCorrection(ctx, idb, p)
-				},
-				book: func(ctx context.Context, a *app.App) (ledger.Booked, error) {
-					return ledger.BookCorrection(ctx, a.DB.Bun, a.Clock.Now(), p, nil)
-				}}, yes, dryRun)
+			return runBooking(cmd, booking[ledger.OperatorCorrection]{what: "correction", codes: []string{code}, p: p,
+				preview: ledger.PreviewCorrection, book: ledger.BookCorrection}, yes, dryRun)
 		},
 	}
 	c.Flags().StringVar(&code, "asset", "", "the asset of every line")
 	c.Flags().StringVar(&memo, "memo", "", "why (required; kept on the entry and in the audit trail)")
-	c.Flags().StringVar(&as, "as", "", "the operator's name, recorded as cli:NAME (required)")
+	asFlag(c, &as, asRequiredUsage)
 	c.Flags().StringArrayVar(&debits, "debit", nil, "ACCOUNT=UNITS to debit (repeatable)")
 	c.Flags().StringArrayVar(&credits, "credit", nil, "ACCOUNT=UNITS to credit (repeatable)")
 	c.Flags().StringVar(&ref, "ref", "", "the correction's reference (default: a new one)")
@@ -291,7 +269,8 @@ every balance before and after, then the command asks (--yes posts without askin
 booking the same --ref again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := bookingOperator(as)
+			// Required: no default to the login name for a booking.
+			actor, err := requiredOperator(as, "booking")
 			if err != nil {
 				return err
 			}
@@ -309,13 +288,8 @@ booking the same --ref again changes nothing.`,
 				}
 			}
 			t := ledger.CustodyTransfer{From: from, To: to, Amount: amount, NetworkFee: fee, Reference: ref, Memo: memo, Actor: actor}
-			return runBooking(cmd, booking{what: "transfer", codes: []string{from, to},
-				preview: func(ctx context.Context, idb bun.IDB) (ledger.Booked, error) {
-					return ledger.PreviewTransfer(ctx, idb, t)
-				},
-				book: func(ctx context.Context, a *app.App) (ledger.Booked, error) {
-					return ledger.BookTransfer(ctx, a.DB.Bun, a.Clock.Now(), t, nil)
-				}}, yes, dryRun)
+			return runBooking(cmd, booking[ledger.CustodyTransfer]{what: "transfer", codes: []string{from, to}, p: t,
+				preview: ledger.PreviewTransfer, book: ledger.BookTransfer}, yes, dryRun)
 		},
 	}
 	c.Flags().StringVar(&from, "from", "", "the asset whose custody sent (BTC for a channel open)")
@@ -324,7 +298,7 @@ booking the same --ref again changes nothing.`,
 	c.Flags().StringVar(&feeS, "network-fee", "", "the transaction's fee paid out of --from's custody, in sat (default 0)")
 	c.Flags().StringVar(&ref, "ref", "", "the funding or closing transaction id (required)")
 	c.Flags().StringVar(&memo, "memo", "", "what moved (required)")
-	c.Flags().StringVar(&as, "as", "", "the operator's name, recorded as cli:NAME (required)")
+	asFlag(c, &as, asRequiredUsage)
 	c.Flags().BoolVar(&yes, "yes", false, "post without asking")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "show the entries and post nothing")
 	for _, f := range []string{"from", "to", "amount", "ref"} {

@@ -23,16 +23,13 @@ time (the numbers to publish). Snapshots are taken with each hourly reconciliati
 'svc admin liabilities snapshot'. docs/provable-custody.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			list, err := a.Liabilities.Latest(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printLiabilities(cmd, a, list)
+			return withApp(cmd, func(a *app.App) error {
+				list, err := a.Liabilities.Latest(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printLiabilities(cmd, a, list)
+			})
 		},
 	}
 	var as string
@@ -49,44 +46,31 @@ it publishes. Users' proofs are then answered from it.`,
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			list, err := a.Liabilities.Snapshot(cmd.Context(), liabilities.TriggerOnDemand, actor.ID)
-			if err != nil {
-				return err
-			}
-			return printLiabilities(cmd, a, list)
+			return withApp(cmd, func(a *app.App) error {
+				list, err := a.Liabilities.Snapshot(cmd.Context(), liabilities.TriggerOnDemand, actor.ID)
+				if err != nil {
+					return err
+				}
+				return printLiabilities(cmd, a, list)
+			})
 		},
 	}
-	snap.Flags().StringVar(&as, "as", "", "the operator's name, recorded as cli:NAME (default: the login name)")
+	asFlag(snap, &as, "the operator's name, recorded as cli:NAME (default: the login name)")
 	c.AddCommand(snap)
 	return c
 }
 
+// printLiabilities prints snapshots as GET /v1/admin/liabilities shows
+// them.
 func printLiabilities(cmd *cobra.Command, a *app.App, list []liabilities.Published) error {
 	views, err := liabilities.Views(cmd.Context(), a.DB.Bun, list)
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	if jsonFlag(cmd) {
-		return printJSON(out, liabilities.PublishedList{Snapshots: views})
-	}
-	return liabilitiesTable(out, views)
-}
-
-func liabilitiesTable(out io.Writer, views []liabilities.PublishedView) error {
-	if len(views) == 0 {
-		fmt.Fprintln(out, "no proof of liabilities yet: svc admin liabilities snapshot takes one")
-		return nil
-	}
-	tw := table(out)
-	fmt.Fprintln(tw, "ASSET\tSNAPSHOT\tAT\tTRIGGER\tUSERS\tTOTAL\tTOTAL UNITS\tROOT")
-	for _, v := range views {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Asset, v.SnapshotID, v.SnapshotAt, v.Trigger, v.Users, v.Total, v.TotalUnits, v.Root)
-	}
-	return tw.Flush()
+	return show(cmd, liabilities.PublishedList{Snapshots: views}, func(out io.Writer) error {
+		return printTable(out, "no proof of liabilities yet: svc admin liabilities snapshot takes one",
+			"ASSET\tSNAPSHOT\tAT\tTRIGGER\tUSERS\tTOTAL\tTOTAL UNITS\tROOT", views, func(tw io.Writer, v liabilities.PublishedView) {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Asset, v.SnapshotID, v.SnapshotAt, v.Trigger, v.Users, v.Total, v.TotalUnits, v.Root)
+			})
+	})
 }

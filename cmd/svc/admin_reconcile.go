@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"svc/cmd/svc/app"
-	"svc/modules/audit"
 	"svc/modules/reconcile"
 	"svc/platform/timefmt"
 )
@@ -37,84 +37,83 @@ whole ledger.
 and what to do when it is red.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 || limit > 1000 {
-				return fmt.Errorf("--limit %d: want 1 to 1000", limit)
-			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
+			if err := checkLimit(limit, 1000); err != nil {
 				return err
 			}
-			defer a.Close()
-			out := cmd.OutOrStdout()
-			if history {
-				rows, err := a.Reconcile.History(cmd.Context(), limit)
+			return withApp(cmd, func(a *app.App) error {
+				if history {
+					rows, err := a.Reconcile.History(cmd.Context(), limit)
+					if err != nil {
+						return err
+					}
+					return show(cmd, rows, func(out io.Writer) error {
+						return printTable(out, "", "ID\tAT\tTRIGGER\tHEALTHY\tALERTS", rows, func(tw io.Writer, r reconcile.Stored) {
+							fmt.Fprintf(tw, "%d\t%s\t%s\t%t\t%s\n", r.ID, timefmt.Format(r.CreatedAt), r.Trigger, r.Healthy, strings.Join(r.Report.Alerts, "; "))
+						})
+					})
+				}
+				run := a.Reconcile.Run
+				if full {
+					run = a.Reconcile.RunFull
+				}
+				rep, err := run(cmd.Context(), reconcile.TriggerOnDemand)
 				if err != nil {
 					return err
 				}
-				if jsonFlag(cmd) {
-					return printJSON(out, rows)
-				}
-				tw := table(out)
-				fmt.Fprintln(tw, "ID\tAT\tTRIGGER\tHEALTHY\tALERTS")
-				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%t\t%s\n", r.ID, timefmt.Format(r.CreatedAt), r.Trigger, r.Healthy, strings.Join(r.Report.Alerts, "; "))
-				}
-				return tw.Flush()
-			}
-			run := a.Reconcile.Run
-			if full {
-				run = a.Reconcile.RunFull
-			}
-			rep, err := run(cmd.Context(), reconcile.TriggerOnDemand)
-			if err != nil {
-				return err
-			}
-			if jsonFlag(cmd) {
-				return printJSON(out, rep)
-			}
-			fmt.Fprintf(out, "healthy %t, ledger consistent %t (at %s)\n", rep.Healthy, rep.LedgerConsistent, rep.GeneratedAt)
-			fmt.Fprintf(out, "ledger check: %s\n", rep.LedgerCheck)
-			tw := table(out)
-			fmt.Fprintln(tw, "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tEXPECTED SHORTFALL\tCHAIN\tDIFFERENCE\tSHORTFALL\tINSOLVENT\tACCEPTED\tINCONSISTENT\tSOURCE")
-			for _, l := range rep.Custody {
-				inconsistent := "false"
-				if l.Inconsistent {
-					inconsistent = fmt.Sprintf("true (%d findings", l.LedgerFindings)
-					if l.AcknowledgedFindings != nil {
-						inconsistent += fmt.Sprintf(", %d accepted", *l.AcknowledgedFindings)
-					}
-					inconsistent += ")"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
-					l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
-					inconsistent, l.ChainSource)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			tw = table(out)
-			fmt.Fprintln(tw, "ASSET\tLIABILITIES TOTAL\tSNAPSHOT AT\tLIABILITIES ROOT")
-			for _, l := range rep.Custody {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Asset, orNull(l.LiabilitiesTotal), orNull(l.LiabilitiesSnapshotAt), orNull(l.LiabilitiesRoot))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			for _, list := range []struct {
-				name  string
-				items []string
-			}{{"alerts", rep.Alerts}, {"materialized vs derived drifts", rep.MaterializedVsDerivedDrifts}, {"unbalanced entries", rep.UnbalancedEntries}} {
-				if len(list.items) > 0 {
-					fmt.Fprintf(out, "%s:\n  %s\n", list.name, strings.Join(list.items, "\n  "))
-				}
-			}
-			return nil
+				return show(cmd, rep, func(out io.Writer) error { return printReport(out, rep) })
+			})
 		},
 	}
 	c.Flags().BoolVar(&history, "history", false, "list the last stored reports instead of computing one")
 	c.Flags().IntVar(&limit, "limit", 24, "how many reports --history lists")
 	c.Flags().BoolVar(&full, "full", false, "check the whole ledger rather than what was committed since the last consistent check")
+	c.AddCommand(adminReconciliationAckCmd())
+	return c
+}
 
+// printReport prints a reconciliation report: its verdict, the custody
+// and the liabilities of each asset, and what it found.
+func printReport(out io.Writer, rep reconcile.Report) error {
+	fmt.Fprintf(out, "healthy %t, ledger consistent %t (at %s)\n", rep.Healthy, rep.LedgerConsistent, rep.GeneratedAt)
+	fmt.Fprintf(out, "ledger check: %s\n", rep.LedgerCheck)
+	if err := printTable(out, "", "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tEXPECTED SHORTFALL\tCHAIN\tDIFFERENCE\tSHORTFALL\tINSOLVENT\tACCEPTED\tINCONSISTENT\tSOURCE",
+		rep.Custody, custodyRow); err != nil {
+		return err
+	}
+	if err := printTable(out, "", "ASSET\tLIABILITIES TOTAL\tSNAPSHOT AT\tLIABILITIES ROOT", rep.Custody, func(tw io.Writer, l reconcile.CustodyLine) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Asset, orNull(l.LiabilitiesTotal), orNull(l.LiabilitiesSnapshotAt), orNull(l.LiabilitiesRoot))
+	}); err != nil {
+		return err
+	}
+	for _, list := range []struct {
+		name  string
+		items []string
+	}{{"alerts", rep.Alerts}, {"materialized vs derived drifts", rep.MaterializedVsDerivedDrifts}, {"unbalanced entries", rep.UnbalancedEntries}} {
+		if len(list.items) > 0 {
+			fmt.Fprintf(out, "%s:\n  %s\n", list.name, strings.Join(list.items, "\n  "))
+		}
+	}
+	return nil
+}
+
+// custodyRow is an asset's line of the report: the custody against what
+// is owed, and the ledger's findings.
+func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
+	inconsistent := "false"
+	if l.Inconsistent {
+		inconsistent = fmt.Sprintf("true (%d findings", l.LedgerFindings)
+		if l.AcknowledgedFindings != nil {
+			inconsistent += fmt.Sprintf(", %d accepted", *l.AcknowledgedFindings)
+		}
+		inconsistent += ")"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
+		l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
+		inconsistent, l.ChainSource)
+}
+
+// adminReconciliationAckCmd is `svc admin reconciliation ack`.
+func adminReconciliationAckCmd() *cobra.Command {
 	var as, asset, note string
 	ack := &cobra.Command{
 		Use:   "ack --as NAME [--asset ASSET] [--note TEXT]",
@@ -128,40 +127,35 @@ findings, than you accepted halts the asset again with a new alert.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if as == "" {
-				return fmt.Errorf("--as NAME is required: the acknowledgement is recorded as made by cli:NAME")
+				return errAsRequired("acknowledgement")
 			}
-			name, err := operatorName(as)
+			actor, err := operator(as)
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			eps, err := a.Reconcile.Ack(cmd.Context(), audit.CLI(name), asset, note)
-			if err != nil {
-				return err
-			}
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), eps)
-			}
-			for _, ep := range eps {
-				accepted := "a shortfall of " + orNull(unitsOf(cmd.Context(), a, ep.Asset, ep.AckedShortfall))
-				if ep.Kind == reconcile.KindInconsistency {
-					accepted = "findings: " + orNull(countOf(ep.AckedFindings))
+			return withApp(cmd, func(a *app.App) error {
+				eps, err := a.Reconcile.Ack(cmd.Context(), actor, asset, note)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s since %s acknowledged, accepting %s; withdrawals flow again until a report finds more\n",
-					ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), accepted)
-			}
-			return nil
+				return show(cmd, eps, func(out io.Writer) error {
+					for _, ep := range eps {
+						accepted := "a shortfall of " + orNull(unitsOf(cmd.Context(), a, ep.Asset, ep.AckedShortfall))
+						if ep.Kind == reconcile.KindInconsistency {
+							accepted = "findings: " + orNull(countOf(ep.AckedFindings))
+						}
+						fmt.Fprintf(out, "%s: %s since %s acknowledged, accepting %s; withdrawals flow again until a report finds more\n",
+							ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), accepted)
+					}
+					return nil
+				})
+			})
 		},
 	}
-	ack.Flags().StringVar(&as, "as", "", "the operator's name, recorded as cli:NAME (required)")
+	asFlag(ack, &as, asRequiredUsage)
 	ack.Flags().StringVar(&asset, "asset", "", "only this asset")
 	ack.Flags().StringVar(&note, "note", "", "what you checked")
-	c.AddCommand(ack)
-	return c
+	return ack
 }
 
 // unitsOf renders units of code in its display units, with the code.
@@ -183,11 +177,4 @@ func countOf(n *int64) *string {
 	}
 	s := fmt.Sprint(*n)
 	return &s
-}
-
-func orNull(s *string) string {
-	if s == nil {
-		return "null"
-	}
-	return *s
 }

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"fmt"
-	"os/signal"
-	"syscall"
+	"context"
 
 	"github.com/spf13/cobra"
 
+	"svc/cmd/svc/app"
 	"svc/platform/config"
 )
 
@@ -25,32 +24,24 @@ The browser asks for a user name (any) and a password: an admin API key (svc adm
 docs/operations.md, "River UI".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			a, err := openAppWith(ctx, func(c *config.Config) {
+			override := func(c *config.Config) {
 				if addr != "" {
 					c.AdminUI.Addr = addr
 				}
-			})
-			if err != nil {
-				return err
 			}
-			defer a.Close()
-			listening, stopUI, err := a.ServeAdminUI(ctx)
-			if err != nil {
-				return err
-			}
-			defer stopUI()
-			url := "http://" + listening + "/"
-			if jsonFlag(cmd) {
-				if err := printJSON(cmd.OutOrStdout(), map[string]string{"url": url}); err != nil {
+			return untilSignal(cmd, override, func(ctx context.Context, a *app.App) error {
+				listening, stopUI, err := a.ServeAdminUI(ctx)
+				if err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "River UI on %s (user: any, password: an admin API key); Ctrl-C stops it\n", url)
-			}
-			<-ctx.Done()
-			return nil
+				defer stopUI()
+				url := "http://" + listening + "/"
+				if err := showLine(cmd, map[string]string{"url": url}, "River UI on %s (user: any, password: an admin API key); Ctrl-C stops it\n", url); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return nil
+			})
 		},
 	}
 	c.Flags().StringVar(&addr, "addr", "", "host:port to listen on (default ADMIN_UI_ADDR)")

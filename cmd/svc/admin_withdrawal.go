@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
-	"strings"
+	"io"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"svc/modules/audit"
+	"svc/cmd/svc/app"
 	"svc/modules/withdrawal"
 )
 
@@ -30,8 +30,8 @@ func adminWithdrawalsCmd() *cobra.Command {
 			if status != "" && !p.Status.Valid() {
 				return fmt.Errorf("--status %q is not a withdrawal status", status)
 			}
-			if limit < 1 || limit > withdrawal.MaxAdminLimit {
-				return fmt.Errorf("--limit %d: want 1 to %d", limit, withdrawal.MaxAdminLimit)
+			if err := checkLimit(limit, withdrawal.MaxAdminLimit); err != nil {
+				return err
 			}
 			if cursor != "" {
 				id, err := uuid.Parse(cursor)
@@ -40,45 +40,27 @@ func adminWithdrawalsCmd() *cobra.Command {
 				}
 				p.Cursor = &id
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			rows, next, err := a.Withdrawals.AdminList(cmd.Context(), p)
-			if err != nil {
-				return err
-			}
-			views, err := a.Withdrawals.AdminViews(cmd.Context(), rows)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if jsonFlag(cmd) {
+			return withApp(cmd, func(a *app.App) error {
+				rows, next, err := a.Withdrawals.AdminList(cmd.Context(), p)
+				if err != nil {
+					return err
+				}
+				views, err := a.Withdrawals.AdminViews(cmd.Context(), rows)
+				if err != nil {
+					return err
+				}
 				lv := withdrawal.AdminListView{Withdrawals: views}
 				if next != nil {
 					s := next.String()
 					lv.NextCursor = &s
 				}
-				return printJSON(out, lv)
-			}
-			if len(views) == 0 {
-				fmt.Fprintln(out, "no withdrawals")
-				return nil
-			}
-			tw := table(out)
-			fmt.Fprintln(tw, "WITHDRAWAL\tCREATED\tUSER\tASSET\tGROSS\tSTATUS\tREASON")
-			for _, v := range views {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.WithdrawalID, v.CreatedAt, v.ExternalUserID, v.Asset, v.AmountGross,
-					v.Status, dashIfNil(v.ApprovalReason))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != nil {
-				fmt.Fprintf(out, "more: --cursor %s\n", next)
-			}
-			return nil
+				return show(cmd, lv, func(out io.Writer) error {
+					return printPage(out, "no withdrawals", "WITHDRAWAL\tCREATED\tUSER\tASSET\tGROSS\tSTATUS\tREASON", views, next, func(tw io.Writer, v withdrawal.AdminView) {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.WithdrawalID, v.CreatedAt, v.ExternalUserID, v.Asset, v.AmountGross,
+							v.Status, dashIfNil(v.ApprovalReason))
+					})
+				})
+			})
 		},
 	}
 	list.Flags().StringVar(&status, "status", "", "only withdrawals in this status")
@@ -94,35 +76,31 @@ func adminWithdrawalsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := openApp(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			w, err := a.Withdrawals.Get(cmd.Context(), id)
-			if err != nil {
-				return fmt.Errorf("%s: %w", id, err)
-			}
-			views, err := a.Withdrawals.AdminViews(cmd.Context(), []withdrawal.Withdrawal{w})
-			if err != nil {
-				return err
-			}
-			v := views[0]
-			if jsonFlag(cmd) {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			tw := table(cmd.OutOrStdout())
-			for _, f := range []struct{ k, v string }{
-				{"withdrawal", v.WithdrawalID}, {"user", v.ExternalUserID}, {"asset", v.Asset}, {"status", string(v.Status)},
-				{"destination", v.DestinationAddress}, {"gross", v.AmountGross}, {"fee", dashIfNil(v.Fee)}, {"net", dashIfNil(v.AmountNet)},
-				{"approval mode", dashIfNil(v.ApprovalMode)}, {"approval reason", dashIfNil(v.ApprovalReason)},
-				{"approved by", dashIfNil(v.ApprovedBy)}, {"rejected by", dashIfNil(v.RejectedBy)}, {"released by", dashIfNil(v.ReleasedBy)},
-				{"release attestation", dashIfNil(v.ReleaseAttestation)}, {"failure reason", dashIfNil(v.FailureReason)},
-				{"txid", dashIfNil(v.Txid)}, {"processor payout", dashIfNil(v.BackendRef)}, {"created", v.CreatedAt}, {"updated", v.UpdatedAt},
-			} {
-				fmt.Fprintf(tw, "%s\t%s\n", f.k, f.v)
-			}
-			return tw.Flush()
+			return withApp(cmd, func(a *app.App) error {
+				w, err := a.Withdrawals.Get(cmd.Context(), id)
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				views, err := a.Withdrawals.AdminViews(cmd.Context(), []withdrawal.Withdrawal{w})
+				if err != nil {
+					return err
+				}
+				v := views[0]
+				return show(cmd, v, func(out io.Writer) error {
+					tw := table(out)
+					for _, f := range []struct{ k, v string }{
+						{"withdrawal", v.WithdrawalID}, {"user", v.ExternalUserID}, {"asset", v.Asset}, {"status", string(v.Status)},
+						{"destination", v.DestinationAddress}, {"gross", v.AmountGross}, {"fee", dashIfNil(v.Fee)}, {"net", dashIfNil(v.AmountNet)},
+						{"approval mode", dashIfNil(v.ApprovalMode)}, {"approval reason", dashIfNil(v.ApprovalReason)},
+						{"approved by", dashIfNil(v.ApprovedBy)}, {"rejected by", dashIfNil(v.RejectedBy)}, {"released by", dashIfNil(v.ReleasedBy)},
+						{"release attestation", dashIfNil(v.ReleaseAttestation)}, {"failure reason", dashIfNil(v.FailureReason)},
+						{"txid", dashIfNil(v.Txid)}, {"processor payout", dashIfNil(v.BackendRef)}, {"created", v.CreatedAt}, {"updated", v.UpdatedAt},
+					} {
+						fmt.Fprintf(tw, "%s\t%s\n", f.k, f.v)
+					}
+					return tw.Flush()
+				})
+			})
 		},
 	}
 
@@ -136,30 +114,20 @@ func adminWithdrawalsCmd() *cobra.Command {
 					return err
 				}
 				// Required here: no default to the login name for a decision.
-				if strings.TrimSpace(as) == "" {
-					return fmt.Errorf("--as NAME is required: the decision is recorded as made by cli:NAME")
-				}
-				name, err := operatorName(as)
+				actor, err := requiredOperator(as, "decision")
 				if err != nil {
 					return err
 				}
-				a, err := openApp(cmd.Context())
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				res, summary, err := run(cmd, a.Withdrawals, withdrawal.DecideParams{WithdrawalID: id, Actor: audit.CLI(name)})
-				if err != nil {
-					return fmt.Errorf("%s: %w", id, err)
-				}
-				if jsonFlag(cmd) {
-					return printJSON(cmd.OutOrStdout(), res)
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), summary)
-				return nil
+				return withApp(cmd, func(a *app.App) error {
+					res, summary, err := run(cmd, a.Withdrawals, withdrawal.DecideParams{WithdrawalID: id, Actor: actor})
+					if err != nil {
+						return fmt.Errorf("%s: %w", id, err)
+					}
+					return showLine(cmd, res, "%s\n", summary)
+				})
 			},
 		}
-		c.Flags().StringVar(&as, "as", "", "the operator's name, recorded as cli:NAME (required)")
+		asFlag(c, &as, asRequiredUsage)
 		return c
 	}
 	approve := decide("approve ID --as NAME [--note TEXT]", "Approve a withdrawal waiting for an operator",
