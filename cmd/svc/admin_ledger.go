@@ -53,13 +53,7 @@ func adminLedgerCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := show(cmd, r, func(out io.Writer) error { printCheck(out, r); return nil }); err != nil {
-					return err
-				}
-				if !r.LedgerConsistent {
-					return errLedgerInconsistent
-				}
-				return nil
+				return showVerdict(cmd, r, printCheck, r.LedgerConsistent, errLedgerInconsistent)
 			})
 		},
 	}
@@ -156,13 +150,7 @@ func adminVerifyCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := show(cmd, r, func(out io.Writer) error { printVerify(out, r); return nil }); err != nil {
-					return err
-				}
-				if !r.OK {
-					return errCheckpointMismatch
-				}
-				return nil
+				return showVerdict(cmd, r, printVerify, r.OK, errCheckpointMismatch)
 			})
 		},
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/cmd/svc/app"
+	"svc/modules/audit"
 	"svc/modules/ledger"
 	"svc/platform/fault"
 	"svc/platform/money"
@@ -22,6 +23,20 @@ import (
 // errNotConfirmed makes svc exit non-zero when the operator did not
 // confirm a booking: nothing was posted.
 var errNotConfirmed = errors.New("not confirmed: nothing was posted (answer yes, or pass --yes)")
+
+// bookingOperator checks what every booking needs, and returns its
+// operator: --as (no default to the login name, as for a withdrawal
+// decision) and --memo, whose absence missing explains.
+func bookingOperator(as, memo, missing string) (audit.Actor, error) {
+	actor, err := requiredOperator(as, "booking")
+	if err != nil {
+		return audit.Actor{}, err
+	}
+	if strings.TrimSpace(memo) == "" {
+		return audit.Actor{}, fmt.Errorf("--memo TEXT is required: %s", missing)
+	}
+	return actor, nil
+}
 
 // parseAccount reads "custody" or "user_available:EXTERNAL_USER_ID".
 func parseAccount(s string) (ledger.Account, error) {
@@ -211,13 +226,9 @@ Lightning routing fee:
     --memo "routing fees of withdrawal ..." --as alice-ops`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// Required: no default to the login name for a booking.
-			actor, err := requiredOperator(as, "booking")
+			actor, err := bookingOperator(as, memo, "say why the correction is booked")
 			if err != nil {
 				return err
-			}
-			if strings.TrimSpace(memo) == "" {
-				return fmt.Errorf("--memo TEXT is required: say why the correction is booked")
 			}
 			lines, err := parseLines(debits, credits)
 			if err != nil {
@@ -269,13 +280,9 @@ every balance before and after, then the command asks (--yes posts without askin
 booking the same --ref again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// Required: no default to the login name for a booking.
-			actor, err := requiredOperator(as, "booking")
+			actor, err := bookingOperator(as, memo, "say what moved")
 			if err != nil {
 				return err
-			}
-			if strings.TrimSpace(memo) == "" {
-				return fmt.Errorf("--memo TEXT is required: say what moved")
 			}
 			amount, err := money.ParseUnits(amountS, true)
 			if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,31 +11,15 @@ import (
 	"svc/modules/ledger"
 )
 
-// runIn is run with in as standard input.
-func runIn(t *testing.T, in string, args ...string) (string, error) {
-	t.Helper()
-	cmd := newRootCmd()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetIn(strings.NewReader(in))
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
-}
-
 // TestAdminLedgerCorrect: svc admin ledger correct needs --as and --memo,
 // shows the entry with every balance before and after and posts it only
 // once the operator answers yes (or with --yes), with its audit record;
 // unbalanced lines, an account a correction may not touch, and a balance
 // that would go negative are refused with the reason, and nothing changes.
 func TestAdminLedgerCorrect(t *testing.T) {
-	d := adminDB(t)
+	d := migratedDB(t)
 	ctx := context.Background()
-	out, err := run(t, "migrate")
-	require.NoError(t, err, out)
-	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 10_000, "deposit:test:payment:1", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 10_000, 1)
 	state := func() (entries, audits int) {
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&entries))
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'ledger.correct'`).Scan(&audits))
@@ -46,12 +29,13 @@ func TestAdminLedgerCorrect(t *testing.T) {
 	fee := []string{"admin", "ledger", "correct", "--asset", "BTC", "--debit", "network_fees=300", "--credit", "custody=300"}
 	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }
 
-	_, err = run(t, with(fee, "--memo", "unreported fee", "--yes")...)
+	_, err := run(t, with(fee, "--memo", "unreported fee", "--yes")...)
 	require.ErrorContains(t, err, "--as NAME is required")
 	_, err = run(t, with(fee, "--as", "ops", "--yes")...)
 	require.ErrorContains(t, err, "--memo TEXT is required")
 
 	// Shown, then asked: no (or no answer at all) posts nothing.
+	var out string
 	for _, answer := range []string{"n\n", ""} {
 		out, err = runIn(t, answer, with(fee, "--memo", "unreported fee", "--as", "ops")...)
 		require.ErrorIs(t, err, errNotConfirmed, out)
@@ -132,17 +116,14 @@ func TestAdminLedgerCorrect(t *testing.T) {
 // TestAdminLedgerTransfer: svc admin ledger transfer books a channel open
 // as two entries, shown and confirmed like a correction.
 func TestAdminLedgerTransfer(t *testing.T) {
-	d := adminDB(t)
+	d := migratedDB(t)
 	ctx := context.Background()
-	out, err := run(t, "migrate")
-	require.NoError(t, err, out)
-	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 1_000_000, "deposit:test:payment:1", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 1_000_000, 1)
 	args := []string{"admin", "ledger", "transfer", "--from", "BTC", "--to", "BTC_LN", "--amount", "600000", "--network-fee", "250",
 		"--ref", "fundingtx1", "--memo", "channel to the hub"}
-	_, err = run(t, args...)
+	_, err := run(t, args...)
 	require.ErrorContains(t, err, "--as NAME is required")
-	out, err = runIn(t, "y\n", append(args, "--as", "ops")...)
+	out, err := runIn(t, "y\n", append(args, "--as", "ops")...)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "BTC correction (transfer-out:fundingtx1)")
 	require.Contains(t, out, "BTC_LN correction (transfer-in:fundingtx1)")

@@ -19,11 +19,9 @@ import (
 // is halted. Without a processor the chain balances are unknown, which the
 // report says.
 func TestAdminReconciliation(t *testing.T) {
-	adminDB(t)
-	out, err := run(t, "migrate")
-	require.NoError(t, err, out)
+	migratedDB(t)
 
-	out, err = run(t, "admin", "reconciliation")
+	out, err := run(t, "admin", "reconciliation")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "healthy false, ledger consistent true")
 	require.Contains(t, out, "BTC: chain balance unknown")
@@ -68,8 +66,7 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	super := dbtest.AdminURL(t) // before adminDB points DATABASE_URL at the runtime role
 	d := adminDB(t)
 	ctx := context.Background()
-	_, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 150000, 1)
 	forge := func(ref string) {
 		runtime := os.Getenv("DATABASE_URL")
 		t.Setenv("DATABASE_URL", super) // ExecBehindTriggers connects as its user

@@ -27,12 +27,9 @@ func (fixedRate) FeeRate(context.Context, int) (btcpay.Amount, error) {
 // list, show, approve (which needs --as), reject and release, with the
 // decisions named cli:NAME and the ledger check clean after each.
 func TestAdminWithdrawals(t *testing.T) {
-	d := adminDB(t)
+	d := migratedDB(t)
 	ctx := context.Background()
-	out, err := run(t, "migrate")
-	require.NoError(t, err, out)
-	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 10_000_000, "deposit:test:payment:1", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 10_000_000, 1)
 	s := &withdrawal.Service{DB: d.Bun, Fees: fixedRate{}, Now: time.Now,
 		Config: withdrawal.Config{Network: chain.Regtest, FeeMode: ledger.FeeDeduct, AssumedTxVBytes: 141}}
 	dest := func(seed string) string {
@@ -49,7 +46,7 @@ func TestAdminWithdrawals(t *testing.T) {
 		ids = append(ids, v.WithdrawalID)
 	}
 
-	out, err = run(t, "admin", "withdrawals", "list", "--status", "pending_approval")
+	out, err := run(t, "admin", "withdrawals", "list", "--status", "pending_approval")
 	require.NoError(t, err, out)
 	for _, id := range ids {
 		require.Contains(t, out, id)

@@ -23,9 +23,7 @@ import (
 // with no database at all; a changed proof, or one against another root,
 // fails.
 func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
-	d := adminDB(t)
-	out, err := run(t, "migrate")
-	require.NoError(t, err, out)
+	d := migratedDB(t)
 	ctx := context.Background()
 	for i, user := range []string{"alice", "bob", "carol"} {
 		require.NoError(t, db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
@@ -34,7 +32,7 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 		}))
 	}
 
-	out, err = run(t, "admin", "liabilities")
+	out, err := run(t, "admin", "liabilities")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "no proof of liabilities yet")
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -23,10 +24,26 @@ import (
 // run executes svc with args and returns its standard output.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return execute(t, nil, args...)
+}
+
+// runIn is run with in as standard input.
+func runIn(t *testing.T, in string, args ...string) (string, error) {
+	t.Helper()
+	return execute(t, strings.NewReader(in), args...)
+}
+
+// execute runs svc with args, and in as its standard input unless nil,
+// and returns what it wrote (standard output and error together).
+func execute(t *testing.T, in io.Reader, args ...string) (string, error) {
+	t.Helper()
 	cmd := newRootCmd()
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
+	if in != nil {
+		cmd.SetIn(in)
+	}
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
@@ -124,20 +141,33 @@ func adminDB(t *testing.T) *db.DB {
 	return d
 }
 
+// migratedDB is adminDB once svc migrate has run on it.
+func migratedDB(t *testing.T) *db.DB {
+	t.Helper()
+	d := adminDB(t)
+	out, err := run(t, "migrate")
+	require.NoError(t, err, out)
+	return d
+}
+
+// creditAlice credits units of BTC to alice, as the deposit payment n.
+func creditAlice(t *testing.T, d *db.DB, units int64, n int) {
+	t.Helper()
+	_, err := ledger.CreditDeposit(context.Background(), d.Bun, "BTC", "alice", units, fmt.Sprintf("deposit:test:payment:%d", n), "test")
+	require.NoError(t, err)
+}
+
 func TestAdminLedgerCheck(t *testing.T) {
 	super := dbtest.AdminURL(t) // before adminDB points DATABASE_URL at the runtime role
 	d := adminDB(t)
-	ctx := context.Background()
-	_, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 150000, "deposit:test:payment:1", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 150000, 1)
 
 	out, err := run(t, "admin", "ledger", "check")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "covered: full: every entry and posting")
 
 	// Incremental: it continues the consistent check just recorded.
-	_, err = ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", 1000, "deposit:test:payment:2", "test")
-	require.NoError(t, err)
+	creditAlice(t, d, 1000, 2)
 	out, err = run(t, "admin", "ledger", "check", "--incremental")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "covered: incremental: entries of transactions from")

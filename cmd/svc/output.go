@@ -58,6 +58,19 @@ func showLine(cmd *cobra.Command, v any, format string, args ...any) error {
 	})
 }
 
+// showVerdict shows a check's report r (text writes it as text), then
+// fails with failed, after the report, unless the check passed: svc exits
+// non-zero.
+func showVerdict[R any](cmd *cobra.Command, r R, text func(out io.Writer, r R), passed bool, failed error) error {
+	if err := show(cmd, r, func(out io.Writer) error { text(out, r); return nil }); err != nil {
+		return err
+	}
+	if !passed {
+		return failed
+	}
+	return nil
+}
+
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
 
 // printTable writes items as a table: header, then what row writes for
