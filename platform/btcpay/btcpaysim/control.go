@@ -19,67 +19,52 @@ func (s *Sim) controlHandler() http.Handler {
 	// it beside the service.
 	m.HandleFunc("GET /_sim/debug/pprof/profile", pprof.Profile)
 	m.Handle("GET /_sim/debug/pprof/heap", pprof.Handler("heap"))
-	m.HandleFunc("GET /_sim/{$}", func(w http.ResponseWriter, _ *http.Request) {
+	action(m, "GET /_sim/{$}", func(*http.Request) (any, error) {
 		s.mu.Lock()
 		hook := s.hooks.url
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"url": s.url, "apiKey": s.o.APIKey, "storeId": s.o.StoreID,
+		return map[string]any{"url": s.url, "apiKey": s.o.APIKey, "storeId": s.o.StoreID,
 			"network": s.o.Network, "paymentMethods": s.PaymentMethods(), "tronPool": s.o.TronPool, "webhookUrl": hook,
-			"pendingWebhooks": s.PendingWebhooks(), "webhookFailures": s.WebhookFailures()})
+			"pendingWebhooks": s.PendingWebhooks(), "webhookFailures": s.WebhookFailures()}, nil
 	})
-	m.HandleFunc("GET /_sim/invoices", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.Invoices())
-	})
-	m.HandleFunc("GET /_sim/invoices/{id}", func(w http.ResponseWriter, r *http.Request) {
+	action(m, "GET /_sim/invoices", func(*http.Request) (any, error) { return s.Invoices(), nil })
+	action(m, "GET /_sim/invoices/{id}", func(r *http.Request) (any, error) {
 		if inv, ok := s.Invoice(r.PathValue("id")); ok {
-			writeJSON(w, http.StatusOK, inv)
-			return
+			return inv, nil
 		}
-		ctlError(w, ErrUnknownInvoice)
+		return nil, ErrUnknownInvoice
 	})
-	m.HandleFunc("POST /_sim/invoices/{id}/pay", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Method  string   `json:"method"`
-			Amount  string   `json:"amount"`
-			Amounts []string `json:"amounts"`
-			Settled bool     `json:"settled"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/invoices/{id}/pay", func(r *http.Request, b struct {
+		Method  string   `json:"method"`
+		Amount  string   `json:"amount"`
+		Amounts []string `json:"amounts"`
+		Settled bool     `json:"settled"`
+	}) (any, error) {
 		if b.Amount != "" {
 			b.Amounts = append(b.Amounts, b.Amount)
 		}
-		out, err := s.Pay(r.PathValue("id"), PayParams{Method: b.Method, Amounts: b.Amounts, Settled: b.Settled})
-		reply(w, out, err)
+		return s.Pay(r.PathValue("id"), PayParams{Method: b.Method, Amounts: b.Amounts, Settled: b.Settled})
 	})
-	m.HandleFunc("POST /_sim/invoices/{id}/confirm", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			PaymentID string `json:"paymentId"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/invoices/{id}/confirm", func(r *http.Request, b struct {
+		PaymentID string `json:"paymentId"`
+	}) (any, error) {
 		id := r.PathValue("id")
 		if b.PaymentID != "" {
-			replyInvoice(w, s, id, s.ConfirmPayment(id, b.PaymentID))
-			return
+			return s.invoiceAfter(id, s.ConfirmPayment(id, b.PaymentID))
 		}
-		replyInvoice(w, s, id, s.Confirm(id))
+		return s.invoiceAfter(id, s.Confirm(id))
 	})
-	m.HandleFunc("POST /_sim/invoices/{id}/payments/{paymentId}/invalidate", func(w http.ResponseWriter, r *http.Request) {
+	action(m, "POST /_sim/invoices/{id}/payments/{paymentId}/invalidate", func(r *http.Request) (any, error) {
 		id := r.PathValue("id")
-		replyInvoice(w, s, id, s.InvalidatePayment(id, r.PathValue("paymentId")))
+		return s.invoiceAfter(id, s.InvalidatePayment(id, r.PathValue("paymentId")))
 	})
-	for action, fn := range map[string]func(string) error{"expire": s.Expire, "mark-settled": s.MarkSettled, "mark-invalid": s.MarkInvalid} {
-		m.HandleFunc("POST /_sim/invoices/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
+	for name, fn := range map[string]func(string) error{"expire": s.Expire, "mark-settled": s.MarkSettled, "mark-invalid": s.MarkInvalid} {
+		action(m, "POST /_sim/invoices/{id}/"+name, func(r *http.Request) (any, error) {
 			id := r.PathValue("id")
-			replyInvoice(w, s, id, fn(id))
+			return s.invoiceAfter(id, fn(id))
 		})
 	}
-	m.HandleFunc("GET /_sim/payouts", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.Payouts())
-	})
+	action(m, "GET /_sim/payouts", func(*http.Request) (any, error) { return s.Payouts(), nil })
 	payoutActions := map[string]func(id, txid string) error{
 		"approve":   func(id, _ string) error { return s.ApprovePayout(id) },
 		"broadcast": func(id, txid string) error { _, err := s.BroadcastPayout(id, txid); return err },
@@ -94,141 +79,100 @@ func (s *Sim) controlHandler() http.Handler {
 			return err
 		},
 	}
-	for action, fn := range payoutActions {
-		m.HandleFunc("POST /_sim/payouts/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
-			var b struct {
-				TxID string `json:"txid"`
-			}
-			if !decode(w, r, &b) {
-				return
-			}
+	for name, fn := range payoutActions {
+		actionWith(m, "POST /_sim/payouts/{id}/"+name, func(r *http.Request, b struct {
+			TxID string `json:"txid"`
+		}) (any, error) {
 			id := r.PathValue("id")
 			if err := fn(id, b.TxID); err != nil {
-				ctlError(w, err)
-				return
+				return nil, err
 			}
 			po, _ := s.Payout(id)
-			writeJSON(w, http.StatusOK, po)
+			return po, nil
 		})
 	}
-	m.HandleFunc("POST /_sim/wallet", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Confirmed   string `json:"confirmed"`
-			Unconfirmed string `json:"unconfirmed"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/wallet", func(_ *http.Request, b struct {
+		Confirmed   string `json:"confirmed"`
+		Unconfirmed string `json:"unconfirmed"`
+	}) (any, error) {
 		if b.Unconfirmed == "" {
 			b.Unconfirmed = "0"
 		}
 		if err := s.SetWalletBalance(b.Confirmed, b.Unconfirmed); err != nil {
-			ctlError(w, err)
-			return
+			return nil, err
 		}
 		c, u := s.WalletBalance()
-		writeJSON(w, http.StatusOK, map[string]string{"confirmed": c, "unconfirmed": u})
+		return map[string]string{"confirmed": c, "unconfirmed": u}, nil
 	})
-	m.HandleFunc("POST /_sim/wallet/receive", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Amount        string `json:"amount"`
-			Confirmations int64  `json:"confirmations"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/wallet/receive", func(_ *http.Request, b struct {
+		Amount        string `json:"amount"`
+		Confirmations int64  `json:"confirmations"`
+	}) (any, error) {
 		txid, addr, err := s.ReceiveUnmatched(b.Amount, b.Confirmations)
-		reply(w, map[string]string{"txid": txid, "address": addr}, err)
+		return map[string]string{"txid": txid, "address": addr}, err
 	})
-	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/confirm", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Confirmations int64 `json:"confirmations"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
-		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.ConfirmTransaction(r.PathValue("txid"), max(b.Confirmations, 1)))
+	actionWith(m, "POST /_sim/wallet/transactions/{txid}/confirm", func(r *http.Request, b struct {
+		Confirmations int64 `json:"confirmations"`
+	}) (any, error) {
+		return map[string]string{"txid": r.PathValue("txid")}, s.ConfirmTransaction(r.PathValue("txid"), max(b.Confirmations, 1))
 	})
-	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/replace", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.ReplaceTransaction(r.PathValue("txid")))
-	})
-	m.HandleFunc("POST /_sim/wallet/transactions/{txid}/unlink", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, map[string]string{"txid": r.PathValue("txid")}, s.UnlinkTransaction(r.PathValue("txid")))
-	})
-	m.HandleFunc("POST /_sim/lightning", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			LocalMsat int64 `json:"localMsat"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	for name, fn := range map[string]func(string) error{"replace": s.ReplaceTransaction, "unlink": s.UnlinkTransaction} {
+		action(m, "POST /_sim/wallet/transactions/{txid}/"+name, func(r *http.Request) (any, error) {
+			return map[string]string{"txid": r.PathValue("txid")}, fn(r.PathValue("txid"))
+		})
+	}
+	actionWith(m, "POST /_sim/lightning", func(_ *http.Request, b struct {
+		LocalMsat int64 `json:"localMsat"`
+	}) (any, error) {
 		s.SetLightningBalance(b.LocalMsat)
-		writeJSON(w, http.StatusOK, b)
+		return b, nil
 	})
-	m.HandleFunc("POST /_sim/feerate", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			FeeRate json.Number `json:"feeRate"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
-		reply(w, b, s.SetFeeRate(b.FeeRate.String()))
+	actionWith(m, "POST /_sim/feerate", func(_ *http.Request, b struct {
+		FeeRate json.Number `json:"feeRate"`
+	}) (any, error) {
+		return b, s.SetFeeRate(b.FeeRate.String())
 	})
-	m.HandleFunc("POST /_sim/methods", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			PaymentMethods []string `json:"paymentMethods"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/methods", func(_ *http.Request, b struct {
+		PaymentMethods []string `json:"paymentMethods"`
+	}) (any, error) {
 		s.SetPaymentMethods(b.PaymentMethods...)
-		writeJSON(w, http.StatusOK, map[string]any{"paymentMethods": s.PaymentMethods()})
+		return map[string]any{"paymentMethods": s.PaymentMethods()}, nil
 	})
-	m.HandleFunc("POST /_sim/down", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Mode  DownMode `json:"mode"`
-			Count int      `json:"count"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/down", func(_ *http.Request, b struct {
+		Mode  DownMode `json:"mode"`
+		Count int      `json:"count"`
+	}) (any, error) {
 		switch b.Mode {
 		case DownError, DownDrop, DownHang, DownDropAfter:
 		default:
-			ctlError(w, errors.New("mode must be error, drop, hang or drop-after"))
-			return
+			return nil, errors.New("mode must be error, drop, hang or drop-after")
 		}
 		if b.Count > 0 {
 			s.FailNext(b.Count, b.Mode)
 		} else {
 			s.GoDown(b.Mode)
 		}
-		writeJSON(w, http.StatusOK, b)
+		return b, nil
 	})
-	m.HandleFunc("POST /_sim/slow", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Delay string `json:"delay"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/slow", func(_ *http.Request, b struct {
+		Delay string `json:"delay"`
+	}) (any, error) {
 		d, err := time.ParseDuration(b.Delay)
 		if err != nil || d <= 0 {
-			ctlError(w, errors.New("delay must be a positive duration such as \"2s\""))
-			return
+			return nil, errors.New("delay must be a positive duration such as \"2s\"")
 		}
 		s.GoSlow(d)
-		writeJSON(w, http.StatusOK, b)
+		return b, nil
 	})
-	m.HandleFunc("POST /_sim/up", func(w http.ResponseWriter, _ *http.Request) {
+	action(m, "POST /_sim/up", func(*http.Request) (any, error) {
 		s.Up()
-		writeJSON(w, http.StatusOK, map[string]string{"mode": ""})
+		return map[string]string{"mode": ""}, nil
 	})
-	m.HandleFunc("POST /_sim/tick", func(w http.ResponseWriter, _ *http.Request) {
+	action(m, "POST /_sim/tick", func(*http.Request) (any, error) {
 		s.Tick()
-		writeJSON(w, http.StatusOK, map[string]string{"now": s.now().Format(time.RFC3339)})
+		return map[string]string{"now": s.now().Format(time.RFC3339)}, nil
 	})
-	m.HandleFunc("GET /_sim/webhooks", func(w http.ResponseWriter, _ *http.Request) {
+	action(m, "GET /_sim/webhooks", func(*http.Request) (any, error) {
 		type view struct {
 			Delivery
 			Body string
@@ -237,52 +181,36 @@ func (s *Sim) controlHandler() http.Handler {
 		for _, d := range s.Deliveries() {
 			out = append(out, view{Delivery: d, Body: string(d.Body)})
 		}
-		writeJSON(w, http.StatusOK, out)
+		return out, nil
 	})
-	m.HandleFunc("POST /_sim/webhooks", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			URL    string `json:"url"`
-			Secret string `json:"secret"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/webhooks", func(_ *http.Request, b struct {
+		URL    string `json:"url"`
+		Secret string `json:"secret"`
+	}) (any, error) {
 		s.SetWebhook(b.URL, b.Secret)
-		writeJSON(w, http.StatusOK, map[string]string{"url": b.URL})
+		return map[string]string{"url": b.URL}, nil
 	})
-	m.HandleFunc("POST /_sim/webhooks/hold", func(w http.ResponseWriter, _ *http.Request) {
+	action(m, "POST /_sim/webhooks/hold", func(*http.Request) (any, error) {
 		s.HoldWebhooks()
-		writeJSON(w, http.StatusOK, map[string]bool{"held": true})
+		return map[string]bool{"held": true}, nil
 	})
-	m.HandleFunc("POST /_sim/webhooks/release", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			Reverse bool `json:"reverse"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/webhooks/release", func(_ *http.Request, b struct {
+		Reverse bool `json:"reverse"`
+	}) (any, error) {
 		s.ReleaseWebhooks(b.Reverse)
-		writeJSON(w, http.StatusOK, map[string]bool{"held": false})
+		return map[string]bool{"held": false}, nil
 	})
-	m.HandleFunc("POST /_sim/webhooks/duplicate", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			On bool `json:"on"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/webhooks/duplicate", func(_ *http.Request, b struct {
+		On bool `json:"on"`
+	}) (any, error) {
 		s.DuplicateWebhooks(b.On)
-		writeJSON(w, http.StatusOK, b)
+		return b, nil
 	})
-	m.HandleFunc("POST /_sim/webhooks/redeliver", func(w http.ResponseWriter, r *http.Request) {
-		var b struct {
-			DeliveryID string `json:"deliveryId"`
-		}
-		if !decode(w, r, &b) {
-			return
-		}
+	actionWith(m, "POST /_sim/webhooks/redeliver", func(_ *http.Request, b struct {
+		DeliveryID string `json:"deliveryId"`
+	}) (any, error) {
 		id, err := s.Redeliver(b.DeliveryID)
-		reply(w, map[string]string{"deliveryId": id}, err)
+		return map[string]string{"deliveryId": id}, err
 	})
 	m.HandleFunc("/_sim/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such control route; see docs/simulator.md"})
@@ -302,6 +230,28 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// action serves a control route whose answer is what do returns: its
+// value as JSON, or its error (ctlError).
+func action(m *http.ServeMux, pattern string, do func(r *http.Request) (any, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := do(r)
+		reply(w, v, err)
+	})
+}
+
+// actionWith is action for a route that reads a JSON body into a B (an
+// optional one: none is B's zero value).
+func actionWith[B any](m *http.ServeMux, pattern string, do func(r *http.Request, b B) (any, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var b B
+		if !decode(w, r, &b) {
+			return
+		}
+		v, err := do(r, b)
+		reply(w, v, err)
+	})
+}
+
 func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		ctlError(w, err)
@@ -310,13 +260,14 @@ func reply(w http.ResponseWriter, v any, err error) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func replyInvoice(w http.ResponseWriter, s *Sim, id string, err error) {
+// invoiceAfter is the answer to an action on invoice id: the invoice as
+// it is now, or the action's error.
+func (s *Sim) invoiceAfter(id string, err error) (any, error) {
 	if err != nil {
-		ctlError(w, err)
-		return
+		return nil, err
 	}
 	inv, _ := s.Invoice(id)
-	writeJSON(w, http.StatusOK, inv)
+	return inv, nil
 }
 
 func ctlError(w http.ResponseWriter, err error) {
