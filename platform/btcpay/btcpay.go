@@ -101,6 +101,13 @@ func (c *Client) storePath(parts ...string) string {
 	return p
 }
 
+// callFor is call for a result of type T, which it returns.
+func callFor[T any](ctx context.Context, c *Client, op, method, path string, query url.Values, in any) (T, error) {
+	var out T
+	err := c.call(ctx, op, method, path, query, in, &out)
+	return out, err
+}
+
 // call sends one request and decodes a 2xx JSON body into out (when out is
 // not nil). op names the call in errors.
 func (c *Client) call(ctx context.Context, op, method, path string, query url.Values, in, out any) error {

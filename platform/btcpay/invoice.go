@@ -164,26 +164,20 @@ func (c *Client) CreateInvoice(ctx context.Context, p CreateInvoiceParams) (Invo
 	if p.PaymentMethod != "" {
 		req.Checkout.PaymentMethods = []string{p.PaymentMethod}
 	}
-	var inv Invoice
-	err := c.call(ctx, "create invoice", "POST", c.storePath("invoices"), nil, req, &inv)
-	return inv, err
+	return callFor[Invoice](ctx, c, "create invoice", "POST", c.storePath("invoices"), nil, req)
 }
 
 // GetInvoice returns one invoice; errors.Is(err, ErrNotFound) when it does
 // not exist.
 func (c *Client) GetInvoice(ctx context.Context, id string) (Invoice, error) {
-	var inv Invoice
-	err := c.call(ctx, "get invoice", "GET", c.storePath("invoices", id), nil, nil, &inv)
-	return inv, err
+	return callFor[Invoice](ctx, c, "get invoice", "GET", c.storePath("invoices", id), nil, nil)
 }
 
 // InvoicesByOrderID lists the store's invoices whose metadata.orderId is
 // orderID, archived ones included (an empty list when there are none).
 func (c *Client) InvoicesByOrderID(ctx context.Context, orderID string) ([]Invoice, error) {
 	q := url.Values{"orderId": {orderID}, "includeArchived": {"true"}}
-	var out []Invoice
-	err := c.call(ctx, "list invoices", "GET", c.storePath("invoices"), q, nil, &out)
-	return out, err
+	return callFor[[]Invoice](ctx, c, "list invoices", "GET", c.storePath("invoices"), q, nil)
 }
 
 // InvoicePaymentMethods returns an invoice's payment methods with their
@@ -191,7 +185,5 @@ func (c *Client) InvoicesByOrderID(ctx context.Context, orderID string) ([]Invoi
 // are included (status Invalid).
 func (c *Client) InvoicePaymentMethods(ctx context.Context, id string, onlyAccounted bool) ([]InvoicePayMethod, error) {
 	q := url.Values{"onlyAccountedPayments": {strconv.FormatBool(onlyAccounted)}}
-	var out []InvoicePayMethod
-	err := c.call(ctx, "invoice payment methods", "GET", c.storePath("invoices", id, "payment-methods"), q, nil, &out)
-	return out, err
+	return callFor[[]InvoicePayMethod](ctx, c, "invoice payment methods", "GET", c.storePath("invoices", id, "payment-methods"), q, nil)
 }

@@ -163,17 +163,13 @@ func (c *Client) CreatePayout(ctx context.Context, p CreatePayoutParams) (Payout
 	meta[MetadataWithdrawalID] = p.WithdrawalID
 	req := createPayoutRequest{Destination: p.Destination, Amount: p.Amount, PayoutMethodID: p.PayoutMethodID,
 		Approved: p.Approved, Metadata: meta}
-	var out Payout
-	err := c.call(ctx, "create payout", "POST", c.storePath("payouts"), nil, req, &out)
-	return out, err
+	return callFor[Payout](ctx, c, "create payout", "POST", c.storePath("payouts"), nil, req)
 }
 
 // GetPayout returns one payout; errors.Is(err, ErrNotFound) when it does not
 // exist.
 func (c *Client) GetPayout(ctx context.Context, id string) (Payout, error) {
-	var out Payout
-	err := c.call(ctx, "get payout", "GET", c.storePath("payouts", id), nil, nil, &out)
-	return out, err
+	return callFor[Payout](ctx, c, "get payout", "GET", c.storePath("payouts", id), nil, nil)
 }
 
 // ListPayouts lists the store's payouts, cancelled ones too when asked.

@@ -103,7 +103,5 @@ type SyncStatus struct {
 // ServerInfo returns the server's version and supported payment methods
 // (any valid key may read it).
 func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
-	var out ServerInfo
-	err := c.call(ctx, "server info", "GET", "/api/v1/server/info", nil, nil, &out)
-	return out, err
+	return callFor[ServerInfo](ctx, c, "server info", "GET", "/api/v1/server/info", nil, nil)
 }

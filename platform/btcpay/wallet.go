@@ -21,9 +21,7 @@ type WalletOverview struct {
 
 // WalletOverview returns the BTC on-chain wallet's balance.
 func (c *Client) WalletOverview(ctx context.Context) (WalletOverview, error) {
-	var out WalletOverview
-	err := c.call(ctx, "wallet overview", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet"), nil, nil, &out)
-	return out, err
+	return callFor[WalletOverview](ctx, c, "wallet overview", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet"), nil, nil)
 }
 
 // FeeRate returns the wallet's fee-rate estimate in sat/vB for confirmation
@@ -94,17 +92,13 @@ func (c *Client) WalletTransactions(ctx context.Context, p WalletTransactionsPar
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))
 	}
-	var out []WalletTransaction
-	err := c.call(ctx, "wallet transactions", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions"), q, nil, &out)
-	return out, err
+	return callFor[[]WalletTransaction](ctx, c, "wallet transactions", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions"), q, nil)
 }
 
 // WalletTransaction returns one on-chain wallet transaction;
 // errors.Is(err, ErrNotFound) when the wallet does not know it.
 func (c *Client) WalletTransaction(ctx context.Context, txid string) (WalletTransaction, error) {
-	var out WalletTransaction
-	err := c.call(ctx, "wallet transaction", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions", txid), nil, nil, &out)
-	return out, err
+	return callFor[WalletTransaction](ctx, c, "wallet transaction", "GET", c.storePath("payment-methods", MethodBTCChain, "wallet", "transactions", txid), nil, nil)
 }
 
 // LightningBalance is the store Lightning node's balance: on-chain parts in
@@ -138,9 +132,7 @@ func (b LightningBalance) HasChannels() bool { return b.Offchain != nil }
 
 // LightningBalance returns the store's BTC Lightning node balance.
 func (c *Client) LightningBalance(ctx context.Context) (LightningBalance, error) {
-	var out LightningBalance
-	err := c.call(ctx, "lightning balance", "GET", c.storePath("lightning", "BTC", "balance"), nil, nil, &out)
-	return out, err
+	return callFor[LightningBalance](ctx, c, "lightning balance", "GET", c.storePath("lightning", "BTC", "balance"), nil, nil)
 }
 
 // TransactionPayoutIDs returns the ids of the payouts that BTCPay's payout
