@@ -121,14 +121,7 @@ func (n Network) parseSegwit(s, hrp string) (BTCAddress, error) {
 		}
 		return BTCAddress{}, refuse(CodeMalformed, "address is not a valid segwit address (bad witness version, program length or padding)", err)
 	}
-	kind, err := kindOf(a)
-	if err != nil {
-		return BTCAddress{}, err
-	}
-	if !a.IsForNet(n.params) {
-		return BTCAddress{}, wrongNetwork(segwitNets[hrp], n)
-	}
-	return BTCAddress{addr: a, kind: kind}, nil
+	return n.admit(a, segwitNets[hrp])
 }
 
 func (n Network) parseBase58(s string) (BTCAddress, error) {
@@ -156,12 +149,19 @@ func (n Network) parseBase58(s string) (BTCAddress, error) {
 	if err != nil {
 		return BTCAddress{}, refuse(CodeUnknownFormat, "unknown address format", err)
 	}
+	return n.admit(a, base58Nets[version])
+}
+
+// admit takes a decoded address when it is of a standard output type
+// (kindOf) and for n; addrNet names the network its encoding says it is
+// for.
+func (n Network) admit(a btcutil.Address, addrNet string) (BTCAddress, error) {
 	kind, err := kindOf(a)
 	if err != nil {
 		return BTCAddress{}, err
 	}
 	if !a.IsForNet(n.params) {
-		return BTCAddress{}, wrongNetwork(base58Nets[version], n)
+		return BTCAddress{}, wrongNetwork(addrNet, n)
 	}
 	return BTCAddress{addr: a, kind: kind}, nil
 }
