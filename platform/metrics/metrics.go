@@ -32,6 +32,14 @@ import (
 // Namespace prefixes every family of the service.
 const Namespace = "svc"
 
+// describer returns what describes the families of a collector's
+// subsystem (none: svc_NAME): a name, its help and its variable labels.
+func describer(subsystem string) func(name, help string, labels ...string) *prometheus.Desc {
+	return func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, subsystem, name), help, labels, nil)
+	}
+}
+
 // Metrics is one process's registry and the families it observes into.
 type Metrics struct {
 	Registry *prometheus.Registry

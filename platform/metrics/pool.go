@@ -20,9 +20,7 @@ type poolCollector struct {
 
 // RegisterPool adds the statistics of pool.
 func (m *Metrics) RegisterPool(pool *pgxpool.Pool) {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "db_pool", name), help, nil, nil)
-	}
+	d := describer("db_pool")
 	m.Registry.MustRegister(&poolCollector{
 		pool:          pool,
 		max:           d("max_connections", "DATABASE_MAX_CONNS: the most connections the pool opens."),

@@ -26,9 +26,7 @@ type replicaCollector struct {
 // RegisterReplica adds the read replica's families (registered only when
 // DATABASE_READ_URL is set).
 func (m *Metrics) RegisterReplica(read func() ReplicaStats) {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "db_replica", name), help, labels, nil)
-	}
+	d := describer("db_replica")
 	m.Registry.MustRegister(&replicaCollector{
 		read:      read,
 		inUse:     d("in_use", "1 while the lists read the replica (reachable, within DATABASE_READ_MAX_LAG), 0 while they read the primary."),

@@ -82,9 +82,7 @@ func (m *Metrics) RegisterState(s State) {
 	if s.Log == nil {
 		s.Log = slog.Default()
 	}
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(Namespace+"_"+name, help, labels, nil)
-	}
+	d := describer("")
 	m.Registry.MustRegister(&stateCollector{
 		s:            s,
 		up:           d("state_up", "1 when the probe's query answered within its timeout at this scrape, else 0.", "probe"),
