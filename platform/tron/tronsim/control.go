@@ -94,21 +94,20 @@ func (s *Sim) control(w http.ResponseWriter, r *http.Request) {
 			bad(w, "address: %v", err)
 			return
 		}
-		if in.TRXSun != nil {
-			v, err := units(*in.TRXSun)
+		for _, b := range []struct {
+			field string
+			v     *json.Number
+			set   func(chain.TronAddress, int64)
+		}{{"trx_sun", in.TRXSun, s.SetTRXBalance}, {"usdt", in.USDT, s.SetUSDTBalance}} {
+			if b.v == nil {
+				continue
+			}
+			v, err := units(*b.v)
 			if err != nil {
-				bad(w, "trx_sun: %v", err)
+				bad(w, "%s: %v", b.field, err)
 				return
 			}
-			s.SetTRXBalance(a, v)
-		}
-		if in.USDT != nil {
-			v, err := units(*in.USDT)
-			if err != nil {
-				bad(w, "usdt: %v", err)
-				return
-			}
-			s.SetUSDTBalance(a, v)
+			b.set(a, v)
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"address": a.String()})
 	case "/sim/mode":

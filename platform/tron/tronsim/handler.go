@@ -223,9 +223,8 @@ func (s *Sim) getTransactionInfo(w http.ResponseWriter, p map[string]any, solid 
 }
 
 func (s *Sim) getAccount(w http.ResponseWriter, p map[string]any) {
-	a, err := parseAddr(str(p, "address"))
-	if err != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"Error": "class java.lang.IllegalArgumentException : invalid address"})
+	a, ok := addrParam(w, p, "address")
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -243,9 +242,8 @@ func (s *Sim) getAccount(w http.ResponseWriter, p map[string]any) {
 }
 
 func (s *Sim) triggerConstant(w http.ResponseWriter, p map[string]any) {
-	contract, err := parseAddr(str(p, "contract_address"))
-	if err != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"Error": "class java.lang.IllegalArgumentException : invalid contract_address"})
+	contract, ok := addrParam(w, p, "contract_address")
+	if !ok {
 		return
 	}
 	param := str(p, "parameter")
@@ -301,6 +299,18 @@ func (s *Sim) nowBlock(w http.ResponseWriter, solid bool) {
 			"witness_signature": strings.Repeat("ab", 65),
 		},
 	})
+}
+
+// addrParam is the address in the request's field key; when it is not one,
+// the answer java-tron gives (HTTP 200 with an Error) is written, and ok is
+// false.
+func addrParam(w http.ResponseWriter, p map[string]any, key string) (a chain.TronAddress, ok bool) {
+	a, err := parseAddr(str(p, key))
+	if err != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"Error": "class java.lang.IllegalArgumentException : invalid " + key})
+		return a, false
+	}
+	return a, true
 }
 
 // parseAddr accepts the base58 and hex forms, as java-tron does.
