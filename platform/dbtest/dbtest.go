@@ -92,14 +92,7 @@ func copyOf(t testing.TB, tmpl, strategy string) string {
 	if strategy != "" {
 		stmt += " STRATEGY " + strategy
 	}
-	for attempt := 0; ; attempt++ {
-		_, err = conn.Exec(ctx, stmt)
-		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
+	if err := execWhileAccessed(ctx, conn, stmt); err != nil {
 		t.Fatalf("dbtest: create database: %v", err)
 	}
 	revokeTemporary(t, name)
@@ -129,6 +122,19 @@ func revokeTemporary(t testing.TB, name string) {
 	defer conn.Close(ctx)
 	if err := db.RevokeTemporary(ctx, conn, RuntimeRole); err != nil {
 		t.Fatalf("dbtest: %v", err)
+	}
+}
+
+// execWhileAccessed runs stmt (a CREATE or ALTER DATABASE), again every
+// 100 ms for about five seconds while PostgreSQL says that a database it
+// names is still being accessed by other users (a connection closing).
+func execWhileAccessed(ctx context.Context, conn *pgx.Conn, stmt string) error {
+	for attempt := 0; ; attempt++ {
+		_, err := conn.Exec(ctx, stmt)
+		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -80,14 +80,7 @@ func Kept(t testing.TB, key string, build func(url string)) string {
 		t.Fatalf("dbtest: %v", err)
 	}
 	q := fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name)
-	for attempt := 0; ; attempt++ {
-		_, err = conn.Exec(ctx, q)
-		if err == nil || attempt == 50 || !strings.Contains(err.Error(), "being accessed by other users") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
+	if err := execWhileAccessed(ctx, conn, q); err != nil {
 		t.Fatalf("dbtest: %s: %v", q, err)
 	}
 	t.Logf("dbtest: built the kept database %s in %s", name, time.Since(start).Round(time.Second))
