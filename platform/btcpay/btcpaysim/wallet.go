@@ -216,14 +216,10 @@ func (s *Sim) AddOutput(txid, amount string) error {
 	if err != nil || !d.IsPos() || d.Trim(0).Scale() > 8 {
 		return fmt.Errorf("btcpaysim: amount %q is not a positive BTC amount", amount)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.wallet.find(txid)
-	if t == nil {
-		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
-	}
-	t.amount, _ = t.amount.Add(d)
-	return nil
+	return s.onWalletTx(txid, func(t *walletTx) error {
+		t.amount, _ = t.amount.Add(d)
+		return nil
+	})
 }
 
 // ReplaceTransaction marks unconfirmed wallet transaction txid replaced: a
@@ -232,28 +228,33 @@ func (s *Sim) AddOutput(txid, amount string) error {
 // reorganised away (ConfirmTransaction then confirms it). BTCPay's
 // wallet reports it with status Replaced.
 func (s *Sim) ReplaceTransaction(txid string) error {
+	return s.onWalletTx(txid, func(t *walletTx) error {
+		if t.confirmations > 0 {
+			return fmt.Errorf("%w: transaction %s is confirmed", ErrInvalidState, txid)
+		}
+		t.replaced = true
+		return nil
+	})
+}
+
+// ConfirmTransaction gives a wallet transaction confs confirmations.
+func (s *Sim) ConfirmTransaction(txid string, confs int64) error {
+	return s.onWalletTx(txid, func(*walletTx) error {
+		s.wallet.confirm(txid, confs)
+		return nil
+	})
+}
+
+// onWalletTx runs f on wallet transaction txid under the simulator's lock,
+// or fails when the wallet has no such transaction.
+func (s *Sim) onWalletTx(txid string, f func(t *walletTx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.wallet.find(txid)
 	if t == nil {
 		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
 	}
-	if t.confirmations > 0 {
-		return fmt.Errorf("%w: transaction %s is confirmed", ErrInvalidState, txid)
-	}
-	t.replaced = true
-	return nil
-}
-
-// ConfirmTransaction gives a wallet transaction confs confirmations.
-func (s *Sim) ConfirmTransaction(txid string, confs int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.wallet.find(txid) == nil {
-		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
-	}
-	s.wallet.confirm(txid, confs)
-	return nil
+	return f(t)
 }
 
 // onChainWallet checks the path's payment method is the store's BTC wallet.
@@ -345,14 +346,10 @@ func (s *Sim) walletTransaction(w http.ResponseWriter, r *http.Request) {
 // payout processor (payouts paid from the wallet and marked by hand), or
 // on a server without wallet objects.
 func (s *Sim) UnlinkTransaction(txid string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.wallet.find(txid)
-	if t == nil {
-		return fmt.Errorf("btcpaysim: no wallet transaction %s", txid)
-	}
-	t.unlinked = true
-	return nil
+	return s.onWalletTx(txid, func(t *walletTx) error {
+		t.unlinked = true
+		return nil
+	})
 }
 
 type objectLinkJSON struct {
