@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -99,6 +100,15 @@ func (c *Client) storePath(parts ...string) string {
 		p += "/" + url.PathEscape(s)
 	}
 	return p
+}
+
+// metadataWith is a copy of meta with key set to id: the metadata of an
+// object created with the id it is found by again.
+func metadataWith(meta map[string]any, key, id string) map[string]any {
+	out := make(map[string]any, len(meta)+1)
+	maps.Copy(out, meta)
+	out[key] = id
+	return out
 }
 
 // callFor is call for a result of type T, which it returns.

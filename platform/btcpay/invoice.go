@@ -151,11 +151,7 @@ func (c *Client) CreateInvoice(ctx context.Context, p CreateInvoiceParams) (Invo
 	if p.OrderID == "" {
 		return Invoice{}, errors.New("btcpay create invoice: order id is required")
 	}
-	meta := make(map[string]any, len(p.Metadata)+1)
-	for k, v := range p.Metadata {
-		meta[k] = v
-	}
-	meta[MetadataOrderID] = p.OrderID
+	meta := metadataWith(p.Metadata, MetadataOrderID, p.OrderID)
 	req := createInvoiceRequest{
 		Amount: p.Amount, Currency: p.Currency, Metadata: meta,
 		Checkout: checkoutRequest{SpeedPolicy: p.SpeedPolicy, ExpirationMinutes: p.ExpirationMinutes,

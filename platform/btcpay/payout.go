@@ -156,11 +156,7 @@ func (c *Client) CreatePayout(ctx context.Context, p CreatePayoutParams) (Payout
 	if p.WithdrawalID == "" {
 		return Payout{}, errors.New("btcpay create payout: withdrawal id is required")
 	}
-	meta := make(map[string]any, len(p.Metadata)+1)
-	for k, v := range p.Metadata {
-		meta[k] = v
-	}
-	meta[MetadataWithdrawalID] = p.WithdrawalID
+	meta := metadataWith(p.Metadata, MetadataWithdrawalID, p.WithdrawalID)
 	req := createPayoutRequest{Destination: p.Destination, Amount: p.Amount, PayoutMethodID: p.PayoutMethodID,
 		Approved: p.Approved, Metadata: meta}
 	return callFor[Payout](ctx, c, "create payout", "POST", c.storePath("payouts"), nil, req)
