@@ -21,6 +21,7 @@ import (
 
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/logging"
 )
 
 // Errors.
@@ -115,12 +116,7 @@ func (s *Service) Raise(ctx context.Context, idb bun.IDB, p Params) (Alert, bool
 	return a, true, nil
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 // ListParams filter List.
 type ListParams struct {

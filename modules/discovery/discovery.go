@@ -27,6 +27,7 @@ import (
 	"svc/modules/alert"
 	"svc/modules/asset"
 	"svc/platform/btcpay"
+	"svc/platform/logging"
 	"svc/platform/queue"
 )
 
@@ -157,12 +158,7 @@ func (s *Service) alertDisabled(ctx context.Context, a asset.Asset) {
 	}
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 // Args asks for one discovery run (periodic, and once when the worker
 // starts).

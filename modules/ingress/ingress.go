@@ -20,6 +20,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/platform/btcpay"
+	"svc/platform/logging"
 	"svc/platform/queue"
 )
 
@@ -107,9 +108,4 @@ type Service struct {
 	Payouts  PayoutHandler
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }

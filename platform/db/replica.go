@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"svc/platform/logging"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/uptrace/bun"
 )
@@ -136,10 +138,7 @@ func OpenReplica(ctx context.Context, url string, primary *DB, o ReplicaOptions)
 	if every <= 0 {
 		every = min(max(o.MaxLag/5, 100*time.Millisecond), time.Second)
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := logging.Or(o.Log)
 	return &Replica{db: wrap(pool), primary: primary.Pool, maxLag: o.MaxLag, every: every, log: log,
 		state: ReplicaState{Status: ReplicaStarting}}, nil
 }

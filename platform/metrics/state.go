@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"svc/platform/logging"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -79,9 +81,7 @@ func (m *Metrics) RegisterState(s State) {
 	if s.Timeout <= 0 {
 		s.Timeout = DefaultStateTimeout
 	}
-	if s.Log == nil {
-		s.Log = slog.Default()
-	}
+	s.Log = logging.Or(s.Log)
 	d := describer("")
 	m.Registry.MustRegister(&stateCollector{
 		s:            s,

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"time"
 
+	"svc/platform/logging"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -126,10 +128,7 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 // Quiet keeps River's own info chatter out of the service log: only its
 // warnings and errors pass (the River UI's logger too).
 func Quiet(log *slog.Logger) *slog.Logger {
-	if log == nil {
-		log = slog.Default()
-	}
-	return slog.New(levelFloor{log.Handler(), slog.LevelWarn})
+	return slog.New(levelFloor{logging.Or(log).Handler(), slog.LevelWarn})
 }
 
 type levelFloor struct {

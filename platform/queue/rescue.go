@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"svc/platform/logging"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -83,10 +85,7 @@ func (r DeadWorkerRescue) Run(ctx context.Context) {
 	if r.Grace <= 0 {
 		r.Grace = 15 * time.Second
 	}
-	log := r.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := logging.Or(r.Log)
 	cfg := r.Pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = LivenessApplicationName
 	var (
