@@ -74,11 +74,9 @@ with the scope, label, mode and expiry, never the key.`,
 				if err != nil {
 					return err
 				}
-				return show(cmd, ks, func(out io.Writer) error {
-					return printTable(out, "", "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED", ks, func(tw io.Writer, k apikey.Key) {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
-							timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
-					})
+				return showTable(cmd, "", "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED", ks, func(tw io.Writer, k apikey.Key) {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
+						timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
 				})
 			})
 		},
@@ -123,11 +121,7 @@ func newAssetsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				views := make([]asset.View, len(all))
-				for i, x := range all {
-					views[i] = asset.ToView(x)
-				}
-				return show(cmd, views, func(out io.Writer) error {
+				return show(cmd, viewsOf(all, asset.ToView), func(out io.Writer) error {
 					return printTable(out, "", "ASSET\tENABLED\tDECIMALS\tMIN\tAUTO LIMIT\tDAILY CAP\tFLAT FEE\tUSER DAILY CAP\tFOUR-EYES ABOVE", all, func(tw io.Writer, x asset.Asset) {
 						v := asset.ToView(x)
 						fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Asset, v.Enabled, v.Decimals, v.WithdrawalMin, v.WithdrawalAutoLimit, v.WithdrawalDailyCap, v.WithdrawalFlatFee,

@@ -29,9 +29,7 @@ func adminDepositsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return show(cmd, items, func(out io.Writer) error {
-					return printTable(out, "the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", items, reviewRows)
-				})
+				return showTable(cmd, "the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", items, reviewRows)
 			})
 		},
 	}
@@ -144,9 +142,7 @@ func adminWalletAlertsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return show(cmd, list, func(out io.Writer) error {
-					return printTable(out, "no wallet alerts", "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE", list, walletAlertRow)
-				})
+				return showTable(cmd, "no wallet alerts", "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE", list, walletAlertRow)
 			})
 		},
 	}

@@ -41,13 +41,7 @@ func adminEventsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				recs := make([]event.Record, len(evs))
-				for i, e := range evs {
-					recs[i] = event.ToRecord(e)
-				}
-				return show(cmd, recs, func(out io.Writer) error {
-					return printTable(out, "", "ID\tRAW ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR", recs, eventRow)
-				})
+				return showTable(cmd, "", "ID\tRAW ID\tTYPE\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tCREATED\tLAST ERROR", viewsOf(evs, event.ToRecord), eventRow)
 			})
 		},
 	}
@@ -129,21 +123,15 @@ func adminAlertsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				views := make([]view, len(all))
-				for i, x := range all {
-					views[i] = toView(x)
-				}
-				return show(cmd, views, func(out io.Writer) error {
-					return printTable(out, "", "ID\tTYPE\tSUBJECT\tCREATED\tACKNOWLEDGED\tDETAIL", views, func(tw io.Writer, v view) {
-						ack := "-"
-						if v.AcknowledgedAt != nil {
-							ack = *v.AcknowledgedAt
-							if v.AcknowledgedBy != nil {
-								ack += " by " + *v.AcknowledgedBy
-							}
+				return showTable(cmd, "", "ID\tTYPE\tSUBJECT\tCREATED\tACKNOWLEDGED\tDETAIL", viewsOf(all, toView), func(tw io.Writer, v view) {
+					ack := "-"
+					if v.AcknowledgedAt != nil {
+						ack = *v.AcknowledgedAt
+						if v.AcknowledgedBy != nil {
+							ack += " by " + *v.AcknowledgedBy
 						}
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Type, v.Subject, v.CreatedAt, ack, v.Detail)
-					})
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Type, v.Subject, v.CreatedAt, ack, v.Detail)
 				})
 			})
 		},

@@ -46,10 +46,8 @@ and what to do when it is red.`,
 					if err != nil {
 						return err
 					}
-					return show(cmd, rows, func(out io.Writer) error {
-						return printTable(out, "", "ID\tAT\tTRIGGER\tHEALTHY\tALERTS", rows, func(tw io.Writer, r reconcile.Stored) {
-							fmt.Fprintf(tw, "%d\t%s\t%s\t%t\t%s\n", r.ID, timefmt.Format(r.CreatedAt), r.Trigger, r.Healthy, strings.Join(r.Report.Alerts, "; "))
-						})
+					return showTable(cmd, "", "ID\tAT\tTRIGGER\tHEALTHY\tALERTS", rows, func(tw io.Writer, r reconcile.Stored) {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%t\t%s\n", r.ID, timefmt.Format(r.CreatedAt), r.Trigger, r.Healthy, strings.Join(r.Report.Alerts, "; "))
 					})
 				}
 				run := a.Reconcile.Run

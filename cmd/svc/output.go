@@ -89,6 +89,21 @@ func printTable[T any](out io.Writer, none, header string, items []T, row func(t
 	return tw.Flush()
 }
 
+// showTable shows items: as JSON with --json, else as printTable's table.
+func showTable[T any](cmd *cobra.Command, none, header string, items []T, row func(tw io.Writer, x T)) error {
+	return show(cmd, items, func(out io.Writer) error { return printTable(out, none, header, items, row) })
+}
+
+// viewsOf is each of xs as view makes it (what a command prints, JSON or
+// row, of a module's rows).
+func viewsOf[X, V any](xs []X, view func(X) V) []V {
+	out := make([]V, len(xs))
+	for i, x := range xs {
+		out[i] = view(x)
+	}
+	return out
+}
+
 // printPage is printTable for a page of a list, and then, when there is
 // a page after it (next is its cursor), the line that tells how to read it.
 func printPage[T, C any](out io.Writer, none, header string, items []T, next *C, row func(tw io.Writer, x T)) error {
