@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"svc/platform/logging"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/uptrace/bun"
+
+	"svc/platform/logging"
 )
 
 // Replica routes the reads whose answer may lag the primary (a user's

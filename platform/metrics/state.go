@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"svc/platform/logging"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"svc/platform/logging"
 )
 
 // DefaultStateTimeout bounds each probe of State.

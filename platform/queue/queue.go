@@ -12,14 +12,14 @@ import (
 	"log/slog"
 	"time"
 
-	"svc/platform/logging"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+
+	"svc/platform/logging"
 )
 
 // Inserter inserts jobs inside a caller's transaction. Declared here so that

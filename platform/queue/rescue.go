@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"svc/platform/logging"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"svc/platform/logging"
 )
 
 // livenessClass is the first key of the advisory lock a worker holds for
