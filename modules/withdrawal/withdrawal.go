@@ -124,6 +124,9 @@ type Config struct {
 	// LNPayoutTimeout ends a Lightning payout that has not completed
 	// (LN_PAYOUT_TIMEOUT_SECONDS).
 	LNPayoutTimeout time.Duration
+	// SubmitBudget is how long a payout pass goes on taking batches of due
+	// withdrawals (zero: DefaultSubmitBudget).
+	SubmitBudget time.Duration
 }
 
 // Service is the withdrawal module.

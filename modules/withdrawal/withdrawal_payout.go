@@ -73,13 +73,21 @@ const (
 	// calls and their transactions; each lane holds at most one database
 	// connection at a time).
 	payoutLanes = 4
-	// submitBudget is how long a pass goes on taking batches of due
-	// withdrawals: a backlog larger than that is taken up by the next
-	// pass, which runs PAYOUT_POLL_INTERVAL later, and the pass's tracking
-	// of open payouts is not held back by it. Well under the job's
-	// timeout (queue.LongestJobTimeout).
-	submitBudget = 30 * time.Second
 )
+
+// DefaultSubmitBudget is how long a pass goes on taking batches of due
+// withdrawals (Config.SubmitBudget): a backlog larger than that is taken
+// up by the next pass, which runs PAYOUT_POLL_INTERVAL later, and the
+// pass's tracking of open payouts is not held back by it. Well under the
+// job's timeout (queue.LongestJobTimeout).
+const DefaultSubmitBudget = 30 * time.Second
+
+func (s *Service) submitBudget() time.Duration {
+	if s.Config.SubmitBudget > 0 {
+		return s.Config.SubmitBudget
+	}
+	return DefaultSubmitBudget
+}
 
 // Alert types raised by the payout work.
 const (
@@ -138,7 +146,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 			ids[i] = d.ID
 		}
 		s.inLanes(ctx, "submit payout", ids, func(i int) string { return due[i].Destination }, s.Submit)
-		if len(due) < payoutBatch || time.Since(started) > submitBudget {
+		if len(due) < payoutBatch || time.Since(started) > s.submitBudget() {
 			break
 		}
 		last = &due[len(due)-1]
