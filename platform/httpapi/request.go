@@ -29,10 +29,10 @@ import (
 func DecodeBody(c *fiber.Ctx, dst any) error {
 	body := c.BodyRaw()
 	if len(bytes.TrimSpace(body)) == 0 {
-		return fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Field required", Type: "missing"})
+		return errBodyMissing
 	}
 	if !jsonContent(c.Get(fiber.HeaderContentType)) {
-		return fiber.NewError(fiber.StatusUnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
+		return errNotJSON
 	}
 	if err := strictKeys(body, dst); err != nil {
 		return err
@@ -58,6 +58,11 @@ func DecodeBody(c *fiber.Ctx, dst any) error {
 	}
 	return nil
 }
+
+var (
+	errBodyMissing = fault.Validation(fault.FieldError{Loc: []any{"body"}, Msg: "Field required", Type: "missing"})
+	errNotJSON     = fiber.NewError(fiber.StatusUnsupportedMediaType, "send the body as JSON with Content-Type: application/json")
+)
 
 // jsonContent accepts application/json (with parameters, or any +json
 // type) and a missing Content-Type; a form, text or XML is refused, so a
@@ -87,6 +92,15 @@ func strictKeys(body []byte, dst any) error {
 			}
 		}
 	}
+	if err := strictKeyNames(body, names); err != nil {
+		return err
+	}
+	return nil
+}
+
+// strictKeyNames is strictKeys with the fields' names given, folded
+// (foldKey) to the exact name.
+func strictKeyNames(body []byte, names map[string]string) *fault.Error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
