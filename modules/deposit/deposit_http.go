@@ -62,41 +62,27 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	admin.Get("/wallet-alerts", s.handleWalletAlerts)
 }
 
+// The request bodies. openapi.json states their fields, types and lengths
+// (httpapi.Validator); the handlers check only what it cannot say.
 type createRequest struct {
-	ExternalUserID *string `json:"external_user_id"`
-	Asset          *string `json:"asset"`
+	ExternalUserID string  `json:"external_user_id"`
+	Asset          string  `json:"asset"`
 	ExpectedAmount *string `json:"expected_amount"`
 }
 
 func (s *Service) handleCreate(c *fiber.Ctx) error {
 	var req createRequest
-	if err := httpapi.DecodeBody(c, &req); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
-	var f httpapi.Fields
-	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") && f.Storable(*req.ExternalUserID, "body", "external_user_id") {
-		f.Length(*req.ExternalUserID, 1, MaxExternalUserID, "body", "external_user_id")
-	}
-	if f.Required(req.Asset != nil, "body", "asset") && f.Storable(*req.Asset, "body", "asset") {
-		f.Length(*req.Asset, 1, MaxAsset, "body", "asset")
-	}
-	p := CreateParams{}
+	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset}
 	if req.ExpectedAmount != nil {
-		n, err := money.ParseUnits(*req.ExpectedAmount, true)
+		n, err := expectedAmount(*req.ExpectedAmount, req.Asset)
 		if err != nil {
-			f.Add([]any{"body", "expected_amount"}, "value_error", err.Error(), *req.ExpectedAmount)
-		} else if max, ok := MaxExpectedAmount(deref(req.Asset)); ok && n > max {
-			// An unknown asset has no bound here: it is a 404 once the
-			// body fits.
-			f.Add([]any{"body", "expected_amount"}, "less_than_equal",
-				fmt.Sprintf("expected_amount must be at most %d smallest units of %s", max, *req.Asset), *req.ExpectedAmount)
+			return err
 		}
 		p.ExpectedAmount = &n
 	}
-	if err := f.Err(); err != nil {
-		return err
-	}
-	p.ExternalUserID, p.Asset = *req.ExternalUserID, *req.Asset
 	var rec Completer
 	if r := idempotency.FromCtx(c); r != nil {
 		rec, p.IdempotencyKey = r, r.Key
@@ -109,6 +95,21 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).Send(body)
 }
 
+// expectedAmount reads expected_amount, whose digits the schema checked:
+// at most the asset's bound (an unknown asset has none here: it is a 404
+// once the body fits).
+func expectedAmount(raw, code string) (int64, error) {
+	n, err := money.ParseUnits(raw, true)
+	if err != nil {
+		return 0, fault.Validation(fault.FieldError{Loc: []any{"body", "expected_amount"}, Type: "value_error", Msg: err.Error(), Input: raw})
+	}
+	if max, ok := MaxExpectedAmount(code); ok && n > max {
+		return 0, fault.Validation(fault.FieldError{Loc: []any{"body", "expected_amount"}, Type: "less_than_equal",
+			Msg: fmt.Sprintf("expected_amount must be at most %d smallest units of %s", max, code), Input: raw})
+	}
+	return n, nil
+}
+
 // depositParam reads the path's deposit id; anything that is not one is
 // an unknown deposit (404).
 func depositParam(c *fiber.Ctx) (uuid.UUID, error) {
@@ -119,17 +120,21 @@ func depositParam(c *fiber.Ctx) (uuid.UUID, error) {
 	return id, nil
 }
 
-func (s *Service) handleGet(c *fiber.Ctx) error {
+// pathDeposit reads the deposit the path names.
+func (s *Service) pathDeposit(c *fiber.Ctx) (Deposit, error) {
 	id, err := depositParam(c)
 	if err != nil {
-		return err
+		return Deposit{}, err
 	}
-	ctx := c.UserContext()
-	d, err := s.Get(ctx, id)
+	return s.Get(c.UserContext(), id)
+}
+
+func (s *Service) handleGet(c *fiber.Ctx) error {
+	d, err := s.pathDeposit(c)
 	if err != nil {
 		return err
 	}
-	v, err := s.ViewOf(ctx, s.DB, d)
+	v, err := s.ViewOf(c.UserContext(), s.DB, d)
 	if err != nil {
 		return err
 	}
@@ -137,16 +142,11 @@ func (s *Service) handleGet(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleHistory(c *fiber.Ctx) error {
-	id, err := depositParam(c)
+	d, err := s.pathDeposit(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	d, err := s.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	held, err := s.AddressHistory(ctx, d)
+	held, err := s.AddressHistory(c.UserContext(), d)
 	if err != nil {
 		return err
 	}
@@ -161,52 +161,20 @@ type ListView struct {
 
 func (s *Service) handleList(c *fiber.Ctx) error {
 	user := httpapi.Param(c, "external_user_id")
-	var f httpapi.Fields
-	if f.Storable(user, "path", "external_user_id") {
-		f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
-	}
-	limit, lerr := httpapi.QueryInt(c, "limit", DefaultListLimit, 1, MaxListLimit)
-	p := ListParams{ExternalUserID: user, Limit: limit}
-	var cerr error
-	if raw := c.Query("cursor"); raw != "" || c.Context().QueryArgs().Has("cursor") {
-		id, err := uuid.Parse(raw)
-		if err != nil {
-			cerr = ErrBadCursor
-		}
-		p.Cursor = &id
-	}
-	if err := fault.MergeValidation(f.Err(), lerr, cerr); err != nil {
-		return err
-	}
-	ctx := c.UserContext()
-	var out ListView
-	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
-		ds, next, err := list(ctx, idb, p)
-		if err != nil {
-			return err
-		}
-		vs, err := s.Views(ctx, idb, ds)
-		out = ListView{Deposits: vs}
-		if next != nil {
-			n := next.String()
-			out.NextCursor = &n
-		}
-		return err
-	}, ErrBadCursor)
-	if err != nil {
-		return err
-	}
-	return c.JSON(out)
+	return httpapi.SendPage(c, httpapi.Lists{Replica: s.Replica, Primary: s.DB, BadCursor: ErrBadCursor}, DefaultListLimit,
+		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Deposit, *uuid.UUID, error) {
+			return list(ctx, idb, ListParams{ExternalUserID: user, Cursor: at.Cursor, Limit: at.Limit})
+		}, s.Views, func(vs []View, next *string) any { return ListView{Deposits: vs, NextCursor: next} })
 }
 
 func (s *Service) handleReview(c *fiber.Ctx) error {
-	limit, err := httpapi.QueryInt(c, "limit", DefaultReviewLimit, 1, MaxReviewLimit)
-	if err := fault.MergeValidation(err, httpapi.OnlyQuery(c, "limit")); err != nil {
+	if err := httpapi.OnlyQuery(c, "limit"); err != nil {
 		return err
 	}
+	limit := c.QueryInt("limit", DefaultReviewLimit)
 	ctx := c.UserContext()
 	var vs []View
-	err = s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		ds, err := reviewQueue(ctx, idb, limit)
 		if err != nil {
 			return err
@@ -221,7 +189,7 @@ func (s *Service) handleReview(c *fiber.Ctx) error {
 }
 
 type resolveRequest struct {
-	Action    *string `json:"action"`
+	Action    string  `json:"action"`
 	PaymentID *string `json:"payment_id"`
 }
 
@@ -231,17 +199,7 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 		return err
 	}
 	var req resolveRequest
-	if err := httpapi.DecodeBody(c, &req); err != nil {
-		return err
-	}
-	var f httpapi.Fields
-	if f.Required(req.Action != nil, "body", "action") && *req.Action != ActionCredit && *req.Action != ActionDismiss {
-		f.Add([]any{"body", "action"}, "enum", "Input should be 'credit' or 'dismiss'", *req.Action)
-	}
-	if req.PaymentID != nil {
-		f.Storable(*req.PaymentID, "body", "payment_id")
-	}
-	if err := f.Err(); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
 	key, ok := apikey.FromCtx(c)
@@ -252,7 +210,7 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if r := idempotency.FromCtx(c); r != nil {
 		rec = r
 	}
-	_, body, err := s.Resolve(c.UserContext(), ResolveParams{DepositID: id, Action: *req.Action, PaymentID: req.PaymentID,
+	_, body, err := s.Resolve(c.UserContext(), ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID,
 		By: key.ID, Actor: apikey.ActorOf(key)}, rec)
 	if err != nil {
 		return err
@@ -262,12 +220,12 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {
-	limit, err := httpapi.QueryInt(c, "limit", DefaultReviewLimit, 1, MaxReviewLimit)
-	if err := fault.MergeValidation(err, httpapi.OnlyQuery(c, "limit")); err != nil {
+	if err := httpapi.OnlyQuery(c, "limit"); err != nil {
 		return err
 	}
+	limit := c.QueryInt("limit", DefaultReviewLimit)
 	var alerts []WalletAlertView
-	err = s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
+	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) (err error) {
 		alerts, err = walletAlerts(ctx, idb, limit)
 		return err
 	})

@@ -2,7 +2,6 @@ package deposit
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -55,15 +54,7 @@ type ReservationView struct {
 
 // decimalsOf returns every asset's decimals by code.
 func decimalsOf(ctx context.Context, idb bun.IDB) (map[string]int, error) {
-	all, err := (&asset.Store{DB: idb}).All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read assets: %w", err)
-	}
-	out := make(map[string]int, len(all))
-	for _, a := range all {
-		out[a.Code] = a.Decimals
-	}
-	return out, nil
+	return asset.Decimals(ctx, idb)
 }
 
 // render builds the API view of d with its payments.

@@ -49,43 +49,29 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claim
 	admin.Post("/withdrawals/:id/mark-broadcast", idem, s.handleMarkBroadcast)
 }
 
+// The request bodies. openapi.json states their fields, types and lengths
+// (httpapi.Validator); the handlers check only what it cannot say.
 type createRequest struct {
-	ExternalUserID *string `json:"external_user_id"`
-	Asset          *string `json:"asset"`
-	Amount         *string `json:"amount"`
-	Destination    *string `json:"destination_address"`
+	ExternalUserID string `json:"external_user_id"`
+	Asset          string `json:"asset"`
+	Amount         string `json:"amount"`
+	Destination    string `json:"destination_address"`
 }
 
 func (s *Service) handleCreate(c *fiber.Ctx) error {
 	var req createRequest
-	if err := httpapi.DecodeBody(c, &req); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
-	var f httpapi.Fields
-	if f.Required(req.ExternalUserID != nil, "body", "external_user_id") && f.Storable(*req.ExternalUserID, "body", "external_user_id") {
-		f.Length(*req.ExternalUserID, 1, MaxExternalUserID, "body", "external_user_id")
+	n, err := money.ParseUnits(req.Amount, true)
+	switch {
+	case err != nil:
+		return fault.Validation(fault.FieldError{Loc: []any{"body", "amount"}, Type: "value_error", Msg: "amount " + err.Error(), Input: req.Amount})
+	case n > MaxAmount:
+		return fault.Validation(fault.FieldError{Loc: []any{"body", "amount"}, Type: "less_than_equal",
+			Msg: fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), Input: req.Amount})
 	}
-	if f.Required(req.Asset != nil, "body", "asset") && f.Storable(*req.Asset, "body", "asset") {
-		f.Length(*req.Asset, 1, MaxAsset, "body", "asset")
-	}
-	var p CreateParams
-	if f.Required(req.Amount != nil, "body", "amount") {
-		n, err := money.ParseUnits(*req.Amount, true)
-		switch {
-		case err != nil:
-			f.Add([]any{"body", "amount"}, "value_error", "amount "+err.Error(), *req.Amount)
-		case n > MaxAmount:
-			f.Add([]any{"body", "amount"}, "less_than_equal", fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), *req.Amount)
-		}
-		p.Amount = n
-	}
-	if f.Required(req.Destination != nil, "body", "destination_address") && f.Storable(*req.Destination, "body", "destination_address") {
-		f.Length(*req.Destination, 1, MaxDestination, "body", "destination_address")
-	}
-	if err := f.Err(); err != nil {
-		return err
-	}
-	p.ExternalUserID, p.Asset, p.Destination = *req.ExternalUserID, *req.Asset, *req.Destination
+	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Amount: n, Destination: req.Destination}
 	var rec Completer
 	if r := idempotency.FromCtx(c); r != nil {
 		rec, p.IdempotencyKey = r, r.Key
@@ -137,81 +123,28 @@ type AdminListView struct {
 	NextCursor  *string     `json:"next_cursor"`
 }
 
-// cursorParam reads an optional withdrawal-id cursor.
-func cursorParam(c *fiber.Ctx) (*uuid.UUID, error) {
-	raw := c.Query("cursor")
-	if raw == "" && !c.Context().QueryArgs().Has("cursor") {
-		return nil, nil
-	}
-	id, err := uuid.Parse(raw)
-	if err != nil {
-		return nil, ErrBadCursor
-	}
-	return &id, nil
-}
-
-func nextString(next *uuid.UUID) *string {
-	if next == nil {
-		return nil
-	}
-	s := next.String()
-	return &s
-}
-
 func (s *Service) handleList(c *fiber.Ctx) error {
 	user := httpapi.Param(c, "external_user_id")
-	var f httpapi.Fields
-	if f.Storable(user, "path", "external_user_id") {
-		f.Length(user, 1, MaxExternalUserID, "path", "external_user_id")
-	}
-	limit, lerr := httpapi.QueryInt(c, "limit", DefaultListLimit, 1, MaxListLimit)
-	cursor, cerr := cursorParam(c)
-	if err := fault.MergeValidation(f.Err(), lerr, cerr); err != nil {
-		return err
-	}
-	ctx := c.UserContext()
-	var out ListView
-	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
-		ws, next, err := list(ctx, idb, ListParams{ExternalUserID: user, Cursor: cursor, Limit: limit})
-		if err != nil {
-			return err
-		}
-		vs, err := views(ctx, idb, ws)
-		out = ListView{Withdrawals: vs, NextCursor: nextString(next)}
-		return err
-	}, ErrBadCursor)
-	if err != nil {
-		return err
-	}
-	return c.JSON(out)
+	return httpapi.SendPage(c, s.lists(), DefaultListLimit,
+		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Withdrawal, *uuid.UUID, error) {
+			return list(ctx, idb, ListParams{ExternalUserID: user, Cursor: at.Cursor, Limit: at.Limit})
+		}, views, func(vs []View, next *string) any { return ListView{Withdrawals: vs, NextCursor: next} })
 }
 
 func (s *Service) handleAdminList(c *fiber.Ctx) error {
-	statuses := make([]string, 0, len(Statuses()))
-	for _, st := range Statuses() {
-		statuses = append(statuses, string(st))
-	}
-	status, serr := httpapi.QueryEnum(c, "status", statuses...)
-	limit, lerr := httpapi.QueryInt(c, "limit", DefaultAdminLimit, 1, MaxAdminLimit)
-	cursor, cerr := cursorParam(c)
-	if err := fault.MergeValidation(serr, lerr, cerr, httpapi.OnlyQuery(c, "status", "limit", "cursor")); err != nil {
+	if err := httpapi.OnlyQuery(c, "status", "limit", "cursor"); err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	var out AdminListView
-	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
-		ws, next, err := adminList(ctx, idb, AdminListParams{Status: Status(status), Cursor: cursor, Limit: limit})
-		if err != nil {
-			return err
-		}
-		vs, err := adminViews(ctx, idb, ws)
-		out = AdminListView{Withdrawals: vs, NextCursor: nextString(next)}
-		return err
-	}, ErrBadCursor)
-	if err != nil {
-		return err
-	}
-	return c.JSON(out)
+	status := Status(c.Query("status"))
+	return httpapi.SendPage(c, s.lists(), DefaultAdminLimit,
+		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Withdrawal, *uuid.UUID, error) {
+			return adminList(ctx, idb, AdminListParams{Status: status, Cursor: at.Cursor, Limit: at.Limit})
+		}, adminViews, func(vs []AdminView, next *string) any { return AdminListView{Withdrawals: vs, NextCursor: next} })
+}
+
+// lists is where the two lists read (the replica).
+func (s *Service) lists() httpapi.Lists {
+	return httpapi.Lists{Replica: s.Replica, Primary: s.DB, BadCursor: ErrBadCursor}
 }
 
 type decideRequest struct {
@@ -223,27 +156,13 @@ type decideRequest struct {
 
 // decideParams reads an operator decision's path and body. The body may be
 // empty for approve and reject ({} is implied).
-func decideParams(c *fiber.Ctx, bodyRequired bool) (DecideParams, decideRequest, error) {
+func decideParams(c *fiber.Ctx) (DecideParams, decideRequest, error) {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return DecideParams{}, decideRequest{}, err
 	}
 	var req decideRequest
-	if bodyRequired || len(c.BodyRaw()) > 0 {
-		if err := httpapi.DecodeBody(c, &req); err != nil {
-			return DecideParams{}, decideRequest{}, err
-		}
-	}
-	var f httpapi.Fields
-	for _, v := range []struct {
-		name string
-		s    *string
-	}{{"note", req.Note}, {"reason", req.Reason}, {"attestation", req.Attestation}, {"txid", req.Txid}} {
-		if v.s != nil {
-			f.Storable(*v.s, "body", v.name)
-		}
-	}
-	if err := f.Err(); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return DecideParams{}, decideRequest{}, err
 	}
 	key, ok := apikey.FromCtx(c)
@@ -266,7 +185,7 @@ func sendJSON(c *fiber.Ctx, body []byte) error {
 }
 
 func (s *Service) handleApprove(c *fiber.Ctx) error {
-	p, _, err := decideParams(c, false)
+	p, _, err := decideParams(c)
 	if err != nil {
 		return err
 	}
@@ -278,7 +197,7 @@ func (s *Service) handleApprove(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleReject(c *fiber.Ctx) error {
-	p, _, err := decideParams(c, false)
+	p, _, err := decideParams(c)
 	if err != nil {
 		return err
 	}
@@ -290,15 +209,8 @@ func (s *Service) handleReject(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleRelease(c *fiber.Ctx) error {
-	p, req, err := decideParams(c, true)
+	p, req, err := decideParams(c)
 	if err != nil {
-		return err
-	}
-	var f httpapi.Fields
-	if f.Required(req.Attestation != nil, "body", "attestation") {
-		f.Length(*req.Attestation, MinAttestation, MaxAttestation, "body", "attestation")
-	}
-	if err := f.Err(); err != nil {
 		return err
 	}
 	p.Attestation = *req.Attestation
@@ -310,15 +222,8 @@ func (s *Service) handleRelease(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleMarkBroadcast(c *fiber.Ctx) error {
-	p, req, err := decideParams(c, true)
+	p, req, err := decideParams(c)
 	if err != nil {
-		return err
-	}
-	var f httpapi.Fields
-	if f.Required(req.Txid != nil, "body", "txid") {
-		f.Length(*req.Txid, MinTxid, MaxTxid, "body", "txid")
-	}
-	if err := f.Err(); err != nil {
 		return err
 	}
 	_, body, err := s.MarkBroadcast(c.UserContext(), p, *req.Txid, completer(c))

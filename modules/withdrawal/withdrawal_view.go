@@ -2,7 +2,6 @@ package withdrawal
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/uptrace/bun"
 
@@ -91,15 +90,7 @@ func renderCreated(w Withdrawal, decimals int) CreatedView {
 
 // decimals returns every asset's decimals by code.
 func decimals(ctx context.Context, idb bun.IDB) (map[string]int, error) {
-	all, err := (&asset.Store{DB: idb}).All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read assets: %w", err)
-	}
-	out := make(map[string]int, len(all))
-	for _, a := range all {
-		out[a.Code] = a.Decimals
-	}
-	return out, nil
+	return asset.Decimals(ctx, idb)
 }
 
 // Views renders withdrawals (platform view).
@@ -108,15 +99,7 @@ func (s *Service) Views(ctx context.Context, ws []Withdrawal) ([]View, error) {
 }
 
 func views(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]View, error) {
-	dec, err := decimals(ctx, idb)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]View, 0, len(ws))
-	for _, w := range ws {
-		out = append(out, render(w, dec[w.Asset]))
-	}
-	return out, nil
+	return renderAll(ctx, idb, ws, render)
 }
 
 // AdminViews renders withdrawals (admin view).
@@ -125,13 +108,18 @@ func (s *Service) AdminViews(ctx context.Context, ws []Withdrawal) ([]AdminView,
 }
 
 func adminViews(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]AdminView, error) {
+	return renderAll(ctx, idb, ws, renderAdmin)
+}
+
+// renderAll renders withdrawals, each with its asset's decimals.
+func renderAll[V any](ctx context.Context, idb bun.IDB, ws []Withdrawal, render func(Withdrawal, int) V) ([]V, error) {
 	dec, err := decimals(ctx, idb)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]AdminView, 0, len(ws))
+	out := make([]V, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, renderAdmin(w, dec[w.Asset]))
+		out = append(out, render(w, dec[w.Asset]))
 	}
 	return out, nil
 }

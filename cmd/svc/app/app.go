@@ -41,6 +41,9 @@ type Options struct {
 	Clock clock.Clock
 	// Tracing makes the spans (tracing.FromEnv); nil is off.
 	Tracing *tracing.Tracing
+	// Spec is the OpenAPI document requests are checked against; nil is
+	// the committed one (openapi.Spec).
+	Spec []byte
 }
 
 // App is one assembled process.
@@ -54,6 +57,7 @@ type App struct {
 	// Tracing is never nil; off, it installs nothing (tracing.FromEnv).
 	Tracing  *tracing.Tracing
 	recovery []river.JobArgs
+	spec     []byte // Options.Spec
 
 	metricsArea
 	foundation
@@ -86,7 +90,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		d.Close()
 		return nil, err
 	}
-	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins, Tracing: o.Tracing,
+	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins, Tracing: o.Tracing, spec: o.Spec,
 		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now, CacheTTL: cfg.APIKeys.CacheTTL}}
 	for _, step := range []struct {
 		name string
@@ -122,7 +126,8 @@ func (a *App) Close() {
 }
 
 // Routers are the groups a module registers its routes on. Mutating /v1
-// routes must put Idem before their handler.
+// routes must put Idem before their handler. Checked makes a group whose
+// routes' requests are checked against openapi.json (httpapi.Validator).
 type Routers struct {
 	Public   fiber.Router // no API key: health, docs, ingress
 	Platform fiber.Router // /v1, readwrite (admin satisfies it)
@@ -131,6 +136,7 @@ type Routers struct {
 	// ClaimIn wraps a handler that claims its Idempotency-Key in its own
 	// first statement (idempotency.Store.ClaimInHandler).
 	ClaimIn func(fiber.Handler) fiber.Handler
+	Checked func(fiber.Router) fiber.Router
 }
 
 // HTTP returns the API's fiber app with every route registered.
@@ -144,6 +150,7 @@ func (a *App) HTTP() *fiber.App {
 	r.Admin = app.Group("/v1/admin", a.Keys.Require(apikey.ScopeAdmin))
 	r.Idem = a.idempotencyMiddleware()
 	r.ClaimIn = func(h fiber.Handler) fiber.Handler { return a.Idem.ClaimInHandler(a.Log, h) }
+	r.Checked = a.Requests.Router
 	a.routesFoundation(r)
 	a.routesLedger(r)
 	a.routesEvents(r)

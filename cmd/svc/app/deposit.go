@@ -49,7 +49,9 @@ func (a *App) initDeposits(context.Context) error {
 }
 
 // routesDeposits registers the deposit endpoints (docs/deposits.md).
-func (a *App) routesDeposits(r Routers) { a.Deposits.Routes(r.Platform, r.Admin, r.Idem) }
+func (a *App) routesDeposits(r Routers) {
+	a.Deposits.Routes(r.Checked(r.Platform), r.Checked(r.Admin), r.Idem)
+}
 
 // jobsDeposits adds the poller, the USDT pool release and the wallet scan.
 func (a *App) jobsDeposits(j *Jobs) error {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,6 +13,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/health"
 	"svc/platform/db"
+	"svc/platform/httpapi"
 	"svc/platform/idempotency"
 	"svc/platform/openapi"
 )
@@ -21,9 +23,26 @@ type foundation struct {
 	Assets *asset.Store
 	Idem   *idempotency.Store
 	Health *health.Service
+	// Requests checks requests against openapi.json.
+	Requests *httpapi.Validator
 }
 
-func (a *App) initFoundation(context.Context) error {
+// committedSpec is the validator of the committed openapi.json, parsed and
+// validated once per process (about 70 ms).
+var committedSpec = sync.OnceValues(func() (*httpapi.Validator, error) {
+	return httpapi.NewValidator(context.Background(), openapi.Spec)
+})
+
+func (a *App) initFoundation(ctx context.Context) error {
+	var err error
+	if a.spec == nil {
+		a.Requests, err = committedSpec()
+	} else {
+		a.Requests, err = httpapi.NewValidator(ctx, a.spec)
+	}
+	if err != nil {
+		return err
+	}
 	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now}
 	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now, Observe: a.observeIdempotency}
 	a.Health = &health.Service{DB: a.DB.Bun, Version: Version, Now: a.Clock.Now, StaleAfter: a.Cfg.Worker.StaleAfter,

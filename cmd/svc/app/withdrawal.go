@@ -57,7 +57,7 @@ func (a *App) initWithdrawals(context.Context) error {
 
 // routesWithdrawals registers the withdrawal endpoints (docs/withdrawals.md).
 func (a *App) routesWithdrawals(r Routers) {
-	a.Withdrawals.Routes(r.Platform, r.Admin, r.Idem, r.ClaimIn)
+	a.Withdrawals.Routes(r.Checked(r.Platform), r.Checked(r.Admin), r.Idem, r.ClaimIn)
 }
 
 // jobsWithdrawals adds the payout work (when a processor is configured)

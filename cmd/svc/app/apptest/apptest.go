@@ -52,6 +52,7 @@ type settings struct {
 	clock   clock.Clock
 	worker  bool
 	tracing *tracing.Tracing
+	spec    []byte
 }
 
 // Option changes how New starts the service.
@@ -71,6 +72,10 @@ func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } 
 func WithTracing(tp trace.TracerProvider) Option {
 	return func(s *settings) { s.tracing = tracing.New(tp) }
 }
+
+// WithSpec checks requests against spec, an OpenAPI document, instead of
+// the committed openapi.json.
+func WithSpec(spec []byte) Option { return func(s *settings) { s.spec = spec } }
 
 // WithWorker also starts the River worker.
 func WithWorker() Option { return func(s *settings) { s.worker = true } }
@@ -119,7 +124,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	t.Cleanup(func() { tw.done.Store(true) }) // registered first, runs last
 	log := slog.New(tracing.NewLogHandler(slog.NewTextHandler(tw, &slog.HandlerOptions{Level: level})))
 	ctx := context.Background()
-	a, err := app.New(ctx, cfg, log, app.Options{Clock: s.clock, Tracing: s.tracing})
+	a, err := app.New(ctx, cfg, log, app.Options{Clock: s.clock, Tracing: s.tracing, Spec: s.spec})
 	if err != nil {
 		t.Fatalf("apptest: %v", err)
 	}
