@@ -32,6 +32,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"svc/platform/httpapi"
 	"svc/platform/openapi"
 )
 
@@ -51,17 +52,10 @@ var (
 	loadErr  error
 )
 
-// Load parses and validates openapi.Spec. It is what every check uses.
+// Load parses and validates openapi.Spec. It is what every check uses, and
+// what the service's request validator uses (httpapi.LoadDocument).
 func Load(ctx context.Context, spec []byte) (*openapi3.T, error) {
-	l := openapi3.NewLoader()
-	doc, err := l.LoadFromData(spec)
-	if err != nil {
-		return nil, fmt.Errorf("openapi.json: load: %w", err)
-	}
-	if err := doc.Validate(ctx); err != nil {
-		return nil, fmt.Errorf("openapi.json: invalid: %w", err)
-	}
-	return doc, nil
+	return httpapi.LoadDocument(ctx, spec)
 }
 
 func load() (*checker, error) {
