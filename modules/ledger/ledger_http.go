@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -10,7 +9,6 @@ import (
 
 	"svc/modules/asset"
 	"svc/platform/db"
-	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/timefmt"
 )
@@ -34,7 +32,9 @@ type API struct {
 //
 // limit defaults to 50 (DefaultTransactionsLimit) and may be 1 to 200
 // (MaxTransactionsLimit); cursor is the next_cursor of the previous page, a
-// posting_id. Bad values are 422 field errors; an unknown asset is 404.
+// posting_id. Bad values are 422 field errors, found by r, which checks
+// requests against openapi.json (httpapi.Validator.Router); an unknown
+// asset is 404.
 // Balances always read the primary (DB); the history may read the replica
 // (API.Replica) and lag it by up to DATABASE_READ_MAX_LAG.
 func (a *API) Routes(r fiber.Router) {
@@ -76,23 +76,8 @@ type TransactionsView struct {
 	NextCursor   *int64            `json:"next_cursor"`
 }
 
-func userParam(c *fiber.Ctx) (string, error) {
-	id := httpapi.Param(c, "external_user_id")
-	var f httpapi.Fields
-	if f.Length(id, 1, MaxOwner, "path", "external_user_id") {
-		storable(&f, id, "path", "external_user_id")
-	}
-	return id, f.Err()
-}
-
-// storable refuses text PostgreSQL cannot store (httpapi.IsStorable).
-func storable(f *httpapi.Fields, s string, loc ...any) { f.Storable(s, loc...) }
-
 func (a *API) balances(c *fiber.Ctx) error {
-	user, err := userParam(c)
-	if err != nil {
-		return err
-	}
+	user := httpapi.Param(c, "external_user_id")
 	list, err := Balances(c.UserContext(), a.DB, user)
 	if err != nil {
 		return err
@@ -106,21 +91,10 @@ func (a *API) balances(c *fiber.Ctx) error {
 }
 
 func (a *API) transactions(c *fiber.Ctx) error {
-	user, userErr := userParam(c)
-	limit, limitErr := httpapi.QueryInt(c, "limit", DefaultTransactionsLimit, 1, MaxTransactionsLimit)
-	cursor, cursorErr := httpapi.QueryInt(c, "cursor", 0, 1, math.MaxInt64)
-	code := c.Query("asset")
-	var f httpapi.Fields
-	if c.Context().QueryArgs().Has("asset") {
-		if f.Length(code, 1, MaxAsset, "query", "asset") {
-			storable(&f, code, "query", "asset")
-		}
-		code = string([]byte(code)) // fiber reuses its buffers
-	}
-	// Every bad parameter in one 422.
-	if err := fault.MergeValidation(userErr, limitErr, cursorErr, f.Err()); err != nil {
-		return err
-	}
+	user := httpapi.Param(c, "external_user_id")
+	limit := c.QueryInt("limit", DefaultTransactionsLimit)
+	cursor := int64(c.QueryInt("cursor", 0))
+	code := string(c.Context().QueryArgs().Peek("asset")) // a copy: fiber reuses its buffers
 	ctx := c.UserContext()
 	var (
 		page []Transaction
@@ -129,7 +103,7 @@ func (a *API) transactions(c *fiber.Ctx) error {
 	)
 	err := a.Replica.Read(ctx, a.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: int64(cursor), Limit: limit})
+		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: cursor, Limit: limit})
 		if err != nil {
 			return err
 		}

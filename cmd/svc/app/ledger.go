@@ -34,7 +34,7 @@ func (a *App) initLedger(context.Context) error {
 // /transactions, GET /v1/admin/ledger/checkpoints/key, and the operator
 // bookings POST /v1/admin/ledger/corrections and /transfers.
 func (a *App) routesLedger(r Routers) {
-	a.LedgerAPI.Routes(r.Platform)
+	a.LedgerAPI.Routes(r.Checked(r.Platform))
 	a.LedgerAPI.AdminRoutes(r.Admin, r.Idem)
 	a.Checkpointer.AdminRoutes(r.Admin)
 }
