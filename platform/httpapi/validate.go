@@ -82,6 +82,7 @@ type Operation struct {
 	v      *Validator
 	name   string // "POST /v1/deposits", for errors
 	params []*openapi3.Parameter
+	query  bool // some of params are in the query
 	body   *openapi3.RequestBody
 	schema *openapi3.Schema  // of application/json; nil without a body
 	fields map[string]string // the body's properties: folded -> exact name
@@ -107,6 +108,7 @@ func (v *Validator) Operation(method, path string) (*Operation, error) {
 			case p.In == openapi3.ParameterInPath && p.Schema != nil && p.Schema.Value.Format == "uuid":
 			case p.In == openapi3.ParameterInPath, p.In == openapi3.ParameterInQuery:
 				o.params = append(o.params, p)
+				o.query = o.query || p.In == openapi3.ParameterInQuery
 			}
 		}
 	}
@@ -145,9 +147,13 @@ func (o *Operation) Check(c *fiber.Ctx) error {
 		return fault.New(fault.Internal, "the route has no operation of openapi.json to check its request against")
 	}
 	ctx := c.UserContext()
-	req := &http.Request{Method: c.Method(), URL: &url.URL{RawQuery: string(c.Request().URI().QueryString())},
-		Header: http.Header{}, Body: http.NoBody}
+	req := &http.Request{Method: c.Method(), URL: &url.URL{}, Header: http.Header{}, Body: http.NoBody}
 	in := &openapi3filter.RequestValidationInput{Request: req, Options: &o.v.options}
+	if o.query {
+		// The query as fiber parses it, which is what the handler reads.
+		in.QueryParams = url.Values{}
+		c.Context().QueryArgs().VisitAll(func(k, v []byte) { in.QueryParams.Add(string(k), string(v)) })
+	}
 	var fields []fault.FieldError
 	for _, p := range o.params {
 		if p.In == openapi3.ParameterInPath {
