@@ -16,12 +16,6 @@ import (
 	"svc/platform/money"
 )
 
-// Length limits of the SPEC.
-const (
-	MaxExternalUserID = 255
-	MaxAsset          = 32
-)
-
 // maxExpected bounds a deposit's expected_amount, in smallest units, per
 // asset: bitcoin's total supply (21,000,000 BTC) for BTC and BTC_LN, which
 // no payment can exceed; for USDT_TRC20, whose supply has no fixed limit,

@@ -16,13 +16,6 @@ import (
 	"svc/platform/money"
 )
 
-// Length limits of the SPEC.
-const (
-	MaxExternalUserID = 255
-	MaxAsset          = 32
-	MaxDestination    = 2048
-)
-
 // Routes registers the platform routes on the /v1 router (readwrite) and
 // the operator routes on the /v1/admin router; idem is the Idempotency-Key
 // middleware of the mutating routes, and claimIn its variant for creation,

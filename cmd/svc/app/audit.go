@@ -20,7 +20,7 @@ func (a *App) initAudit(context.Context) error {
 }
 
 // routesAudit registers GET /v1/admin/audit.
-func (a *App) routesAudit(r Routers) { a.AuditAPI.Routes(r.Admin) }
+func (a *App) routesAudit(r Routers) { a.AuditAPI.Routes(r.Checked(r.Admin)) }
 
 // jobsAudit adds nothing: the trail is never pruned.
 func (a *App) jobsAudit(*Jobs) error { return nil }

@@ -22,4 +22,6 @@ func (a *App) initLiabilities() {
 	a.LiabilitiesAPI = &liabilities.API{Service: a.Liabilities, Assets: a.DB.Bun}
 }
 
-func (a *App) routesLiabilities(r Routers) { a.LiabilitiesAPI.Routes(r.Platform, r.Admin) }
+func (a *App) routesLiabilities(r Routers) {
+	a.LiabilitiesAPI.Routes(r.Checked(r.Platform), r.Checked(r.Admin))
+}
