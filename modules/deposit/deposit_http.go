@@ -12,7 +12,6 @@ import (
 	"svc/modules/asset"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
-	"svc/platform/idempotency"
 	"svc/platform/money"
 )
 
@@ -77,16 +76,11 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		}
 		p.ExpectedAmount = &n
 	}
-	var rec Completer
-	if r := idempotency.FromCtx(c); r != nil {
-		rec, p.IdempotencyKey = r, r.Key
-	}
-	_, body, err := s.Create(c.UserContext(), p, rec)
-	if err != nil {
-		return err
-	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(fiber.StatusCreated).Send(body)
+	return httpapi.Mutate(c, fiber.StatusCreated, func(ctx context.Context, rec httpapi.Completer, key string) ([]byte, error) {
+		p.IdempotencyKey = key
+		_, body, err := s.Create(ctx, p, rec)
+		return body, err
+	})
 }
 
 // expectedAmount reads expected_amount, whose digits the schema checked:
@@ -200,17 +194,11 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if !ok {
 		return fault.New(fault.Unauthenticated, "missing API key")
 	}
-	var rec Completer
-	if r := idempotency.FromCtx(c); r != nil {
-		rec = r
-	}
-	_, body, err := s.Resolve(c.UserContext(), ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID,
-		By: key.ID, Actor: apikey.ActorOf(key)}, rec)
-	if err != nil {
-		return err
-	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(fiber.StatusOK).Send(body)
+	p := ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID, By: key.ID, Actor: apikey.ActorOf(key)}
+	return httpapi.Mutate(c, fiber.StatusOK, func(ctx context.Context, rec httpapi.Completer, _ string) ([]byte, error) {
+		_, body, err := s.Resolve(ctx, p, rec)
+		return body, err
+	})
 }
 
 func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {

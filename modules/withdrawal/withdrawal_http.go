@@ -12,7 +12,6 @@ import (
 	"svc/modules/apikey"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
-	"svc/platform/idempotency"
 	"svc/platform/money"
 )
 
@@ -65,16 +64,11 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 			Msg: fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), Input: req.Amount})
 	}
 	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Amount: n, Destination: req.Destination}
-	var rec Completer
-	if r := idempotency.FromCtx(c); r != nil {
-		rec, p.IdempotencyKey = r, r.Key
-	}
-	_, body, err := s.Create(c.UserContext(), p, rec)
-	if err != nil {
-		return err
-	}
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(fiber.StatusCreated).Send(body)
+	return httpapi.Mutate(c, fiber.StatusCreated, func(ctx context.Context, rec httpapi.Completer, key string) ([]byte, error) {
+		p.IdempotencyKey = key
+		_, body, err := s.Create(ctx, p, rec)
+		return body, err
+	})
 }
 
 // idParam reads a path's withdrawal id; anything that is not one is an
@@ -147,81 +141,53 @@ type decideRequest struct {
 	Txid        *string `json:"txid"`
 }
 
-// decideParams reads an operator decision's path and body. The body may be
-// empty for approve and reject ({} is implied).
-func decideParams(c *fiber.Ctx) (DecideParams, decideRequest, error) {
+// decide answers an operator decision: it reads the path's withdrawal and
+// the body (which may be empty for approve and reject: {} is implied), then
+// runs the decision with the request's Idempotency-Key.
+func decide(c *fiber.Ctx, run func(context.Context, DecideParams, decideRequest, Completer) ([]byte, error)) error {
 	id, err := idParam(c, "id")
 	if err != nil {
-		return DecideParams{}, decideRequest{}, err
+		return err
 	}
 	var req decideRequest
 	if err := httpapi.Bind(c, &req); err != nil {
-		return DecideParams{}, decideRequest{}, err
+		return err
 	}
 	key, ok := apikey.FromCtx(c)
 	if !ok {
-		return DecideParams{}, decideRequest{}, apikey.ErrMissing
+		return apikey.ErrMissing
 	}
-	return DecideParams{WithdrawalID: id, Actor: apikey.ActorOf(key), Note: req.Note, Reason: req.Reason}, req, nil
-}
-
-func completer(c *fiber.Ctx) Completer {
-	if r := idempotency.FromCtx(c); r != nil {
-		return r
-	}
-	return nil
-}
-
-func sendJSON(c *fiber.Ctx, body []byte) error {
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(fiber.StatusOK).Send(body)
+	p := DecideParams{WithdrawalID: id, Actor: apikey.ActorOf(key), Note: req.Note, Reason: req.Reason}
+	return httpapi.Mutate(c, fiber.StatusOK, func(ctx context.Context, rec httpapi.Completer, _ string) ([]byte, error) {
+		return run(ctx, p, req, rec)
+	})
 }
 
 func (s *Service) handleApprove(c *fiber.Ctx) error {
-	p, _, err := decideParams(c)
-	if err != nil {
-		return err
-	}
-	_, body, err := s.Approve(c.UserContext(), p, completer(c))
-	if err != nil {
-		return err
-	}
-	return sendJSON(c, body)
+	return decide(c, func(ctx context.Context, p DecideParams, _ decideRequest, rec Completer) ([]byte, error) {
+		_, body, err := s.Approve(ctx, p, rec)
+		return body, err
+	})
 }
 
 func (s *Service) handleReject(c *fiber.Ctx) error {
-	p, _, err := decideParams(c)
-	if err != nil {
-		return err
-	}
-	_, body, err := s.Reject(c.UserContext(), p, completer(c))
-	if err != nil {
-		return err
-	}
-	return sendJSON(c, body)
+	return decide(c, func(ctx context.Context, p DecideParams, _ decideRequest, rec Completer) ([]byte, error) {
+		_, body, err := s.Reject(ctx, p, rec)
+		return body, err
+	})
 }
 
 func (s *Service) handleRelease(c *fiber.Ctx) error {
-	p, req, err := decideParams(c)
-	if err != nil {
-		return err
-	}
-	p.Attestation = *req.Attestation
-	_, body, err := s.Release(c.UserContext(), p, completer(c))
-	if err != nil {
-		return err
-	}
-	return sendJSON(c, body)
+	return decide(c, func(ctx context.Context, p DecideParams, req decideRequest, rec Completer) ([]byte, error) {
+		p.Attestation = *req.Attestation // required by the document
+		_, body, err := s.Release(ctx, p, rec)
+		return body, err
+	})
 }
 
 func (s *Service) handleMarkBroadcast(c *fiber.Ctx) error {
-	p, req, err := decideParams(c)
-	if err != nil {
-		return err
-	}
-	_, body, err := s.MarkBroadcast(c.UserContext(), p, *req.Txid, completer(c))
-	if err != nil {
-		return err
-	}
-	return sendJSON(c, body)
+	return decide(c, func(ctx context.Context, p DecideParams, req decideRequest, rec Completer) ([]byte, error) {
+		_, body, err := s.MarkBroadcast(ctx, p, *req.Txid, rec) // txid: required by the document
+		return body, err
+	})
 }
