@@ -74,8 +74,7 @@ func reviewed(t *testing.T) (*apptest.Env, string) {
 	ctx := context.Background()
 	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
 	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
-	e := apptest.New(t, apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), "audit-test-secret"
+	e := apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, "audit-test-secret"), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()
 	}))
 	r := e.Post("/v1/deposits", map[string]any{"external_user_id": "ada", "asset": "BTC", "expected_amount": "50000"})

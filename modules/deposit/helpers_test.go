@@ -65,8 +65,7 @@ func setup(t testing.TB, opts ...option) *env {
 	if s.ourPool == nil {
 		s.ourPool = sim.TronPool()
 	}
-	aopts := []apptest.Option{apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
+	aopts := []apptest.Option{apptest.WithClock(fake), apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = s.ourPool
 		for _, fn := range s.cfg {
 			fn(c)
@@ -82,15 +81,8 @@ func setup(t testing.TB, opts ...option) *env {
 	}
 	// Discovery turns these on from the store's payment methods; the tests
 	// start with every method the simulator has.
-	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
-		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			e.requireBooks(t)
-		}
-	})
+	e.EnableAssets(asset.BTCLN, asset.USDTTRC20)
+	apptest.CheckAtEnd(t, e.requireBooks)
 	return e
 }
 

@@ -17,7 +17,6 @@ import (
 	"svc/modules/ingress"
 	"svc/platform/btcpay"
 	"svc/platform/btcpay/btcpaysim"
-	"svc/platform/config"
 )
 
 const secret = "ingress-test-secret"
@@ -30,9 +29,7 @@ type bundle struct {
 func setup(t *testing.T, opts ...apptest.Option) *bundle {
 	t.Helper()
 	sim := btcpaysim.Start(t, btcpaysim.Options{WebhookRetryDelays: []time.Duration{20 * time.Millisecond, 50 * time.Millisecond}})
-	opts = append([]apptest.Option{apptest.WithConfig(func(c *config.Config) {
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), secret
-	})}, opts...)
+	opts = append([]apptest.Option{apptest.WithProcessor(sim, secret)}, opts...)
 	return &bundle{e: apptest.New(t, opts...), sim: sim}
 }
 

@@ -63,22 +63,19 @@ func start(tb testing.TB, o btcpaysim.Options, fake *clock.Fake, cfg func(*confi
 		require.NoError(tb, err)
 		e.Pool = append(e.Pool, a)
 	}
-	opts := []apptest.Option{apptest.WithConfig(func(c *config.Config) {
-		if cfg != nil {
-			cfg(c)
-		}
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
+	var opts []apptest.Option
+	if cfg != nil {
+		opts = append(opts, apptest.WithConfig(cfg))
+	}
+	opts = append(opts, apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()
 		c.Tron.URL, c.Tron.HotWallet = node.URL, hot.String()
-	})}
+	}))
 	if fake != nil {
 		opts = append(opts, apptest.WithClock(fake))
 	}
 	e.Env = apptest.New(tb, opts...)
-	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
-		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
-		require.NoError(tb, err)
-	}
+	e.EnableAssets(asset.BTCLN, asset.USDTTRC20)
 	node.SetTRXBalance(hot, 1_000_000_000) // 1,000 TRX of gas
 	return e
 }

@@ -56,23 +56,15 @@ func setupSim(t testing.TB, o btcpaysim.Options, cfg ...func(*config.Config)) *e
 	o.Now, o.TickEvery = fake.Now, -1
 	sim := btcpaysim.Start(t, o)
 	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}}
-	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithConfig(func(c *config.Config) {
-		c.BTCPay.URL, c.BTCPay.APIKey, c.BTCPay.StoreID, c.BTCPay.WebhookSecret = sim.URL(), sim.APIKey(), sim.StoreID(), hookSecret
+	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()
 		for _, fn := range cfg {
 			fn(c)
 		}
 	}))
 	e.Svc = e.App.Withdrawals
-	for _, code := range []string{asset.BTCLN, asset.USDTTRC20} {
-		_, err := e.App.Assets.SetEnabled(context.Background(), code, true)
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			e.requireBooks(t)
-		}
-	})
+	e.EnableAssets(asset.BTCLN, asset.USDTTRC20)
+	apptest.CheckAtEnd(t, e.requireBooks)
 	return e
 }
 
