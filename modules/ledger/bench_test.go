@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,12 +42,7 @@ import (
 const benchUsers = 10_000
 
 func benchDuration(b *testing.B) time.Duration {
-	if s := os.Getenv("LEDGER_BENCH_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		require.NoError(b, err, "LEDGER_BENCH_DURATION")
-		return d
-	}
-	return 10 * time.Second
+	return dbtest.DurationEnv(b, "LEDGER_BENCH_DURATION", 10*time.Second)
 }
 
 var benchAssets = []string{"BTC", "BTC_LN", "USDT_TRC20"}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,12 +28,7 @@ import (
 // would be timed), and the CPU it takes: this process's and its server
 // process's. Then it times verify over the same checkpoint, three times.
 func BenchmarkCheckpoint(b *testing.B) {
-	n := 100_000
-	if s := os.Getenv("CHECKPOINT_BENCH_ENTRIES"); s != "" {
-		var err error
-		n, err = strconv.Atoi(s)
-		require.NoError(b, err, "CHECKPOINT_BENCH_ENTRIES")
-	}
+	n := dbtest.IntEnv(b, "CHECKPOINT_BENCH_ENTRIES", 100_000)
 	u := dbtest.NewURL(b)
 	o, err := db.Open(context.Background(), u, 4)
 	require.NoError(b, err)
@@ -219,24 +212,9 @@ SELECT e.id, CASE WHEN s.side = 0 THEN a.id ELSE c.id END, CASE WHEN s.side = 0 
 // checkpoint's CPU per million entries and what that is, at the service's
 // interval, of the machine's CPUs (docs/performance.md).
 func BenchmarkCheckpointWrites(b *testing.B) {
-	dur := 30 * time.Second
-	if s := os.Getenv("CHECKPOINT_BENCH_WRITES"); s != "" {
-		var err error
-		dur, err = time.ParseDuration(s)
-		require.NoError(b, err, "CHECKPOINT_BENCH_WRITES")
-	}
-	rounds := 2
-	if s := os.Getenv("CHECKPOINT_BENCH_ROUNDS"); s != "" {
-		var err error
-		rounds, err = strconv.Atoi(s)
-		require.NoError(b, err, "CHECKPOINT_BENCH_ROUNDS")
-	}
-	quiet := 3
-	if s := os.Getenv("CHECKPOINT_BENCH_QUIET"); s != "" {
-		var err error
-		quiet, err = strconv.Atoi(s)
-		require.NoError(b, err, "CHECKPOINT_BENCH_QUIET")
-	}
+	dur := dbtest.DurationEnv(b, "CHECKPOINT_BENCH_WRITES", 30*time.Second)
+	rounds := dbtest.IntEnv(b, "CHECKPOINT_BENCH_ROUNDS", 2)
+	quiet := dbtest.IntEnv(b, "CHECKPOINT_BENCH_QUIET", 3)
 	ctx := context.Background()
 	u := dbtest.NewURL(b)
 	writers, err := db.Open(ctx, u, 20)

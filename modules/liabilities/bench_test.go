@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,18 +50,8 @@ import (
 // runs (dbtest.Kept). The writers credit other users, whose accounts the
 // ledger opens as usual. docs/performance.md has the results.
 func BenchmarkSnapshot(b *testing.B) {
-	users := 1_000_000
-	if s := os.Getenv("LIABILITIES_BENCH_USERS"); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(b, err, "LIABILITIES_BENCH_USERS")
-		users = n
-	}
-	writeFor := 10 * time.Second
-	if s := os.Getenv("LIABILITIES_BENCH_WRITES"); s != "" {
-		d, err := time.ParseDuration(s)
-		require.NoError(b, err, "LIABILITIES_BENCH_WRITES")
-		writeFor = d
-	}
+	users := dbtest.IntEnv(b, "LIABILITIES_BENCH_USERS", 1_000_000)
+	writeFor := dbtest.DurationEnv(b, "LIABILITIES_BENCH_WRITES", 10*time.Second)
 	ctx := context.Background()
 	// The users are built once per size and migration set, kept
 	// (dbtest.Kept; make bench-scale-drop drops them), and copied file by
@@ -119,18 +107,8 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 
 	b.Run("writes", func(b *testing.B) {
 		const writers = 8
-		rounds := 2
-		if s := os.Getenv("LIABILITIES_BENCH_ROUNDS"); s != "" {
-			n, err := strconv.Atoi(s)
-			require.NoError(b, err, "LIABILITIES_BENCH_ROUNDS")
-			rounds = n
-		}
-		quiet := 3
-		if s := os.Getenv("LIABILITIES_BENCH_QUIET"); s != "" {
-			n, err := strconv.Atoi(s)
-			require.NoError(b, err, "LIABILITIES_BENCH_QUIET")
-			quiet = n
-		}
+		rounds := dbtest.IntEnv(b, "LIABILITIES_BENCH_ROUNDS", 2)
+		quiet := dbtest.IntEnv(b, "LIABILITIES_BENCH_QUIET", 3)
 		// The snapshots' own connection, whose server process is measured.
 		job, pid := dbtest.JobConn(b, u)
 		meter := dbtest.NewLoadMeter(b, d, pid)

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -64,12 +62,7 @@ func benchCreate(b *testing.B, clients int, holdOnly bool) {
 		// asset on its volume row inside PostgreSQL, where a lock holder
 		// waits for a core behind the waiters (docs/performance.md, "The
 		// pool sized for the cores").
-		c.Database.MaxConns = 4 * runtime.NumCPU()
-		if s := os.Getenv("WITHDRAWAL_BENCH_CONNS"); s != "" {
-			conns, err := strconv.Atoi(s)
-			require.NoError(b, err, "WITHDRAWAL_BENCH_CONNS")
-			c.Database.MaxConns = conns
-		}
+		c.Database.MaxConns = dbtest.IntEnv(b, "WITHDRAWAL_BENCH_CONNS", 4*runtime.NumCPU())
 		c.LogLevel = "error"
 	})
 	e.limits(b, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
@@ -78,19 +71,9 @@ func benchCreate(b *testing.B, clients int, holdOnly bool) {
 	for i := range dests {
 		dests[i] = p2wpkh(b, chain.Regtest, fmt.Sprint("bench-dest-", i))
 	}
-	dur := 10 * time.Second
-	if s := os.Getenv("LEDGER_BENCH_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		require.NoError(b, err, "LEDGER_BENCH_DURATION")
-		dur = d
-	}
+	dur := dbtest.DurationEnv(b, "LEDGER_BENCH_DURATION", 10*time.Second)
 	dbtest.VacuumAnalyze(b, e.App.Cfg.Database.URL)
-	rounds := 3
-	if s := os.Getenv("WITHDRAWAL_BENCH_ROUNDS"); s != "" {
-		r, err := strconv.Atoi(s)
-		require.NoError(b, err, "WITHDRAWAL_BENCH_ROUNDS")
-		rounds = max(1, r)
-	}
+	rounds := max(1, dbtest.IntEnv(b, "WITHDRAWAL_BENCH_ROUNDS", 3))
 
 	idem := &idempotency.Store{DB: e.App.DB.Bun, Now: time.Now}
 	runs := make([]benchRound, rounds)

@@ -3,9 +3,7 @@ package withdrawal_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -40,12 +38,7 @@ func BenchmarkPayouts(b *testing.B) {
 		c.Database.MaxConns = 4 * runtime.NumCPU()
 		c.LogLevel = "error"
 	})
-	total := 2_000
-	if s := os.Getenv("PAYOUT_BENCH_WITHDRAWALS"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "PAYOUT_BENCH_WITHDRAWALS")
-		total = v
-	}
+	total := dbtest.IntEnv(b, "PAYOUT_BENCH_WITHDRAWALS", 2_000)
 	e.limits(b, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
 	fundMany(b, e, benchUsers, 1<<40)
 	dests := make([]string, 64)
@@ -119,12 +112,7 @@ func BenchmarkPayoutLookups(b *testing.B) {
 		c.LogLevel = "error"
 		c.BTCPay.Timeout = 15 * time.Second // the default: reading the whole list takes more than the tests' 2 s
 	})
-	total := 50_000
-	if s := os.Getenv("PAYOUT_LOOKUP_BENCH_PAYOUTS"); s != "" {
-		v, err := strconv.Atoi(s)
-		require.NoError(b, err, "PAYOUT_LOOKUP_BENCH_PAYOUTS")
-		total = v
-	}
+	total := dbtest.IntEnv(b, "PAYOUT_LOOKUP_BENCH_PAYOUTS", 50_000)
 	e.Sim.AddPastPayouts(total, 30*24*time.Hour)
 	e.fund(b, "lookups", asset.BTC, 10_000_000)
 	once := e.create(b, "lookups", asset.BTC, 50_000, p2wpkh(b, chain.Regtest, "lookup once"))
