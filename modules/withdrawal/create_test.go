@@ -379,13 +379,7 @@ func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
 		{fmt.Sprintf(`{"external_user_id":"carol","external_uſer_id":"mallory","asset":"BTC","amount":"20000","destination_address":%q}`, dest),
 			"external_uſer_id", "external_user_id"},
 	} {
-		r := e.Post("/v1/withdrawals", tc.body)
-		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.body, r.Body)
-		fe := r.FieldErrors(t)
-		require.Len(t, fe, 1, string(r.Body))
-		require.Equal(t, []any{"body", tc.key}, fe[0]["loc"], string(r.Body))
-		require.Equal(t, "field_name", fe[0]["type"])
-		require.Contains(t, fe[0]["msg"], "this field is "+tc.field)
+		e.RequireFieldNameRefused(t, "/v1/withdrawals", tc.body, tc.key, tc.field)
 	}
 	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)
 	require.Equal(t, "0.00000000", e.balance(t, "mallory", asset.BTC).Held)
