@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/dbtest"
 	"svc/platform/queue"
+	"svc/platform/queue/queuetest"
 )
 
 // TestRiverStepsAreCurrent: the last River step migrates to the newest
@@ -61,11 +63,7 @@ func (w *recorder[T]) Work(_ context.Context, job *river.Job[T]) error {
 func (w *recorder[T]) worked() map[int64]T {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[int64]T, len(w.done))
-	for k, v := range w.done {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(w.done)
 }
 
 // TestUpgradeFromRiverV041: a database as the releases on River v0.41 left
@@ -145,12 +143,7 @@ func TestUpgradeFromRiverV041(t *testing.T) {
 	river.AddWorker(workers, webhooks)
 	w, err := queue.NewWorker(d.Pool, queue.WorkerParams{Workers: workers, Log: log, FetchPollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	queuetest.Start(t, w, 5*time.Second)
 	require.Len(t, jobStates(t, d), 5, "the duplicates inserted nothing")
 	allCompleted := func() bool {
 		for _, s := range jobStates(t, d) {

@@ -17,6 +17,7 @@ import (
 	"svc/modules/event"
 	"svc/platform/dbtest"
 	"svc/platform/queue"
+	"svc/platform/queue/queuetest"
 )
 
 // TestADeadWorkersEventClaimIsReleasedWithItsJob: a worker dies while it
@@ -59,12 +60,7 @@ func TestADeadWorkersEventClaimIsReleasedWithItsJob(t *testing.T) {
 		c, err := queue.NewWorker(d.Pool, queue.WorkerParams{Workers: workers, Concurrency: concurrency, Log: log,
 			FetchPollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
-		require.NoError(t, c.Start(ctx))
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			_ = c.Stop(sctx)
-		})
+		queuetest.Start(t, c, 10*time.Second)
 		live, die := context.WithCancel(ctx)
 		t.Cleanup(die)
 		go queue.DeadWorkerRescue{Pool: d.Pool, ClientID: c.ID(), Every: 100 * time.Millisecond, Grace: time.Second, Log: log,

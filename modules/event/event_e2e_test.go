@@ -24,6 +24,7 @@ import (
 	"svc/platform/config"
 	"svc/platform/db"
 	"svc/platform/queue"
+	"svc/platform/queue/queuetest"
 )
 
 func withWebhook(url string, timeout time.Duration) apptest.Option {
@@ -261,12 +262,7 @@ func TestBacklogDrainsOnceAURLIsSet(t *testing.T) {
 	t.Cleanup(a2.Close)
 	w, err := a2.Worker(queue.WorkerParams{FetchPollInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	queuetest.Start(t, w, 10*time.Second)
 
 	apptest.Eventually(t, 20*time.Second, func() bool {
 		return len(listEvents(t, e, "?status=delivered")) == len(evs)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -404,11 +405,7 @@ func (r *recorder) check(req *http.Request, reqBody []byte, resp *http.Response,
 func (r *recorder) seen() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]int, len(r.ops))
-	for k, v := range r.ops {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.ops)
 }
 
 // checkWebhook validates a webhook body against the template of its type.

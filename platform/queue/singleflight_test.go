@@ -14,6 +14,7 @@ import (
 
 	"svc/platform/dbtest"
 	"svc/platform/queue"
+	"svc/platform/queue/queuetest"
 )
 
 type passArgs struct {
@@ -108,11 +109,6 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, p queue.WorkerParams) *river.
 	p.FetchPollInterval = 50 * time.Millisecond
 	c, err := queue.NewWorker(pool, p)
 	require.NoError(t, err)
-	require.NoError(t, c.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
+	queuetest.Start(t, c, 5*time.Second)
 	return c
 }
