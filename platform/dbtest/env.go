@@ -14,13 +14,7 @@ import (
 // value that is not a number fails the benchmark.
 func IntEnv(tb testing.TB, name string, def int) int {
 	tb.Helper()
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	require.NoError(tb, err, name)
-	return n
+	return fromEnv(tb, name, def, strconv.Atoi)
 }
 
 // DurationEnv returns the duration in the environment variable name (as
@@ -28,11 +22,16 @@ func IntEnv(tb testing.TB, name string, def int) int {
 // empty; a value that is not a duration fails the benchmark.
 func DurationEnv(tb testing.TB, name string, def time.Duration) time.Duration {
 	tb.Helper()
+	return fromEnv(tb, name, def, time.ParseDuration)
+}
+
+func fromEnv[T any](tb testing.TB, name string, def T, parse func(string) (T, error)) T {
+	tb.Helper()
 	s := os.Getenv(name)
 	if s == "" {
 		return def
 	}
-	d, err := time.ParseDuration(s)
+	v, err := parse(s)
 	require.NoError(tb, err, name)
-	return d
+	return v
 }
