@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/ledger"
+	"svc/platform/concurrencytest"
 )
 
 // TestConcurrentHolds: 50 holds at once against a balance that covers
@@ -22,7 +23,7 @@ func TestConcurrentHolds(t *testing.T) {
 	credit(t, d, "BTC", "zoe", 10*amount, "pay-1")
 
 	errs := make([]error, holders)
-	atOnce(holders, func(i int) {
+	concurrencytest.AtOnce(holders, func(i int) {
 		_, errs[i] = hold(t, d, "BTC", "zoe", amount, fmt.Sprintf("wd-%d", i))
 	})
 
@@ -61,7 +62,7 @@ func TestConcurrentSameFact(t *testing.T) {
 	const workers = 20
 	errs := make([]error, workers)
 	posted := make([]ledger.Posted, workers)
-	atOnce(workers, func(i int) {
+	concurrencytest.AtOnce(workers, func(i int) {
 		errs[i] = inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
 			var err error
 			posted[i], err = ledger.CreditDeposit(ctx, tx, "BTC", "yan", 777, "pay-same", "")

@@ -2,7 +2,6 @@ package ledger_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,23 +55,6 @@ func behindTriggers(t testing.TB, d *bun.DB, fn func(ctx context.Context, tx bun
 		}
 		return fn(ctx, tx)
 	}))
-}
-
-// atOnce runs f(0) to f(n-1), each in a goroutine of its own, all
-// started together, and returns when every one has returned.
-func atOnce(n int, f func(i int)) {
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			f(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
 }
 
 func credit(t testing.TB, d *bun.DB, asset, user string, amount int64, ref string) ledger.Posted {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/concurrencytest"
 	"svc/platform/config"
 	"svc/platform/idempotency"
 )
@@ -80,18 +80,9 @@ func TestCreateKeyRules(t *testing.T) {
 	e.fund(t, "kim", asset.BTC, 1_000_000)
 	body := createBody{ExternalUserID: "kim", Asset: asset.BTC, Amount: "30000", Destination: p2wpkh(t, chain.Regtest, "kim")}
 	responses := make([]*apptest.Response, 20)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range responses {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			responses[i] = e.Do(apptestReq(body, "kim-storm"))
-		}()
-	}
-	close(start)
-	wg.Wait()
+	concurrencytest.AtOnce(len(responses), func(i int) {
+		responses[i] = e.Do(apptestReq(body, "kim-storm"))
+	})
 	var first string
 	for _, r := range responses {
 		switch r.Status {

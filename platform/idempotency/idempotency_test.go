@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/platform/clock"
+	"svc/platform/concurrencytest"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 	"svc/platform/fault"
@@ -327,19 +327,10 @@ func testIdempotency(t *testing.T, setup func(t *testing.T) *testBundle) {
 	t.Run("StormOf100IdenticalRequestsHasOneEffect", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var wg sync.WaitGroup
 		results := make([]result, 100)
-		start := make(chan struct{})
-		for i := range results {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i] = b.post(t, "/v1/effects", "storm", `{"note":"storm"}`)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		concurrencytest.AtOnce(len(results), func(i int) {
+			results[i] = b.post(t, "/v1/effects", "storm", `{"note":"storm"}`)
+		})
 		var created, conflicts int
 		var body string
 		for _, r := range results {
