@@ -3,24 +3,21 @@ package ledger_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 
 	"svc/modules/ledger"
 	"svc/platform/db"
+	"svc/platform/randtest"
 )
 
-var (
-	flagOps  = flag.Int("ledger.ops", 10_000, "operations of TestRandomOperations (more: go test ./modules/ledger -run TestRandomOperations -ledger.ops=200000)")
-	flagSeed = flag.Uint64("ledger.seed", 0, "seed of TestRandomOperations; 0 picks one (the test prints it so a failure replays)")
-)
+var randomFlags = randtest.NewFlags("ledger", 10_000,
+	"operations of TestRandomOperations (more: go test ./modules/ledger -run TestRandomOperations -ledger.ops=200000)", "TestRandomOperations")
 
 // randomAssets are the assets the random operations use (the ledger does
 // not care whether an asset is enabled).
@@ -36,11 +33,7 @@ var randomAssets = []string{"BTC", "USDT_TRC20"}
 // up.
 func TestRandomOperations(t *testing.T) {
 	t.Parallel()
-	seed := *flagSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d: replay with go test ./modules/ledger -run TestRandomOperations -ledger.seed=%d -ledger.ops=%d", seed, seed, *flagOps)
+	seed := randomFlags.Seed(t, "modules/ledger")
 	const workers = 8
 	d := newDB(t, workers+4)
 	m := newModel()
@@ -51,7 +44,7 @@ func TestRandomOperations(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := &runner{t: t, d: d, m: m, w: w, rng: rand.New(rand.NewPCG(seed, uint64(w)))}
-			if msg := r.run(*flagOps / workers); msg != "" {
+			if msg := r.run(randomFlags.Ops() / workers); msg != "" {
 				failures <- msg
 			}
 		}()

@@ -2,7 +2,6 @@ package withdrawal_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"slices"
@@ -16,12 +15,10 @@ import (
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
+	"svc/platform/randtest"
 )
 
-var (
-	flagPayoutOps  = flag.Int("payout.ops", 150, "steps of TestRandomPayouts")
-	flagPayoutSeed = flag.Uint64("payout.seed", 0, "seed of TestRandomPayouts; 0 picks one (the test prints it so a failure replays)")
-)
+var payoutFlags = randtest.NewFlags("payout", 150, "steps of TestRandomPayouts", "TestRandomPayouts")
 
 // TestRandomPayouts interleaves deposits, BTC and Lightning withdrawals
 // (a few destinations shared, so the processor's duplicate-destination
@@ -36,7 +33,7 @@ var (
 // through and every withdrawal must reach confirmed, failed or refunded.
 func TestRandomPayouts(t *testing.T) {
 	t.Parallel()
-	rng := seededRand(t, *flagPayoutSeed, "payout", *flagPayoutOps, 0x51ed270b27f4a7c1)
+	rng := seededRand(t, payoutFlags, 0x51ed270b27f4a7c1)
 	e := setup(t)
 	ctx := context.Background()
 	users := []string{"q0", "q1", "q2"}
@@ -73,7 +70,7 @@ func TestRandomPayouts(t *testing.T) {
 		}
 		return c[rng.IntN(len(c))], true
 	}
-	for step := range *flagPayoutOps {
+	for step := range payoutFlags.Ops() {
 		op := rng.IntN(17)
 		what := ""
 		switch op {

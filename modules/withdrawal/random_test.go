@@ -3,7 +3,6 @@ package withdrawal_test
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"sync"
@@ -16,12 +15,11 @@ import (
 	"svc/modules/ledger"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
+	"svc/platform/randtest"
 )
 
-var (
-	flagOps  = flag.Int("withdrawal.ops", 150, "steps of TestRandomWithdrawals (more: go test ./modules/withdrawal -run TestRandomWithdrawals -withdrawal.ops=2000)")
-	flagSeed = flag.Uint64("withdrawal.seed", 0, "seed of TestRandomWithdrawals; 0 picks one (the test prints it so a failure replays)")
-)
+var withdrawalFlags = randtest.NewFlags("withdrawal", 150,
+	"steps of TestRandomWithdrawals (more: go test ./modules/withdrawal -run TestRandomWithdrawals -withdrawal.ops=2000)", "TestRandomWithdrawals")
 
 // TestRandomWithdrawals interleaves funding, withdrawal requests (some
 // in parallel bursts), approvals by two operators under four-eyes,
@@ -32,7 +30,7 @@ var (
 // each asset's rolling volume equal to the withdrawals of the window whose
 // money was not returned.
 func TestRandomWithdrawals(t *testing.T) {
-	rng := seededRand(t, *flagSeed, "withdrawal", *flagOps, 0x9e3779b97f4a7c15)
+	rng := seededRand(t, withdrawalFlags, 0x9e3779b97f4a7c15)
 	u := setupUSDT(t)
 	ctx := context.Background()
 	second := u.mintAdmin(t, "second operator")
@@ -75,7 +73,7 @@ func TestRandomWithdrawals(t *testing.T) {
 		}
 		return ws[rng.IntN(len(ws))], true
 	}
-	for step := 0; step < *flagOps; step++ {
+	for step := 0; step < withdrawalFlags.Ops(); step++ {
 		user := users[rng.IntN(len(users))]
 		code := []string{asset.BTC, asset.BTC, asset.USDTTRC20}[rng.IntN(3)]
 		switch op := rng.IntN(100); {
