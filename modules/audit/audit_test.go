@@ -24,7 +24,6 @@ import (
 	"svc/modules/deposit"
 	"svc/modules/event"
 	"svc/platform/btcpay/btcpaysim"
-	"svc/platform/clock"
 	"svc/platform/config"
 	"svc/platform/db"
 	"svc/platform/dbtest"
@@ -72,8 +71,7 @@ func count(t *testing.T, e *apptest.Env, p audit.ListParams) int {
 func reviewed(t *testing.T) (*apptest.Env, string) {
 	t.Helper()
 	ctx := context.Background()
-	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	sim := btcpaysim.Start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1})
+	sim, fake := apptest.StartProcessor(t, btcpaysim.Options{})
 	e := apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, "audit-test-secret"), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()
 	}))

@@ -58,10 +58,8 @@ func setup(t testing.TB, opts ...option) *env {
 	for _, o := range opts {
 		o(&s)
 	}
-	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	so := btcpaysim.Options{Now: fake.Now, TickEvery: -1, TronPool: s.simPool,
-		WebhookRetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}}
-	sim := btcpaysim.Start(t, so)
+	sim, fake := apptest.StartProcessor(t, btcpaysim.Options{TronPool: s.simPool,
+		WebhookRetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}})
 	if s.ourPool == nil {
 		s.ourPool = sim.TronPool()
 	}

@@ -122,7 +122,7 @@ func BenchmarkReport(b *testing.B) {
 // TRON simulators, every asset enabled, on the real clock.
 func benchSetup(b *testing.B) *env {
 	b.Helper()
-	return start(b, btcpaysim.Options{TickEvery: -1}, nil, func(c *config.Config) { c.LogLevel = "error" })
+	return start(b, btcpaysim.Start(b, btcpaysim.Options{TickEvery: -1}), nil, func(c *config.Config) { c.LogLevel = "error" })
 }
 
 // seedBook writes the benchmark's book in plain SQL, a chunk of deposits

@@ -43,17 +43,16 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	return start(t, btcpaysim.Options{Now: fake.Now, TickEvery: -1}, fake, nil)
+	sim, fake := apptest.StartProcessor(t, btcpaysim.Options{})
+	return start(t, sim, fake, nil)
 }
 
-// start is the service against a BTCPay simulator started with o and a
-// TRON node whose hot wallet has 1,000 TRX of gas, with every asset
-// enabled: on the fake clock when one is given, and with cfg's changes to
-// the configuration when it is set.
-func start(tb testing.TB, o btcpaysim.Options, fake *clock.Fake, cfg func(*config.Config)) *env {
+// start is the service against the BTCPay simulator sim and a TRON node
+// whose hot wallet has 1,000 TRX of gas, with every asset enabled: on the
+// fake clock when one is given, and with cfg's changes to the
+// configuration when it is set.
+func start(tb testing.TB, sim *btcpaysim.Sim, fake *clock.Fake, cfg func(*config.Config)) *env {
 	tb.Helper()
-	sim := btcpaysim.Start(tb, o)
 	node := tronsim.Start(tb)
 	hot, err := chain.ParseTronAddress(chaintest.Tron("hot wallet"))
 	require.NoError(tb, err)

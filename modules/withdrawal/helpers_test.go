@@ -52,9 +52,7 @@ func setup(t testing.TB, cfg ...func(*config.Config)) *env {
 // tick are the env's).
 func setupSim(t testing.TB, o btcpaysim.Options, cfg ...func(*config.Config)) *env {
 	t.Helper()
-	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	o.Now, o.TickEvery = fake.Now, -1
-	sim := btcpaysim.Start(t, o)
+	sim, fake := apptest.StartProcessor(t, o)
 	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}}
 	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()

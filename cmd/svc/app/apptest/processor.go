@@ -3,12 +3,26 @@ package apptest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/clock"
 	"svc/platform/config"
 )
+
+// StartProcessor starts a simulated processor with o's options on a fake
+// clock set to the current second, which moves only when the test
+// advances it and ticks the processor only when told (Sim.Tick). Pass the
+// clock to WithClock and the processor to WithProcessor so that the
+// service shares both.
+func StartProcessor(t testing.TB, o btcpaysim.Options) (*btcpaysim.Sim, *clock.Fake) {
+	t.Helper()
+	fake := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	o.Now, o.TickEvery = fake.Now, -1
+	return btcpaysim.Start(t, o), fake
+}
 
 // WithProcessor points the service at a simulated processor: its URL, API
 // key and store, with secret as the processor's webhook secret.
