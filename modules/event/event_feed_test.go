@@ -20,16 +20,11 @@ import (
 	"svc/platform/clock"
 )
 
-// feedPage is GET /v1/events as a client reads it: each event kept as the
-// exact bytes of the response.
-type feedPage struct {
-	Events     []json.RawMessage `json:"events"`
-	NextCursor *string           `json:"next_cursor"`
-}
-
-func getFeed(t *testing.T, e *apptest.Env, query string) feedPage {
+// getFeed reads GET /v1/events as a client does: each event kept as the
+// exact bytes of the response (event.FeedPage).
+func getFeed(t *testing.T, e *apptest.Env, query string) event.FeedPage {
 	t.Helper()
-	p := okBody[feedPage](t, e.Get("/v1/events"+query))
+	p := okBody[event.FeedPage](t, e.Get("/v1/events"+query))
 	require.NotNil(t, p.Events, "an empty list is [], not null")
 	return p
 }
