@@ -15,29 +15,6 @@ import (
 	"svc/modules/ledger"
 )
 
-type balancesBody struct {
-	ExternalUserID string `json:"external_user_id"`
-	Balances       []struct {
-		Asset, Available, Held, Total string
-	} `json:"balances"`
-}
-
-type txBody struct {
-	Transactions []struct {
-		PostingID int64   `json:"posting_id"`
-		EntryID   int64   `json:"entry_id"`
-		Kind      string  `json:"kind"`
-		Asset     string  `json:"asset"`
-		Account   string  `json:"account"`
-		Amount    string  `json:"amount"`
-		Direction string  `json:"direction"`
-		SourceRef *string `json:"source_ref"`
-		Memo      *string `json:"memo"`
-		CreatedAt string  `json:"created_at"`
-	} `json:"transactions"`
-	NextCursor *int64 `json:"next_cursor"`
-}
-
 func TestBalancesHTTP(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
@@ -47,7 +24,7 @@ func TestBalancesHTTP(t *testing.T) {
 	t.Run("UnknownUserGetsZeros", func(t *testing.T) {
 		r := e.Get("/v1/users/never-seen/balances")
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var b balancesBody
+		var b ledger.BalancesView
 		r.JSON(t, &b)
 		require.Equal(t, "never-seen", b.ExternalUserID)
 		require.Len(t, b.Balances, 1, "only BTC is enabled")
@@ -63,10 +40,10 @@ func TestBalancesHTTP(t *testing.T) {
 	require.NoError(t, err)
 	credit(t, d, "USDT_TRC20", user, 2_500_000, "pay-2")
 
-	get := func() balancesBody {
+	get := func() ledger.BalancesView {
 		r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var b balancesBody
+		var b ledger.BalancesView
 		r.JSON(t, &b)
 		return b
 	}
@@ -137,11 +114,11 @@ func TestTransactionsHTTP(t *testing.T) {
 	// Someone else's postings never show.
 	credit(t, d, "BTC", "other", 9, "pay-other")
 
-	list := func(query string) txBody {
+	list := func(query string) ledger.TransactionsView {
 		t.Helper()
 		r := e.Get("/v1/users/" + user + "/transactions" + query)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var b txBody
+		var b ledger.TransactionsView
 		r.JSON(t, &b)
 		return b
 	}
