@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -34,10 +36,18 @@ import (
 //
 //   - Header parameters: the Idempotency-Key is read, and its absence
 //     answered 400, by the idempotency middleware, which runs first.
-//   - A path parameter of format uuid: the SPEC answers 404 for anything
-//     that is not a known id, which the handler's lookup decides.
-//   - Unknown query parameters: a schema cannot close a parameter list;
+//   - A path parameter that only names what the handler looks up (of
+//     format uuid, or text with no bound at all, such as an event id): the
+//     SPEC answers 404 for anything that is not a known id, which the
+//     handler's lookup decides.
+//   - Unknown query parameters: a schema cannot close a parameter list. An
+//     operation marked "x-closed-query": true refuses every parameter it
+//     does not document, in the same 422 as the others; elsewhere
 //     OnlyQuery refuses them where a list is filtered.
+//
+// A date-time parameter is RFC 3339 with a time zone, as time.Parse reads
+// it, and a "+" that form decoding turned into a space is read as the "+"
+// it was (QueryTime).
 type Validator struct {
 	doc     *openapi3.T
 	options openapi3filter.Options
@@ -72,6 +82,10 @@ func NewValidator(ctx context.Context, spec []byte) (*Validator, error) {
 				_, err := uuid.Parse(s)
 				return err
 			})),
+			openapi3.WithStringFormatValidator("date-time", openapi3.NewCallbackValidator(func(s string) error {
+				_, err := time.Parse(time.RFC3339Nano, s)
+				return err
+			})),
 		},
 	}}, nil
 }
@@ -83,6 +97,9 @@ type Operation struct {
 	name   string // "POST /v1/deposits", for errors
 	params []*openapi3.Parameter
 	query  bool // some of params are in the query
+	// closed lists the documented query parameters when the operation
+	// refuses any other ("x-closed-query"); nil when it does not.
+	closed []string
 	body   *openapi3.RequestBody
 	schema *openapi3.Schema  // of application/json; nil without a body
 	fields map[string]string // the body's properties: folded -> exact name
@@ -101,16 +118,24 @@ func (v *Validator) Operation(method, path string) (*Operation, error) {
 		return nil, fmt.Errorf("openapi: %s %s is not in the document", method, path)
 	}
 	o := &Operation{v: v, name: method + " " + path}
+	var names []string // the query parameters, in the document's order
 	for _, list := range []openapi3.Parameters{item.Parameters, op.Parameters} {
 		for _, ref := range list {
 			p := ref.Value
 			switch {
-			case p.In == openapi3.ParameterInPath && p.Schema != nil && p.Schema.Value.Format == "uuid":
+			case p.In == openapi3.ParameterInPath && lookupOnly(p):
 			case p.In == openapi3.ParameterInPath, p.In == openapi3.ParameterInQuery:
 				o.params = append(o.params, p)
 				o.query = o.query || p.In == openapi3.ParameterInQuery
 			}
+			if p.In == openapi3.ParameterInQuery {
+				names = append(names, p.Name)
+			}
 		}
+	}
+	if closed, _ := op.Extensions["x-closed-query"].(bool); closed {
+		o.closed = append([]string{}, names...)
+		o.query = true
 	}
 	if op.RequestBody != nil && op.RequestBody.Value != nil {
 		o.body = op.RequestBody.Value
@@ -125,6 +150,21 @@ func (v *Validator) Operation(method, path string) (*Operation, error) {
 		}
 	}
 	return o, nil
+}
+
+// lookupOnly reports a path parameter that only names what the handler
+// looks up: of format uuid, or text with no bound at all. Anything that is
+// not a known id is 404, whatever its text.
+func lookupOnly(p *openapi3.Parameter) bool {
+	if p.Schema == nil || p.Schema.Value == nil {
+		return true
+	}
+	s := p.Schema.Value
+	if s.Format == "uuid" {
+		return true
+	}
+	return s.Type.Is(openapi3.TypeString) && s.Format == "" && s.Pattern == "" && len(s.Enum) == 0 &&
+		s.MinLength == 0 && s.MaxLength == nil
 }
 
 // openAPIPath turns a fiber route path into the document's template:
@@ -156,6 +196,12 @@ func (o *Operation) Check(c *fiber.Ctx) error {
 	}
 	var fields []fault.FieldError
 	for _, p := range o.params {
+		if p.In == openapi3.ParameterInQuery && p.Schema != nil && p.Schema.Value != nil && p.Schema.Value.Format == "date-time" {
+			// A "+" sent unencoded in a timestamp arrives as a space.
+			for i, v := range in.QueryParams[p.Name] {
+				in.QueryParams[p.Name][i] = strings.ReplaceAll(v, " ", "+")
+			}
+		}
 		if p.In == openapi3.ParameterInPath {
 			if in.PathParams == nil {
 				in.PathParams = map[string]string{}
@@ -168,6 +214,12 @@ func (o *Operation) Check(c *fiber.Ctx) error {
 		}
 		if err := openapi3filter.ValidateParameter(ctx, in, p); err != nil {
 			fields = append(fields, paramErrors(p, c, err)...)
+		}
+	}
+	if o.closed != nil {
+		var fe *fault.Error
+		if errors.As(OnlyQuery(c, o.closed...), &fe) {
+			fields = append(fields, fe.Fields...)
 		}
 	}
 	if o.schema != nil {

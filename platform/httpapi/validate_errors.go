@@ -197,6 +197,10 @@ func schemaError(se *openapi3.SchemaError, base []any, input any) fault.FieldErr
 		if s != nil && s.Format == "uuid" {
 			return fault.FieldError{Loc: loc, Type: "uuid_parsing", Input: input, Msg: "Input should be a valid UUID"}
 		}
+		if s != nil && s.Format == "date-time" {
+			return fault.FieldError{Loc: loc, Type: "datetime_parsing", Input: input,
+				Msg: "Input should be an RFC 3339 timestamp with a time zone, such as 2026-01-02T03:04:05+00:00"}
+		}
 		return fault.FieldError{Loc: loc, Type: "value_error", Input: input, Msg: "Input should be a valid " + s.Format}
 	case "minimum":
 		return fault.FieldError{Loc: loc, Type: "greater_than_equal", Input: input,
