@@ -6,7 +6,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 
-	"svc/platform/fault"
 	"svc/platform/httpapi"
 )
 
@@ -38,37 +37,27 @@ func ToFeedPage(events []Event, next *uuid.UUID) FeedPage {
 //
 // An event is the body its webhook delivery sends, byte for byte. limit is
 // 1 to 200 (default 50); cursor is an evt_ id the list returned; every bad
-// or unknown parameter is reported in one 422. An event_id that names no
-// event, a malformed one included, is 404.
+// or unknown parameter is reported in one 422, by platform, which checks
+// requests against openapi.json (httpapi.Validator.Router). An event_id
+// that names no event, a malformed one included, is 404.
 func (s *Service) feedRoutes(platform fiber.Router) {
 	platform.Get("/events", s.handleFeed)
 	platform.Get("/events/:event_id", s.handleFeedGet)
 }
 
-func typeNames() []string {
-	out := make([]string, 0, len(Types()))
-	for _, t := range Types() {
-		out = append(out, string(t))
-	}
-	return out
-}
-
 func (s *Service) handleFeed(c *fiber.Ctx) error {
-	typ, terr := httpapi.QueryEnum(c, "type", typeNames()...)
-	after, aerr := httpapi.QueryTime(c, "created_after")
-	limit, lerr := httpapi.QueryInt(c, "limit", DefaultFeedLimit, 1, MaxFeedLimit)
-	p := FeedParams{Type: Type(typ), CreatedAfter: after, Limit: limit}
-	var cerr error
-	if args := c.Context().QueryArgs(); args.Has("cursor") {
+	after, err := httpapi.QueryTime(c, "created_after")
+	if err != nil {
+		return err
+	}
+	args := c.Context().QueryArgs() // copies below: fiber reuses its buffers
+	p := FeedParams{Type: Type(args.Peek("type")), CreatedAfter: after, Limit: c.QueryInt("limit", DefaultFeedLimit)}
+	if args.Has("cursor") {
 		id, err := ParseID(string(args.Peek("cursor")))
 		if err != nil {
-			cerr = ErrBadCursor
+			return ErrBadCursor
 		}
 		p.Cursor = &id
-	}
-	if err := fault.MergeValidation(terr, aerr, lerr, cerr,
-		httpapi.OnlyQuery(c, "type", "created_after", "limit", "cursor")); err != nil {
-		return err
 	}
 	events, next, err := s.Feed(c.UserContext(), p)
 	if err != nil {

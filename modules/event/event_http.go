@@ -52,6 +52,9 @@ type RedeliverResponse struct {
 //	GET  /admin/events?status=&limit=          {events: [Record]}, newest first (replica: Service.Replica)
 //	POST /admin/events/{event_id}/redeliver    {id, status}
 //
+// Both routers check requests against openapi.json
+// (httpapi.Validator.Router): a status that is not one of the three, a
+// limit out of range and a parameter the list does not take are one 422.
 // event_id is the raw uuid (raw_id) or the evt_ id the list and the
 // payloads show. Anything that names no event, a malformed id included, is
 // 404; an event that is not dead is 409.
@@ -62,15 +65,12 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 }
 
 func (s *Service) handleList(c *fiber.Ctx) error {
-	status, serr := httpapi.QueryEnum(c, "status", string(StatusPending), string(StatusDelivered), string(StatusDead))
-	limit, lerr := httpapi.QueryInt(c, "limit", 50, 1, 200)
-	if err := fault.MergeValidation(serr, lerr, httpapi.OnlyQuery(c, "status", "limit")); err != nil {
-		return err
-	}
+	args := c.Context().QueryArgs() // copies below: fiber reuses its buffers
+	p := ListParams{Status: Status(args.Peek("status")), Limit: c.QueryInt("limit", 50)}
 	var events []Event
 	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		events, err = list(ctx, idb, ListParams{Status: Status(status), Limit: limit})
+		events, err = list(ctx, idb, p)
 		return err
 	})
 	if err != nil {

@@ -34,7 +34,7 @@ func (a *App) initEvents(context.Context) error {
 // routesEvents registers the Events API (GET /v1/events, readwrite) and the
 // operators' event endpoints (docs/webhooks.md).
 func (a *App) routesEvents(r Routers) {
-	a.Events.Routes(r.Platform, r.Admin, r.Idem)
+	a.Events.Routes(r.Checked(r.Platform), r.Checked(r.Admin), r.Idem)
 }
 
 func (a *App) jobsEvents(j *Jobs) error {
