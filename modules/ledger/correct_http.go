@@ -20,7 +20,8 @@ import (
 )
 
 // AdminRoutes registers the operator bookings on the admin router
-// (/v1/admin, admin scope); idem is the Idempotency-Key middleware:
+// (/v1/admin, admin scope), which checks requests against openapi.json
+// (httpapi.Validator.Router); idem is the Idempotency-Key middleware:
 //
 //	POST /ledger/corrections   201 Booking (200 for a dry run or a replay)
 //	POST /ledger/transfers     201 Booking (200 for a dry run or a replay)
@@ -96,82 +97,69 @@ func ViewOf(b Booked, decimals map[string]int, dryRun bool) BookingView {
 	return v
 }
 
+// The bodies as openapi.json describes them (CorrectionRequest,
+// TransferRequest): the admin router checks them against it
+// (httpapi.Bind), so a required field is present and of its type, an
+// account and a direction are one of their enum, and an amount is 1 to 19
+// digits. The rest is the booking's own policy (OperatorCorrection,
+// CustodyTransfer).
 type correctionLineRequest struct {
-	Account        *string `json:"account"`
+	Account        string  `json:"account"`
 	ExternalUserID *string `json:"external_user_id"`
-	Direction      *string `json:"direction"`
-	Amount         *string `json:"amount"`
+	Direction      string  `json:"direction"`
+	Amount         string  `json:"amount"`
 }
 
 type correctionRequest struct {
-	Asset     *string                 `json:"asset"`
-	Memo      *string                 `json:"memo"`
+	Asset     string                  `json:"asset"`
+	Memo      string                  `json:"memo"`
 	Reference *string                 `json:"reference"`
 	DryRun    *bool                   `json:"dry_run"`
 	Lines     []correctionLineRequest `json:"lines"`
 }
 
 type transferRequest struct {
-	From       *string `json:"from"`
-	To         *string `json:"to"`
-	Amount     *string `json:"amount"`
+	From       string  `json:"from"`
+	To         string  `json:"to"`
+	Amount     string  `json:"amount"`
 	NetworkFee *string `json:"network_fee"`
-	Reference  *string `json:"reference"`
-	Memo       *string `json:"memo"`
+	Reference  string  `json:"reference"`
+	Memo       string  `json:"memo"`
 	DryRun     *bool   `json:"dry_run"`
 }
 
-func text(f *httpapi.Fields, s *string, required bool, max int, loc ...any) string {
-	if s == nil {
-		if required {
-			f.Required(false, loc...)
-		}
-		return ""
-	}
-	if f.Storable(*s, loc...) {
-		f.Length(*s, 0, max, loc...)
-	}
-	return *s
-}
-
-func units(f *httpapi.Fields, s *string, positive bool, loc ...any) int64 {
-	if !f.Required(s != nil, loc...) {
-		return 0
-	}
-	n, err := money.ParseUnits(*s, positive)
+// units reads an amount of 1 to 19 digits (the document's pattern): what
+// is left to refuse is zero, where the amount must be positive, and a
+// number past int64.
+func units(f *httpapi.Fields, s string, positive bool, loc ...any) int64 {
+	n, err := money.ParseUnits(s, positive)
 	if err != nil {
-		f.Add(loc, "value_error", "amount "+err.Error(), *s)
+		f.Add(loc, "value_error", "amount "+err.Error(), s)
 	}
 	return n
 }
 
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 func (a *API) handleCorrection(c *fiber.Ctx) error {
 	var req correctionRequest
-	if err := httpapi.DecodeBody(c, &req); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
 	var f httpapi.Fields
-	p := OperatorCorrection{
-		Asset:     text(&f, req.Asset, true, MaxAsset, "body", "asset"),
-		Memo:      text(&f, req.Memo, true, MaxMemo, "body", "memo"),
-		Reference: text(&f, req.Reference, false, MaxReference, "body", "reference"),
-	}
-	if f.Required(req.Lines != nil, "body", "lines") {
-		for i, l := range req.Lines {
-			acct := Account{Kind: AccountKind(text(&f, l.Account, true, 32, "body", "lines", i, "account")),
-				Owner: text(&f, l.ExternalUserID, false, MaxOwner, "body", "lines", i, "external_user_id")}
-			sign := int64(1)
-			if f.Required(l.Direction != nil, "body", "lines", i, "direction") {
-				switch *l.Direction {
-				case "credit":
-				case "debit":
-					sign = -1
-				default:
-					f.Add([]any{"body", "lines", i, "direction"}, "enum", "Input should be 'debit' or 'credit'", *l.Direction)
-				}
-			}
-			p.Lines = append(p.Lines, Line{Account: acct, Amount: sign * units(&f, l.Amount, true, "body", "lines", i, "amount")})
+	p := OperatorCorrection{Asset: req.Asset, Memo: req.Memo, Reference: deref(req.Reference)}
+	for i, l := range req.Lines {
+		sign := int64(1)
+		if l.Direction == "debit" {
+			sign = -1
 		}
+		p.Lines = append(p.Lines, Line{Account: Account{Kind: AccountKind(l.Account), Owner: deref(l.ExternalUserID)},
+			Amount: sign * units(&f, l.Amount, true, "body", "lines", i, "amount")})
 	}
 	if err := f.Err(); err != nil {
 		return err
@@ -191,19 +179,14 @@ func (a *API) handleCorrection(c *fiber.Ctx) error {
 
 func (a *API) handleTransfer(c *fiber.Ctx) error {
 	var req transferRequest
-	if err := httpapi.DecodeBody(c, &req); err != nil {
+	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
 	var f httpapi.Fields
-	t := CustodyTransfer{
-		From:      text(&f, req.From, true, MaxAsset, "body", "from"),
-		To:        text(&f, req.To, true, MaxAsset, "body", "to"),
-		Amount:    units(&f, req.Amount, true, "body", "amount"),
-		Reference: text(&f, req.Reference, true, MaxReference, "body", "reference"),
-		Memo:      text(&f, req.Memo, true, MaxMemo, "body", "memo"),
-	}
+	t := CustodyTransfer{From: req.From, To: req.To, Amount: units(&f, req.Amount, true, "body", "amount"),
+		Reference: req.Reference, Memo: req.Memo}
 	if req.NetworkFee != nil {
-		t.NetworkFee = units(&f, req.NetworkFee, false, "body", "network_fee")
+		t.NetworkFee = units(&f, *req.NetworkFee, false, "body", "network_fee")
 	}
 	if err := f.Err(); err != nil {
 		return err

@@ -35,8 +35,8 @@ func (a *App) initLedger(context.Context) error {
 // bookings POST /v1/admin/ledger/corrections and /transfers.
 func (a *App) routesLedger(r Routers) {
 	a.LedgerAPI.Routes(r.Checked(r.Platform))
-	a.LedgerAPI.AdminRoutes(r.Admin, r.Idem)
-	a.Checkpointer.AdminRoutes(r.Admin)
+	a.LedgerAPI.AdminRoutes(r.Checked(r.Admin), r.Idem)
+	a.Checkpointer.AdminRoutes(r.Checked(r.Admin))
 }
 
 // jobsLedger adds the checkpoint and the scheduled verification of the
