@@ -62,7 +62,7 @@ func (a *App) routesPublic(r Routers) {
 }
 
 func (a *App) routesFoundation(r Routers) {
-	a.Assets.Routes(r.Platform)
+	a.Assets.Routes(r.Checked(r.Platform))
 }
 
 func (a *App) jobsFoundation(j *Jobs) error {

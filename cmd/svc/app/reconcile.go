@@ -50,7 +50,7 @@ func (a *App) initReconcile(context.Context) error {
 // routesReconcile registers GET /v1/admin/reconciliation, and the proof
 // of liabilities' routes.
 func (a *App) routesReconcile(r Routers) {
-	a.Reconcile.Routes(r.Admin)
+	a.Reconcile.Routes(r.Checked(r.Admin))
 	a.routesLiabilities(r)
 }
 
