@@ -156,9 +156,6 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleReview(c *fiber.Ctx) error {
-	if err := httpapi.OnlyQuery(c, "limit"); err != nil {
-		return err
-	}
 	limit := c.QueryInt("limit", DefaultReviewLimit)
 	ctx := c.UserContext()
 	var vs []View
@@ -202,9 +199,6 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleWalletAlerts(c *fiber.Ctx) error {
-	if err := httpapi.OnlyQuery(c, "limit"); err != nil {
-		return err
-	}
 	limit := c.QueryInt("limit", DefaultReviewLimit)
 	var alerts []WalletAlertView
 	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) (err error) {

@@ -119,9 +119,6 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 }
 
 func (s *Service) handleAdminList(c *fiber.Ctx) error {
-	if err := httpapi.OnlyQuery(c, "status", "limit", "cursor"); err != nil {
-		return err
-	}
 	status := Status(c.Query("status"))
 	return httpapi.SendPage(c, s.lists(), DefaultAdminLimit,
 		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Withdrawal, *uuid.UUID, error) {
