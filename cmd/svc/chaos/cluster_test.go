@@ -10,18 +10,16 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/cmd/svc/clustertest"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
 	"svc/platform/chain/chaintest"
@@ -108,12 +106,7 @@ func startCluster(t testing.TB, dir string, env ...string) *cluster {
 }
 
 func startClusterOn(t testing.TB, dir string, database database, env ...string) *cluster {
-	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
-	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
-	build.Dir = dbtest.ModuleRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build svc: %v\n%s", err, out)
-	}
+	c := &cluster{t: t, dir: dir, bin: clustertest.Build(t, dir)}
 	pg, owner, runtime, oracleURL := database(t)
 	c.pg = pg
 
@@ -149,8 +142,8 @@ func startClusterOn(t testing.TB, dir string, database database, env ...string) 
 	)
 	c.env = append(c.env, env...) // a test's own settings win: the last of a name is used
 	c.svc("migrate")
-	c.rwKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform", "--as", "chaos"))
-	c.admKey = lastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator", "--as", "chaos"))
+	c.rwKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform", "--as", "chaos"))
+	c.admKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator", "--as", "chaos"))
 	// Some withdrawals under the auto-approval limit, some above; no daily
 	// cap, so the gate that decides is the one the driver chose.
 	c.svc("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "200000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
@@ -158,27 +151,27 @@ func startClusterOn(t testing.TB, dir string, database database, env ...string) 
 
 	for i := 0; i < 2; i++ {
 		port := dbtest.FreePort(t)
-		api := &proc{name: fmt.Sprintf("api-%d", i+1), bin: c.bin, args: []string{"api"},
-			env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(port)), log: filepath.Join(dir, fmt.Sprintf("api-%d.log", i+1)),
-			health: fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}
+		api := &proc{Name: fmt.Sprintf("api-%d", i+1), Bin: c.bin, Args: []string{"api"},
+			Env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(port)), Log: filepath.Join(dir, fmt.Sprintf("api-%d.log", i+1)),
+			Ready: fmt.Sprintf("http://127.0.0.1:%d/healthz", port)}
 		c.apis = append(c.apis, api)
 		c.lb.backends = append(c.lb.backends, fmt.Sprintf("http://127.0.0.1:%d", port))
-		c.workers = append(c.workers, &proc{name: fmt.Sprintf("worker-%d", i+1), bin: c.bin, args: []string{"worker"},
-			env: c.env, log: filepath.Join(dir, fmt.Sprintf("worker-%d.log", i+1))})
+		c.workers = append(c.workers, &proc{Name: fmt.Sprintf("worker-%d", i+1), Bin: c.bin, Args: []string{"worker"},
+			Env: c.env, Log: filepath.Join(dir, fmt.Sprintf("worker-%d.log", i+1))})
 	}
 	for _, p := range c.procs() {
-		if err := p.start(); err != nil {
-			t.Fatalf("start %s: %v", p.name, err)
+		if err := p.Start(); err != nil {
+			t.Fatalf("start %s: %v", p.Name, err)
 		}
 	}
 	t.Cleanup(func() {
 		for _, p := range c.procs() {
-			p.stop()
+			p.Stop()
 		}
 	})
 	for _, p := range c.apis {
-		if err := p.waitHealthy(30 * time.Second); err != nil {
-			t.Fatalf("%s: %v (log: %s)", p.name, err, p.log)
+		if err := p.WaitReady(30 * time.Second); err != nil {
+			t.Fatalf("%s: %v (log: %s)", p.Name, err, p.Log)
 		}
 	}
 	c.lb.url = lbURL
@@ -196,14 +189,7 @@ func (c *cluster) procs() []*proc { return append(append([]*proc(nil), c.apis...
 // svc runs a one-shot svc command and returns its output.
 func (c *cluster) svc(args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command(c.bin, args...)
-	cmd.Env = c.env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		c.t.Fatalf("svc %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	return out.String()
+	return clustertest.Run(c.t, c.bin, c.env, args...)
 }
 
 // fileLog is a logger writing to path (the simulator's log).
@@ -214,11 +200,6 @@ func fileLog(t testing.TB, path string) *slog.Logger {
 	}
 	t.Cleanup(func() { _ = f.Close() })
 	return slog.New(slog.NewTextHandler(f, nil))
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // serve runs h on a loopback port for the test and returns its URL.
@@ -234,110 +215,7 @@ func serve(t testing.TB, h http.Handler) string {
 }
 
 // proc is one svc process that can be killed and started again.
-type proc struct {
-	name, bin, log, health string
-	args, env              []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = f, f
-	// The harness dying takes its processes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
-	return nil
-}
-
-// pid is the process id of the running process (0: never started).
-func (p *proc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-func (p *proc) alive() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
-
-// stop asks the process to shut down (SIGTERM) and kills it if it has not
-// within 20 s.
-func (p *proc) stop() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-	}
-}
-
-func (p *proc) waitHealthy(within time.Duration) error {
-	if p.health == "" {
-		return nil
-	}
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(p.health); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if !p.alive() {
-			return errors.New("exited")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("not healthy in time")
-}
+type proc = clustertest.Proc
 
 // balancerHeader marks an answer of the balancer itself (no backend could
 // be reached, or the backend died mid-request), which a client treats as a

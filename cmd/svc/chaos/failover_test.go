@@ -83,7 +83,7 @@ func TestFailover(t *testing.T) {
 	})
 	pids := map[string]int{}
 	for _, p := range c.procs() {
-		pids[p.name] = p.pid()
+		pids[p.Name] = p.Pid()
 	}
 	v := &violations{}
 	o := &oracle{c: c, v: v}
@@ -107,16 +107,16 @@ func TestFailover(t *testing.T) {
 		checked = checkAcks(d, v, o, checked, r.killedAt, &r)
 		t.Logf("round %d: acknowledged writes checked in %s", i+1, time.Since(checkStart).Round(time.Millisecond))
 		for _, p := range c.procs() {
-			if !p.alive() || p.pid() != pids[p.name] {
-				v.add("round %d: %s is not the process started at the beginning (restarted or exited; log %s)", i+1, p.name, p.log)
+			if !p.Alive() || p.Pid() != pids[p.Name] {
+				v.add("round %d: %s is not the process started at the beginning (restarted or exited; log %s)", i+1, p.Name, p.Log)
 			}
 		}
 		for _, p := range c.apis {
-			if err := p.waitHealthy(30 * time.Second); err != nil {
-				v.add("round %d: %s /healthz not ok 30 s after the failover: %v", i+1, p.name, err)
+			if err := p.WaitReady(30 * time.Second); err != nil {
+				v.add("round %d: %s /healthz not ok 30 s after the failover: %v", i+1, p.Name, err)
 			}
-			if body, ok := waitReady(strings.TrimSuffix(p.health, "/healthz")+"/readyz", 30*time.Second); !ok {
-				v.add("round %d: %s /readyz not ok 30 s after the failover: %s", i+1, p.name, body)
+			if body, ok := waitReady(strings.TrimSuffix(p.Ready, "/healthz")+"/readyz", 30*time.Second); !ok {
+				v.add("round %d: %s /readyz not ok 30 s after the failover: %s", i+1, p.Name, body)
 			}
 		}
 		if !o.books(context.Background()) {
@@ -163,8 +163,8 @@ func TestFailover(t *testing.T) {
 		v.add("idempotency: %v", err)
 	}
 	for _, p := range c.procs() {
-		if !p.alive() || p.pid() != pids[p.name] {
-			v.add("%s is not the process started at the beginning (log %s)", p.name, p.log)
+		if !p.Alive() || p.Pid() != pids[p.Name] {
+			v.add("%s is not the process started at the beginning (log %s)", p.Name, p.Log)
 		}
 	}
 

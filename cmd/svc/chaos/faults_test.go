@@ -80,14 +80,14 @@ func (f *faults) kill(ctx context.Context) {
 	procs := f.c.procs()
 	p := procs[f.r.IntN(len(procs))]
 	wait := time.Duration(200+f.r.IntN(3000)) * time.Millisecond
-	if !p.alive() {
+	if !p.Alive() {
 		return
 	}
-	p.kill()
+	p.Kill()
 	f.mu.Lock()
 	f.kills++
 	f.mu.Unlock()
-	f.note("kill -9 %s, back in %s", p.name, wait)
+	f.note("kill -9 %s, back in %s", p.Name, wait)
 	f.sleep(ctx, wait)
 	f.restart(p)
 }
@@ -100,29 +100,29 @@ func (f *faults) killTwo(ctx context.Context) {
 	j := (i + 1 + f.r.IntN(len(procs)-1)) % len(procs)
 	wait := time.Duration(200+f.r.IntN(3000)) * time.Millisecond
 	for _, p := range []*proc{procs[i], procs[j]} {
-		if p.alive() {
-			p.kill()
+		if p.Alive() {
+			p.Kill()
 			f.mu.Lock()
 			f.kills++
 			f.mu.Unlock()
 		}
 	}
-	f.note("kill -9 %s and %s together, back in %s", procs[i].name, procs[j].name, wait)
+	f.note("kill -9 %s and %s together, back in %s", procs[i].Name, procs[j].Name, wait)
 	f.sleep(ctx, wait)
 	f.restart(procs[i])
 	f.restart(procs[j])
 }
 
 func (f *faults) restart(p *proc) {
-	if p.alive() {
+	if p.Alive() {
 		return
 	}
-	if err := p.start(); err != nil {
-		f.v.add("restart %s: %v", p.name, err)
+	if err := p.Start(); err != nil {
+		f.v.add("restart %s: %v", p.Name, err)
 		return
 	}
-	if err := p.waitHealthy(60 * time.Second); err != nil {
-		f.v.add("%s did not come back after a kill: %v (log %s)", p.name, err, p.log)
+	if err := p.WaitReady(60 * time.Second); err != nil {
+		f.v.add("%s did not come back after a kill: %v (log %s)", p.Name, err, p.Log)
 	}
 }
 

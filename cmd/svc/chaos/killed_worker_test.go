@@ -33,11 +33,11 @@ func TestKilledWorkerDelivery(t *testing.T) {
 		"a delivery reaches the receiver and is held")
 
 	for _, w := range c.workers {
-		w.kill()
+		w.Kill()
 	}
 	killed := time.Now()
 	for _, w := range c.workers {
-		require.NoError(t, w.start())
+		require.NoError(t, w.Start())
 	}
 	c.recv.hold.Store(false)
 

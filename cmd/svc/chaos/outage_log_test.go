@@ -29,7 +29,7 @@ func (c *cluster) jobLines(t *testing.T) []jobLine {
 	t.Helper()
 	var out []jobLine
 	for _, w := range c.workers {
-		f, err := os.Open(w.log)
+		f, err := os.Open(w.Log)
 		require.NoError(t, err)
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -103,10 +103,10 @@ func TestProcessorOutageIsLogged(t *testing.T) {
 
 	secrets := []string{c.sim.APIKey(), processorSecret, platformSecret, c.rwKey, c.admKey}
 	for _, p := range c.procs() {
-		raw, err := os.ReadFile(p.log)
+		raw, err := os.ReadFile(p.Log)
 		require.NoError(t, err)
 		for _, s := range secrets {
-			require.NotContains(t, string(raw), s, "%s's log holds a secret", p.name)
+			require.NotContains(t, string(raw), s, "%s's log holds a secret", p.Name)
 		}
 	}
 }

@@ -8,16 +8,15 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"svc/cmd/svc/clustertest"
 	"svc/modules/ledger"
 	"svc/platform/db"
 	"svc/platform/dbtest"
@@ -50,7 +49,7 @@ type cluster struct {
 // (pprof on it).
 func startCluster(t testing.TB) *cluster {
 	dir := t.TempDir()
-	c := &cluster{t: t, dir: dir, bin: filepath.Join(dir, "svc")}
+	c := &cluster{t: t, dir: dir}
 	logs := dir
 	if d := os.Getenv("HTTPBENCH_LOG_DIR"); d != "" { // keep the processes' logs
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -58,11 +57,7 @@ func startCluster(t testing.TB) *cluster {
 		}
 		logs = d
 	}
-	build := exec.Command("go", "build", "-o", c.bin, "./cmd/svc")
-	build.Dir = dbtest.ModuleRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build svc: %v\n%s", err, out)
-	}
+	c.bin = clustertest.Build(t, dir)
 	c.dbURL = dbtest.NewURL(t)
 
 	simPort, apiPort := dbtest.FreePort(t), dbtest.FreePort(t)
@@ -84,35 +79,35 @@ func startCluster(t testing.TB) *cluster {
 		c.env = append(c.env, name+"="+strings.Trim(val, "'"))
 	}
 
-	c.sim = &proc{name: "simulator", bin: c.bin, env: c.env, log: filepath.Join(logs, "simulator.log"),
+	c.sim = &proc{Name: "simulator", Bin: c.bin, Env: c.env, Log: filepath.Join(logs, "simulator.log"),
 		// Every approved payout completes at once, as a payout processor's
 		// eventually do: otherwise the worker's payout tracking reads every
 		// open payout at each poll, a set that only grows during the run.
-		args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
+		Args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
 			"--auto-complete-payouts"),
-		ready: c.simURL + "/_sim/"}
+		Ready: c.simURL + "/_sim/"}
 	apiMetrics, workerMetrics := dbtest.FreePort(t), dbtest.FreePort(t)
 	c.apiPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", apiMetrics)
 	c.workPprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", workerMetrics)
 	c.env = append(c.env, "PLATFORM_WEBHOOK_URL="+c.simURL+"/platform/webhooks", "PLATFORM_WEBHOOK_SECRET="+platformSecret)
-	c.api = &proc{name: "api", bin: c.bin, args: []string{"api"}, log: filepath.Join(logs, "api.log"), ready: c.apiURL + "/healthz",
-		env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics),
+	c.api = &proc{Name: "api", Bin: c.bin, Args: []string{"api"}, Log: filepath.Join(logs, "api.log"), Ready: c.apiURL + "/healthz",
+		Env: append(append([]string(nil), c.env...), "PORT="+strconv.Itoa(apiPort), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", apiMetrics),
 			fmt.Sprintf("DATABASE_MAX_CONNS=%d", apiConns()))}
-	c.worker = &proc{name: "worker", bin: c.bin, args: []string{"worker"}, log: filepath.Join(logs, "worker.log"),
-		env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
-		ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
+	c.worker = &proc{Name: "worker", Bin: c.bin, Args: []string{"worker"}, Log: filepath.Join(logs, "worker.log"),
+		Env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
+		Ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
 
-	c.key = lastLine(c.run("admin", "keys", "mint", "--scope", "readwrite", "--label", "load benchmark", "--as", "bench"))
+	c.key = clustertest.LastLine(c.run("admin", "keys", "mint", "--scope", "readwrite", "--label", "load benchmark", "--as", "bench"))
 	// Every withdrawal of the load is auto-approved (the busiest path), and
 	// the rolling 24-hour cap never sends one to an operator.
 	c.run("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "100000000000", "--withdrawal-daily-cap", "1000000000000000", "--as", "bench")
 	for _, p := range []*proc{c.sim, c.api, c.worker} {
-		if err := p.start(); err != nil {
-			t.Fatalf("start %s: %v", p.name, err)
+		if err := p.Start(); err != nil {
+			t.Fatalf("start %s: %v", p.Name, err)
 		}
-		t.Cleanup(p.stop)
-		if err := p.waitReady(30 * time.Second); err != nil {
-			t.Fatalf("%s: %v\n%s", p.name, err, tail(p.log))
+		t.Cleanup(p.Stop)
+		if err := p.WaitReady(30 * time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", p.Name, err, clustertest.Tail(p.Log))
 		}
 	}
 	return c
@@ -121,14 +116,7 @@ func startCluster(t testing.TB) *cluster {
 // run runs a one-shot svc command and returns its output.
 func (c *cluster) run(args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command(c.bin, args...)
-	cmd.Env = c.env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		c.t.Fatalf("svc %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	return out.String()
+	return clustertest.Run(c.t, c.bin, c.env, args...)
 }
 
 // fund credits amount BTC units (a multiple of one BTC) to users bench-0
@@ -188,62 +176,18 @@ func (c *cluster) fund(users int, amount int64) {
 
 func userID(i int) string { return fmt.Sprint("bench-", i) }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-// tail is the end of a log file, for a failure message.
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
 // proc is one process of the cluster.
-type proc struct {
-	name, bin, log, ready string
-	args, env             []string
+type proc = clustertest.Proc
 
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = f, f
-	// The benchmark dying takes its processes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	return nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// restart stops the process and starts it again.
-func (p *proc) restart(t testing.TB) {
+// restartProc stops p and starts it again.
+func restartProc(t testing.TB, p *proc) {
 	t.Helper()
-	p.stop()
-	if err := p.start(); err != nil {
-		t.Fatalf("start %s: %v", p.name, err)
+	p.Stop()
+	if err := p.Start(); err != nil {
+		t.Fatalf("start %s: %v", p.Name, err)
 	}
-	if err := p.waitReady(30 * time.Second); err != nil {
-		t.Fatalf("%s: %v\n%s", p.name, err, tail(p.log))
+	if err := p.WaitReady(30 * time.Second); err != nil {
+		t.Fatalf("%s: %v\n%s", p.Name, err, clustertest.Tail(p.Log))
 	}
 }
 
@@ -255,8 +199,8 @@ func (p *proc) restart(t testing.TB) {
 func (c *cluster) restart(t testing.TB) {
 	t.Helper()
 	c.simControl(t, "webhooks/hold")
-	c.api.restart(t)
-	c.worker.restart(t)
+	restartProc(t, c.api)
+	restartProc(t, c.worker)
 	c.simControl(t, "webhooks/release")
 }
 
@@ -284,7 +228,7 @@ func peakRSS(procs ...*proc) (stop func() []int64) {
 		defer tick.Stop()
 		for {
 			for i, p := range procs {
-				if st, err := readProc(p.pid()); err == nil {
+				if st, err := readProc(p.Pid()); err == nil {
 					peaks[i] = max(peaks[i], st.rssBytes)
 				}
 			}
@@ -296,38 +240,6 @@ func peakRSS(procs ...*proc) (stop func() []int64) {
 		}
 	}()
 	return func() []int64 { close(done); <-finished; return peaks }
-}
-
-// stop asks the process to shut down and kills it after 20 s.
-func (p *proc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) waitReady(within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(p.ready); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return errors.New("exited")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return errors.New("not ready in time")
 }
 
 // procStat is a process's CPU time so far and its resident memory now.

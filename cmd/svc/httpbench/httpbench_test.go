@@ -173,11 +173,11 @@ func BenchmarkHTTP(b *testing.B) {
 		c.awaitQuiet(logf, "the closed loop")
 		attack(g, withdrawals, 50, s.warmup, nil)
 		closedTPCB = dbtest.PgbenchTPS(b, 32, 10*time.Second)
-		w0, _ := readProc(c.worker.pid())
+		w0, _ := readProc(c.worker.Pid())
 		from := time.Now()
 		closed = closedLoop(g, withdrawals, 32, 10*time.Second)
 		to := time.Now()
-		w1, _ := readProc(c.worker.pid())
+		w1, _ := readProc(c.worker.Pid())
 		logf("withdrawal creations, 32 clients, closed loop, 10 s: %d/s, p50 %.2f ms, p99 %.2f ms, not 2xx %d %s; TPC-B right before: %.0f tps",
 			closed.rate, ms(closed.all.quantile(0.5)), ms(closed.all.quantile(0.99)), closed.all.failed(), closed.all.failures(), closedTPCB)
 		// The worker pays the loop's withdrawals as they come (a pass
@@ -291,7 +291,7 @@ func holdMix(tb testing.TB, c *cluster, g *targets, rate int, s settings) held {
 	h := held{rate: rate}
 	pay := newPayer(c.simURL, s.payRate)
 	names := []string{"svc api", "svc worker", "svc simulator", "load generator (the benchmark)"}
-	pids := []int{c.api.pid(), c.worker.pid(), c.sim.pid(), os.Getpid()}
+	pids := []int{c.api.Pid(), c.worker.Pid(), c.sim.Pid(), os.Getpid()}
 	first := make([]procStat, len(pids))
 	peak := make([]int64, len(pids))
 	sample := func() {
