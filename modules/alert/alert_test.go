@@ -1,7 +1,6 @@
 package alert_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,29 +16,13 @@ import (
 	"svc/platform/clock"
 	"svc/platform/db"
 	"svc/platform/dbtest"
+	"svc/platform/logtest"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func setup(t *testing.T) (*alert.Service, *syncBuffer, *clock.Fake) {
+func setup(t *testing.T) (*alert.Service, *logtest.Buffer, *clock.Fake) {
 	t.Helper()
 	d := dbtest.New(t)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	fake := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	return &alert.Service{DB: d.Bun, Log: slog.New(slog.NewTextHandler(logs, nil)), Now: fake.Now}, logs, fake
 }

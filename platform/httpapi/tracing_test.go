@@ -1,12 +1,10 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -18,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"svc/platform/httpapi"
+	"svc/platform/logtest"
 	"svc/platform/tracing"
 )
 
@@ -30,7 +29,7 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := tracing.NewProvider(sdktrace.WithSyncer(exp))
 	for _, on := range []bool{true, false} {
-		var logged lockedBuffer
+		var logged logtest.Buffer
 		o := httpapi.Options{Log: slog.New(tracing.NewLogHandler(slog.NewJSONHandler(&logged, nil)))}
 		if on {
 			o.Tracer = tp
@@ -69,23 +68,6 @@ func TestServerSpansByRouteTemplate(t *testing.T) {
 		require.Len(t, spans, 1)
 		require.Equal(t, "GET "+httpapi.UnmatchedRoute, spans[0].Name())
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }
 
 func newBenchApp(o httpapi.Options) *fiber.App {
