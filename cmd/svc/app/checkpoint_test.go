@@ -48,17 +48,8 @@ func TestCheckpointKeyEndpoint(t *testing.T) {
 // TestWorkerCheckpoints: the worker's periodic job seals the ledger.
 func TestWorkerCheckpoints(t *testing.T) {
 	t.Parallel()
-	e := apptest.New(t, apptest.WithWorker(), apptest.WithConfig(func(c *config.Config) {
-		c.Ledger.CheckpointInterval = time.Second
-	}))
+	e, _ := sealedEntry(t, "deposit:test:payment:ckpt")
 	ctx := context.Background()
-	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, "deposit:test:payment:ckpt", "test")
-	require.NoError(t, err)
-	apptest.Eventually(t, 2*time.Minute, func() bool {
-		var n int
-		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, p.ID).Scan(&n))
-		return n == 1
-	}, "the worker seals the entry")
 	r, err := ledger.VerifyCheckpoints(ctx, e.App.DB.Bun, 1, nil)
 	require.NoError(t, err)
 	require.True(t, r.OK, "%v", r.Mismatch)
@@ -69,17 +60,8 @@ func TestWorkerCheckpoints(t *testing.T) {
 // raises the operator alert, with no command run.
 func TestWorkerVerifiesCheckpoints(t *testing.T) {
 	t.Parallel()
-	e := apptest.New(t, apptest.WithWorker(), apptest.WithConfig(func(c *config.Config) {
-		c.Ledger.CheckpointInterval = time.Second
-	}))
+	e, p := sealedEntry(t, "deposit:test:payment:verify")
 	ctx := context.Background()
-	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, "deposit:test:payment:verify", "test")
-	require.NoError(t, err)
-	apptest.Eventually(t, 2*time.Minute, func() bool {
-		var n int
-		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, p.ID).Scan(&n))
-		return n == 1
-	}, "the worker seals the entry")
 	dbtest.ExecBehindTriggers(t, e.DBURL, `UPDATE ledger_entries SET memo = 'changed' WHERE id = $1`, p.ID)
 	apptest.Eventually(t, 2*time.Minute, func() bool {
 		list, err := e.App.Alerts.List(ctx, alert.ListParams{})
@@ -91,4 +73,23 @@ func TestWorkerVerifiesCheckpoints(t *testing.T) {
 		}
 		return false
 	}, "the worker's verification raises the alert")
+}
+
+// sealedEntry starts the app with a worker that seals the ledger every
+// second, posts a deposit credit under sourceRef and waits until the
+// worker has sealed its entry.
+func sealedEntry(t *testing.T, sourceRef string) (*apptest.Env, ledger.Posted) {
+	t.Helper()
+	e := apptest.New(t, apptest.WithWorker(), apptest.WithConfig(func(c *config.Config) {
+		c.Ledger.CheckpointInterval = time.Second
+	}))
+	ctx := context.Background()
+	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, sourceRef, "test")
+	require.NoError(t, err)
+	apptest.Eventually(t, 2*time.Minute, func() bool {
+		var n int
+		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_checkpoint_leaves() WHERE entry_id = $1`, p.ID).Scan(&n))
+		return n == 1
+	}, "the worker seals the entry")
+	return e, p
 }
