@@ -101,16 +101,7 @@ func TestChaos(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	nEvents, err := o.events(final)
-	if err != nil {
-		v.add("events: %v", err)
-	}
-	if err := o.processorPayments(final); err != nil {
-		v.add("processor payments: %v", err)
-	}
-	if err := o.idempotency(final, d); err != nil {
-		v.add("idempotency: %v", err)
-	}
+	nEvents := o.settledChecks(final, d, v)
 
 	summary := fmt.Sprintf("seed %d: workload %s with %d actors, settled in %s\n  faults: %s\n  %s\n  events delivered %d (receiver saw %d deliveries), book checks %d, violations %d",
 		s.seed, s.duration, s.actors, time.Since(settleStart).Round(time.Second), f.summary(), d.summary(),

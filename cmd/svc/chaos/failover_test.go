@@ -152,16 +152,7 @@ func TestFailover(t *testing.T) {
 	if !o.books(final) {
 		v.add("the final ledger check could not read the database")
 	}
-	nEvents, err := o.events(final)
-	if err != nil {
-		v.add("events: %v", err)
-	}
-	if err := o.processorPayments(final); err != nil {
-		v.add("processor payments: %v", err)
-	}
-	if err := o.idempotency(final, d); err != nil {
-		v.add("idempotency: %v", err)
-	}
+	nEvents := o.settledChecks(final, d, v)
 	for _, p := range c.procs() {
 		if !p.Alive() || p.Pid() != pids[p.Name] {
 			v.add("%s is not the process started at the beginning (log %s)", p.Name, p.Log)

@@ -166,6 +166,23 @@ func (o *oracle) unsettled(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// settledChecks runs the checks of a settled run that read everything once
+// (events, processor payments, idempotency), adds what they find to v and
+// returns the number of events delivered.
+func (o *oracle) settledChecks(ctx context.Context, d *driver, v *violations) int {
+	nEvents, err := o.events(ctx)
+	if err != nil {
+		v.add("events: %v", err)
+	}
+	if err := o.processorPayments(ctx); err != nil {
+		v.add("processor payments: %v", err)
+	}
+	if err := o.idempotency(ctx, d); err != nil {
+		v.add("idempotency: %v", err)
+	}
+	return nEvents
+}
+
 // events: every event the database holds was delivered to the receiver,
 // with a valid signature, and the receiver got nothing else (no event of
 // a rolled-back change).
