@@ -202,18 +202,7 @@ func TestReplicaDelayedOnPurpose(t *testing.T) {
 		t.Logf("the first history read after the standby was killed took %s, answered by the primary", time.Since(killed).Round(time.Millisecond))
 		require.False(t, fromReplica)
 		require.Contains(t, body, "deposit_credit")
-		for _, rt := range replicaRoutes {
-			if !rt.replica {
-				continue
-			}
-			var r *apptest.Response
-			if rt.admin {
-				r = e.AdminGet(rt.path)
-			} else {
-				r = e.Get(rt.path)
-			}
-			require.Equal(t, http.StatusOK, r.Status, "%s: %s", rt.path, r.Body)
-		}
+		readReplicaRoutes(t, e)
 		require.Equal(t, db.ReplicaUnreachable, e.App.Replica.State().Status)
 		require.Positive(t, e.App.Replica.Stats().Fallbacks[db.FallbackUnreachable])
 	})

@@ -21,11 +21,7 @@ import (
 // replicaRoutes is the routing table of docs/operations.md ("Reads from a
 // replica"): which reads may be served by DATABASE_READ_URL (true) and
 // which always read the primary (false).
-var replicaRoutes = []struct {
-	path    string
-	admin   bool
-	replica bool
-}{
+var replicaRoutes = []replicaRoute{
 	{"/v1/users/ann/balances", false, false},
 	{"/v1/users/ann/transactions", false, true},
 	{"/v1/users/ann/withdrawals", false, true},
@@ -44,6 +40,36 @@ var replicaRoutes = []struct {
 	{"/v1/admin/liabilities", true, false},
 }
 
+type replicaRoute struct {
+	path    string
+	admin   bool
+	replica bool
+}
+
+// get reads the route with the scope it needs.
+func (rt replicaRoute) get(e *apptest.Env) *apptest.Response {
+	if rt.admin {
+		return e.AdminGet(rt.path)
+	}
+	return e.Get(rt.path)
+}
+
+// readReplicaRoutes reads every route the replica may serve, requires 200
+// of each and returns how many it read.
+func readReplicaRoutes(t *testing.T, e *apptest.Env) int {
+	t.Helper()
+	n := 0
+	for _, rt := range replicaRoutes {
+		if !rt.replica {
+			continue
+		}
+		n++
+		resp := rt.get(e)
+		require.Equal(t, http.StatusOK, resp.Status, "%s: %s", rt.path, resp.Body)
+	}
+	return n
+}
+
 // TestReplicaRouting: with DATABASE_READ_URL naming a server that is
 // current (here the primary itself, through the read-only pool), exactly
 // the lists and the history are answered by it; balances, single
@@ -58,12 +84,7 @@ func TestReplicaRouting(t *testing.T) {
 	require.NoError(t, err)
 	for _, rt := range replicaRoutes {
 		before := r.Stats()
-		var resp *apptest.Response
-		if rt.admin {
-			resp = e.AdminGet(rt.path)
-		} else {
-			resp = e.Get(rt.path)
-		}
+		resp := rt.get(e)
 		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, resp.Status, "%s: %s", rt.path, resp.Body)
 		after := r.Stats()
 		served := after.Served - before.Served
@@ -112,20 +133,7 @@ func TestReplicaUnreachableReadsThePrimary(t *testing.T) {
 	require.Equal(t, db.ReplicaUnreachable, r.State().Status)
 	_, err = ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", "bob", 7_000, "deposit:test:replica-unreachable", "test")
 	require.NoError(t, err)
-	lists := 0
-	for _, rt := range replicaRoutes {
-		if !rt.replica {
-			continue
-		}
-		lists++
-		var resp *apptest.Response
-		if rt.admin {
-			resp = e.AdminGet(rt.path)
-		} else {
-			resp = e.Get(rt.path)
-		}
-		require.Equal(t, http.StatusOK, resp.Status, "%s: %s", rt.path, resp.Body)
-	}
+	lists := readReplicaRoutes(t, e)
 	require.Contains(t, string(e.Get("/v1/users/bob/transactions").Body), `"deposit_credit"`, "the primary's answer, fresh")
 	s := r.Stats()
 	require.Zero(t, s.Served)
