@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -15,25 +16,9 @@ import (
 // resolution, as GET /v1/admin/deposits/review and POST .../resolve do.
 func adminDepositsCmd() *cobra.Command {
 	deposits := &cobra.Command{Use: "deposits", Short: "Deposits waiting for an operator: list the review queue, resolve an item"}
-	var limit int
-	review := &cobra.Command{
-		Use:   "review [--limit 50]",
-		Short: "List the deposits in review, oldest first, with why they are there",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkLimit(limit, deposit.MaxReviewLimit); err != nil {
-				return err
-			}
-			return withApp(cmd, func(a *app.App) error {
-				items, err := a.Deposits.ReviewDetails(cmd.Context(), limit)
-				if err != nil {
-					return err
-				}
-				return showTable(cmd, "the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", items, reviewRows)
-			})
-		},
-	}
-	review.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many deposits (1 to %d)", deposit.MaxReviewLimit))
+	review := reviewListCmd("review [--limit 50]", "List the deposits in review, oldest first, with why they are there", "deposits",
+		(*deposit.Service).ReviewDetails,
+		"the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", reviewRows)
 
 	var (
 		action, paymentID, as string
@@ -128,27 +113,39 @@ dismissed. Only a payment the processor settled, with an exact amount.`,
 // that match no deposit payment.
 func adminWalletAlertsCmd() *cobra.Command {
 	alerts := &cobra.Command{Use: "wallet-alerts", Short: "BTC wallet receives that match no deposit payment"}
+	list := reviewListCmd("list [--limit 50]", "List wallet alerts, newest first", "alerts",
+		(*deposit.Service).WalletAlerts,
+		"no wallet alerts", "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE", walletAlertRow)
+	alerts.AddCommand(list)
+	return alerts
+}
+
+// reviewListCmd is a command that lists at most --limit of what the deposit
+// service's read returns (--limit as the review queue takes it: 1 to
+// deposit.MaxReviewLimit), as a table or, with --json, as JSON; what names
+// the items in the flag's help.
+func reviewListCmd[T any](use, short, what string, read func(s *deposit.Service, ctx context.Context, limit int) ([]T, error),
+	none, header string, row func(tw io.Writer, x T)) *cobra.Command {
 	var limit int
-	list := &cobra.Command{
-		Use:   "list [--limit 50]",
-		Short: "List wallet alerts, newest first",
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkLimit(limit, deposit.MaxReviewLimit); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				list, err := a.Deposits.WalletAlerts(cmd.Context(), limit)
+				items, err := read(a.Deposits, cmd.Context(), limit)
 				if err != nil {
 					return err
 				}
-				return showTable(cmd, "no wallet alerts", "ID\tASSET\tTXID\tAMOUNT\tCONFIRMATIONS\tDETECTED\tNOTE", list, walletAlertRow)
+				return showTable(cmd, none, header, items, row)
 			})
 		},
 	}
-	list.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many alerts (1 to %d)", deposit.MaxReviewLimit))
-	alerts.AddCommand(list)
-	return alerts
+	c.Flags().IntVar(&limit, "limit", deposit.DefaultReviewLimit, fmt.Sprintf("at most this many %s (1 to %d)", what, deposit.MaxReviewLimit))
+	return c
 }
 
 // reviewRows is a deposit in review's row, with its invoice's and its
