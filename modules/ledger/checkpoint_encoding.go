@@ -69,47 +69,76 @@ func (e *encoder) u8(v byte)    { e.b = append(e.b, v) }
 func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *encoder) i64(v int64)  { e.u64(uint64(v)) }
 func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *encoder) str(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) str(s string) { text(e, s) }
 func (e *encoder) raw(b []byte) { e.b = append(e.b, b...) }
-func (e *encoder) bytes(b []byte) {
-	e.u32(uint32(len(b)))
-	e.b = append(e.b, b...)
-}
 func (e *encoder) time(t time.Time) {
 	e.i64(t.UnixMicro())
+}
+
+// flag writes 1 when present, else 0, and returns present: the marker
+// before an optional value, which follows only when it is present.
+func (e *encoder) flag(present bool) bool {
+	if present {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+	return present
+}
+
+// text appends a length-prefixed string; the encoding of a string and of
+// a []byte with the same content is the same.
+func text[T string | []byte](e *encoder, s T) {
+	e.u32(uint32(len(s)))
+	e.b = append(e.b, s...)
+}
+
+// entryHead appends an entry's tag, version, fields and postings count:
+// everything of its encoding before the postings. memo is written only
+// when hasMemo (a NULL memo is a 0 marker).
+func entryHead[T string | []byte](e *encoder, id int64, xact uint64, kind, asset, sourceRef, memo T, hasMemo bool, createdAtMicro int64, postings int) {
+	e.u8(entryTag)
+	e.u8(encodingV1)
+	e.i64(id)
+	e.u64(xact)
+	text(e, kind)
+	text(e, asset)
+	text(e, sourceRef)
+	if e.flag(hasMemo) {
+		text(e, memo)
+	}
+	e.i64(createdAtMicro)
+	e.u32(uint32(postings))
+}
+
+// posting appends one posting of an entry's encoding; balance_after is
+// written only when hasAfter.
+func (e *encoder) posting(id, accountID int64, asset, kind, owner string, amount, after int64, hasAfter bool) {
+	e.i64(id)
+	e.i64(accountID)
+	e.str(asset)
+	e.str(kind)
+	e.str(owner)
+	e.i64(amount)
+	if e.flag(hasAfter) {
+		e.i64(after)
+	}
 }
 
 // Encode is the entry's canonical encoding (docs/checkpoints.md).
 func (s SealedEntry) Encode() []byte {
 	e := encoder{b: make([]byte, 0, 128+96*len(s.Postings))}
-	e.u8(entryTag)
-	e.u8(encodingV1)
-	e.i64(s.ID)
-	e.u64(s.XactID)
-	e.str(s.Kind)
-	e.str(s.Asset)
-	e.str(s.SourceRef)
-	if s.Memo == nil {
-		e.u8(0)
-	} else {
-		e.u8(1)
-		e.str(*s.Memo)
+	var memo string
+	if s.Memo != nil {
+		memo = *s.Memo
 	}
-	e.time(s.CreatedAt)
-	e.u32(uint32(len(s.Postings)))
+	entryHead(&e, s.ID, s.XactID, s.Kind, s.Asset, s.SourceRef, memo, s.Memo != nil, s.CreatedAt.UnixMicro(), len(s.Postings))
 	for _, p := range s.Postings {
-		e.i64(p.ID)
-		e.i64(p.AccountID)
-		e.str(p.AccountAsset)
-		e.str(p.AccountKind)
-		e.str(p.AccountOwner)
-		e.i64(p.Amount)
-		if p.BalanceAfter == nil {
-			e.u8(0)
-		} else {
-			e.u8(1)
-			e.i64(*p.BalanceAfter)
+		var after int64
+		if p.BalanceAfter != nil {
+			after = *p.BalanceAfter
 		}
+		e.posting(p.ID, p.AccountID, p.AccountAsset, p.AccountKind, p.AccountOwner, p.Amount, after, p.BalanceAfter != nil)
 	}
 	return e.b
 }

@@ -68,35 +68,10 @@ type rangeEntry struct {
 // values without building a SealedEntry (TestRangeEncodingIsSealedEncoding).
 func (e *rangeEntry) appendEncoding(dst []byte) []byte {
 	enc := encoder{b: dst}
-	enc.u8(entryTag)
-	enc.u8(encodingV1)
-	enc.i64(e.id)
-	enc.u64(e.xact)
-	enc.bytes(e.kind)
-	enc.bytes(e.asset)
-	enc.bytes(e.sourceRef)
-	if e.memo == nil {
-		enc.u8(0)
-	} else {
-		enc.u8(1)
-		enc.bytes(e.memo)
-	}
-	enc.i64(e.createdAt)
-	enc.u32(uint32(len(e.postings)))
+	entryHead(&enc, e.id, e.xact, e.kind, e.asset, e.sourceRef, e.memo, e.memo != nil, e.createdAt, len(e.postings))
 	for _, p := range e.postings {
 		a := e.accounts[p.account]
-		enc.i64(p.id)
-		enc.i64(p.accountID)
-		enc.str(a.asset)
-		enc.str(a.kind)
-		enc.str(a.owner)
-		enc.i64(p.amount)
-		if !p.hasAfter {
-			enc.u8(0)
-		} else {
-			enc.u8(1)
-			enc.i64(p.after)
-		}
+		enc.posting(p.id, p.accountID, a.asset, a.kind, a.owner, p.amount, p.after, p.hasAfter)
 	}
 	return enc.b
 }

@@ -58,27 +58,18 @@ func ReleaseHold(ctx context.Context, idb bun.IDB, asset, externalUserID string,
 		{Account: User(UserHold, externalUserID), Amount: -amount},
 		{Account: User(UserAvailable, externalUserID), Amount: amount},
 	}}
-	if err := e.Validate(); err != nil {
-		return Posted{}, err
-	}
-	var out Posted
-	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
-		st, err := lockHold(ctx, tx, sourceRef)
-		if err != nil {
-			return err
+	return postOnHold(ctx, idb, e, func(st holdState) error {
+		if st.released {
+			return nil
 		}
-		if !st.released {
-			if st.settled {
-				return fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
-			}
-			if err := st.matches(asset, externalUserID, amount); err != nil {
-				return fmt.Errorf("ledger: release %s: %w", sourceRef, err)
-			}
+		if st.settled {
+			return fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
 		}
-		out, err = Post(ctx, tx, e)
-		return err
+		if err := st.matches(asset, externalUserID, amount); err != nil {
+			return fmt.Errorf("ledger: release %s: %w", sourceRef, err)
+		}
+		return nil
 	})
-	return out, err
 }
 
 // RecordPayoutBroadcast records that the payout of the withdrawal sourceRef
@@ -94,22 +85,36 @@ func RecordPayoutBroadcast(ctx context.Context, idb bun.IDB, asset string, amoun
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: broadcast amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
+	return postOnHold(ctx, idb, e, func(st holdState) error {
+		if st.broadcast {
+			return nil
+		}
+		if st.settled {
+			return fmt.Errorf("ledger: broadcast %s: %w", sourceRef, ErrHoldSettled)
+		}
+		if !st.held || st.asset != asset {
+			return fmt.Errorf("ledger: broadcast %s: %w (asset %s)", sourceRef, ErrNoHold, asset)
+		}
+		return nil
+	})
+}
+
+// postOnHold validates e and posts it under the lock of its withdrawal's
+// hold (e.SourceRef), once check accepts the hold's state: the shared
+// step of the movements that follow a hold. A step already done is for
+// check to accept, so that the post replays idempotently.
+func postOnHold(ctx context.Context, idb bun.IDB, e Entry, check func(holdState) error) (Posted, error) {
 	if err := e.Validate(); err != nil {
 		return Posted{}, err
 	}
 	var out Posted
 	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
-		st, err := lockHold(ctx, tx, sourceRef)
+		st, err := lockHold(ctx, tx, e.SourceRef)
 		if err != nil {
 			return err
 		}
-		if !st.broadcast {
-			if st.settled {
-				return fmt.Errorf("ledger: broadcast %s: %w", sourceRef, ErrHoldSettled)
-			}
-			if !st.held || st.asset != asset {
-				return fmt.Errorf("ledger: broadcast %s: %w (asset %s)", sourceRef, ErrNoHold, asset)
-			}
+		if err := check(st); err != nil {
+			return err
 		}
 		out, err = Post(ctx, tx, e)
 		return err
