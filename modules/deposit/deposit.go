@@ -80,6 +80,7 @@ import (
 	"svc/platform/btcpay"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/logging"
 )
 
 // Processor is what the deposit module asks of the payment processor
@@ -143,12 +144,7 @@ type Service struct {
 
 func (s *Service) assets() *asset.Store { return &asset.Store{DB: s.DB, Now: s.Now} }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 

@@ -21,6 +21,7 @@ import (
 
 	"svc/modules/alert"
 	"svc/platform/db"
+	"svc/platform/logging"
 	"svc/platform/queue"
 	"svc/platform/webhooksig"
 )
@@ -457,12 +458,7 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-func (d *Deliverer) log() *slog.Logger {
-	if d.Log == nil {
-		return slog.Default()
-	}
-	return d.Log
-}
+func (d *Deliverer) log() *slog.Logger { return logging.Or(d.Log) }
 
 // liveJobStates are the River states of a job that will still run.
 var liveJobStates = []rivertype.JobState{

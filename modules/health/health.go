@@ -24,6 +24,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/platform/db"
+	"svc/platform/logging"
 )
 
 // Check is one readiness component. It returns nil when ok, or an error
@@ -189,12 +190,7 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"status": "ready", "components": comps})
 }
 
-func (s *Service) logger() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) logger() *slog.Logger { return logging.Or(s.Log) }
 
 type staleError string
 

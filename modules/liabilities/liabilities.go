@@ -41,6 +41,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"svc/platform/logging"
 	"svc/platform/sumtree"
 )
 
@@ -100,12 +101,7 @@ type Service struct {
 	Workers int
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 // Published is one asset's snapshot: what is published of it.
 type Published struct {

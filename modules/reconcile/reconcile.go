@@ -95,6 +95,7 @@ import (
 	"svc/platform/btcpay"
 	"svc/platform/chain"
 	"svc/platform/db"
+	"svc/platform/logging"
 )
 
 // Wallet reads the processor's balances (*btcpay.Client).
@@ -247,12 +248,7 @@ type Stored struct {
 	Report    Report    `bun:"report,type:jsonb" json:"report"`
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 

@@ -82,6 +82,7 @@ import (
 	"svc/platform/chain"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/logging"
 )
 
 // FeeRater gives the processor's live BTC fee-rate estimate in sat/vB
@@ -170,12 +171,7 @@ type Service struct {
 	refundAfter, usdtWatchAfter uuid.UUID
 }
 
-func (s *Service) log() *slog.Logger {
-	if s.Log == nil {
-		return slog.Default()
-	}
-	return s.Log
-}
+func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }
 
 func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
