@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/uptrace/bun"
+
+	"svc/platform/db"
 )
 
 // Page limits of the audit list.
@@ -43,11 +45,6 @@ func List(ctx context.Context, idb bun.IDB, p ListParams) ([]Entry, *int64, erro
 	if err := q.Scan(ctx); err != nil {
 		return nil, nil, fmt.Errorf("audit: list: %w", err)
 	}
-	var next *int64
-	if len(out) > p.Limit {
-		out = out[:p.Limit]
-		id := out[len(out)-1].ID
-		next = &id
-	}
+	out, next := db.Page(out, p.Limit, func(e Entry) int64 { return e.ID })
 	return out, next, nil
 }

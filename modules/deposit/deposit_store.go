@@ -154,12 +154,7 @@ func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Deposit, *uuid.UUID
 	if err := q.OrderExpr("created_at DESC, id DESC").Limit(int64(p.Limit+1)).Scan(ctx, &out); err != nil {
 		return nil, nil, fmt.Errorf("list deposits: %w", err)
 	}
-	var next *uuid.UUID
-	if len(out) > p.Limit {
-		out = out[:p.Limit]
-		id := out[len(out)-1].ID
-		next = &id
-	}
+	out, next := db.Page(out, p.Limit, func(d Deposit) uuid.UUID { return d.ID })
 	return out, next, nil
 }
 

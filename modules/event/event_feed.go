@@ -100,11 +100,6 @@ func (s *Service) Feed(ctx context.Context, p FeedParams) ([]Event, *uuid.UUID, 
 	if err := q.OrderExpr("xact_id, id").Limit(int64(p.Limit) + 1).Scan(ctx); err != nil {
 		return nil, nil, fmt.Errorf("list events: %w", err)
 	}
-	var next *uuid.UUID
-	if len(out) > p.Limit {
-		out = out[:p.Limit]
-		id := out[len(out)-1].ID
-		next = &id
-	}
+	out, next := db.Page(out, p.Limit, func(e Event) uuid.UUID { return e.ID })
 	return out, next, nil
 }

@@ -184,12 +184,8 @@ SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_re
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
 	}
-	if len(out) > tq.Limit {
-		out = out[:tq.Limit]
-		next := out[len(out)-1].PostingID
-		return out, &next, nil
-	}
-	return out, nil, nil
+	out, next := db.Page(out, tq.Limit, func(t Transaction) int64 { return t.PostingID })
+	return out, next, nil
 }
 
 // Totals are one asset's ledger balances in smallest units, each in its

@@ -191,11 +191,6 @@ func page(ctx context.Context, q *bun.SelectQuery, limit int) ([]Withdrawal, *uu
 	if err := q.Limit(int64(limit+1)).Scan(ctx, &out); err != nil {
 		return nil, nil, fmt.Errorf("list withdrawals: %w", err)
 	}
-	var next *uuid.UUID
-	if len(out) > limit {
-		out = out[:limit]
-		id := out[len(out)-1].ID
-		next = &id
-	}
+	out, next := db.Page(out, limit, func(w Withdrawal) uuid.UUID { return w.ID })
 	return out, next, nil
 }
