@@ -5,6 +5,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"svc/modules/audit"
 	"svc/platform/fault"
 )
 
@@ -46,4 +47,15 @@ func (s *Store) Require(need Scope) fiber.Handler {
 func FromCtx(c *fiber.Ctx) (Key, bool) {
 	k, ok := c.Locals(localsKey).(Key)
 	return k, ok
+}
+
+// ActorFrom is the audit actor of the request's authenticated key, or a
+// 401 when the request has none (a route the authentication does not
+// guard).
+func ActorFrom(c *fiber.Ctx) (audit.Actor, error) {
+	k, ok := FromCtx(c)
+	if !ok {
+		return audit.Actor{}, fault.New(fault.Unauthenticated, "missing API key")
+	}
+	return ActorOf(k), nil
 }

@@ -187,11 +187,11 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
-	key, ok := apikey.FromCtx(c)
-	if !ok {
-		return fault.New(fault.Unauthenticated, "missing API key")
+	actor, err := apikey.ActorFrom(c)
+	if err != nil {
+		return err
 	}
-	p := ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID, By: key.ID, Actor: apikey.ActorOf(key)}
+	p := ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID, By: actor.ID, Actor: actor}
 	return httpapi.Mutate(c, fiber.StatusOK, func(ctx context.Context, rec httpapi.Completer, _ string) ([]byte, error) {
 		_, body, err := s.Resolve(ctx, p, rec)
 		return body, err

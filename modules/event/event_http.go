@@ -89,14 +89,14 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	if err != nil {
 		return ErrNotFound // no event has that id
 	}
-	key, ok := apikey.FromCtx(c)
-	if !ok {
-		return fault.New(fault.Unauthenticated, "missing API key")
+	actor, err := apikey.ActorFrom(c)
+	if err != nil {
+		return err
 	}
 	rec := idempotency.FromCtx(c)
 	var body []byte
 	err = db.RunInTx(c.UserContext(), s.DB, func(ctx context.Context, tx bun.Tx) error {
-		e, err := s.RedeliverTx(ctx, tx, id, apikey.ActorOf(key))
+		e, err := s.RedeliverTx(ctx, tx, id, actor)
 		if err != nil {
 			return err
 		}

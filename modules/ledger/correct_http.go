@@ -164,11 +164,11 @@ func (a *API) handleCorrection(c *fiber.Ctx) error {
 	if err := f.Err(); err != nil {
 		return err
 	}
-	key, ok := apikey.FromCtx(c)
-	if !ok {
-		return fault.New(fault.Unauthenticated, "missing API key")
+	actor, err := apikey.ActorFrom(c)
+	if err != nil {
+		return err
 	}
-	p.Actor = apikey.ActorOf(key)
+	p.Actor = actor
 	dry := req.DryRun != nil && *req.DryRun
 	return a.respond(c, dry, []string{p.Asset},
 		func(ctx context.Context) (Booked, error) { return PreviewCorrection(ctx, a.DB, p) },
@@ -191,11 +191,11 @@ func (a *API) handleTransfer(c *fiber.Ctx) error {
 	if err := f.Err(); err != nil {
 		return err
 	}
-	key, ok := apikey.FromCtx(c)
-	if !ok {
-		return fault.New(fault.Unauthenticated, "missing API key")
+	actor, err := apikey.ActorFrom(c)
+	if err != nil {
+		return err
 	}
-	t.Actor = apikey.ActorOf(key)
+	t.Actor = actor
 	dry := req.DryRun != nil && *req.DryRun
 	return a.respond(c, dry, []string{t.From, t.To},
 		func(ctx context.Context) (Booked, error) { return PreviewTransfer(ctx, a.DB, t) },
