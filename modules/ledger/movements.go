@@ -58,17 +58,20 @@ func ReleaseHold(ctx context.Context, idb bun.IDB, asset, externalUserID string,
 		{Account: User(UserHold, externalUserID), Amount: -amount},
 		{Account: User(UserAvailable, externalUserID), Amount: amount},
 	}}
-	return postOnHold(ctx, idb, e, func(st holdState) error {
+	if err := e.Validate(); err != nil {
+		return Posted{}, err
+	}
+	return postOnHold(ctx, idb, sourceRef, func(st holdState) (Entry, error) {
 		if st.released {
-			return nil
+			return e, nil
 		}
 		if st.settled {
-			return fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
+			return Entry{}, fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
 		}
 		if err := st.matches(asset, externalUserID, amount); err != nil {
-			return fmt.Errorf("ledger: release %s: %w", sourceRef, err)
+			return Entry{}, fmt.Errorf("ledger: release %s: %w", sourceRef, err)
 		}
-		return nil
+		return e, nil
 	})
 }
 
@@ -85,35 +88,37 @@ func RecordPayoutBroadcast(ctx context.Context, idb bun.IDB, asset string, amoun
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: broadcast amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
-	return postOnHold(ctx, idb, e, func(st holdState) error {
-		if st.broadcast {
-			return nil
-		}
-		if st.settled {
-			return fmt.Errorf("ledger: broadcast %s: %w", sourceRef, ErrHoldSettled)
-		}
-		if !st.held || st.asset != asset {
-			return fmt.Errorf("ledger: broadcast %s: %w (asset %s)", sourceRef, ErrNoHold, asset)
-		}
-		return nil
-	})
-}
-
-// postOnHold validates e and posts it under the lock of its withdrawal's
-// hold (e.SourceRef), once check accepts the hold's state: the shared
-// step of the movements that follow a hold. A step already done is for
-// check to accept, so that the post replays idempotently.
-func postOnHold(ctx context.Context, idb bun.IDB, e Entry, check func(holdState) error) (Posted, error) {
 	if err := e.Validate(); err != nil {
 		return Posted{}, err
 	}
+	return postOnHold(ctx, idb, sourceRef, func(st holdState) (Entry, error) {
+		if st.broadcast {
+			return e, nil
+		}
+		if st.settled {
+			return Entry{}, fmt.Errorf("ledger: broadcast %s: %w", sourceRef, ErrHoldSettled)
+		}
+		if !st.held || st.asset != asset {
+			return Entry{}, fmt.Errorf("ledger: broadcast %s: %w (asset %s)", sourceRef, ErrNoHold, asset)
+		}
+		return e, nil
+	})
+}
+
+// postOnHold posts, under the lock of the hold of the withdrawal
+// sourceRef, the entry that entry makes of the hold's state, or refuses
+// with its error: the shared step of the movements that follow a hold. A
+// step already done is for entry to accept, so that the post replays
+// idempotently.
+func postOnHold(ctx context.Context, idb bun.IDB, sourceRef string, entry func(holdState) (Entry, error)) (Posted, error) {
 	var out Posted
 	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
-		st, err := lockHold(ctx, tx, e.SourceRef)
+		st, err := lockHold(ctx, tx, sourceRef)
 		if err != nil {
 			return err
 		}
-		if err := check(st); err != nil {
+		e, err := entry(st)
+		if err != nil {
 			return err
 		}
 		out, err = Post(ctx, tx, e)
@@ -234,28 +239,21 @@ func SettlePayout(ctx context.Context, idb bun.IDB, s Settlement) (Posted, error
 	if _, err := s.Lines(0); err != nil {
 		return Posted{}, err
 	}
-	var out Posted
-	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
-		st, err := lockHold(ctx, tx, s.SourceRef)
-		if err != nil {
-			return err
-		}
+	return postOnHold(ctx, idb, s.SourceRef, func(st holdState) (Entry, error) {
 		if !st.settled {
 			if st.released {
-				return fmt.Errorf("ledger: settle %s: %w", s.SourceRef, ErrHoldReleased)
+				return Entry{}, fmt.Errorf("ledger: settle %s: %w", s.SourceRef, ErrHoldReleased)
 			}
 			if err := st.matches(s.Asset, s.ExternalUserID, s.Gross); err != nil {
-				return fmt.Errorf("ledger: settle %s: %w", s.SourceRef, err)
+				return Entry{}, fmt.Errorf("ledger: settle %s: %w", s.SourceRef, err)
 			}
 		}
 		lines, err := s.Lines(st.inFlight)
 		if err != nil {
-			return err
+			return Entry{}, err
 		}
-		out, err = Post(ctx, tx, Entry{Kind: PayoutSettle, Asset: s.Asset, SourceRef: s.SourceRef, Memo: s.Memo, Lines: lines})
-		return err
+		return Entry{Kind: PayoutSettle, Asset: s.Asset, SourceRef: s.SourceRef, Memo: s.Memo, Lines: lines}, nil
 	})
-	return out, err
 }
 
 // Correct posts a correction: any balanced lines, with a memo saying why.
