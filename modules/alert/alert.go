@@ -146,11 +146,8 @@ func (s *Service) List(ctx context.Context, p ListParams) ([]Alert, error) {
 func (s *Service) Get(ctx context.Context, id int64) (Alert, error) {
 	var a Alert
 	err := s.DB.NewSelect().Model(&a).Where("id = ?", id).Scan(ctx)
-	if db.IsNoRows(err) {
-		return Alert{}, ErrNotFound
-	}
-	if err != nil {
-		return Alert{}, fmt.Errorf("read alert %d: %w", id, err)
+	if err := db.Found(err, ErrNotFound, "read alert %d", id); err != nil {
+		return Alert{}, err
 	}
 	return a, nil
 }

@@ -77,11 +77,8 @@ VALUES ($1, $2, $3, 0, $4, $5, $6, 0)`, e.ID, string(e.Type), string(e.Status), 
 func (s *Service) Get(ctx context.Context, id uuid.UUID) (Event, error) {
 	var e Event
 	err := s.DB.NewSelect().Model(&e).Where("id = ?", id).Scan(ctx)
-	if db.IsNoRows(err) {
-		return Event{}, ErrNotFound
-	}
-	if err != nil {
-		return Event{}, fmt.Errorf("read event %s: %w", id, err)
+	if err := db.Found(err, ErrNotFound, "read event %s", id); err != nil {
+		return Event{}, err
 	}
 	return e, nil
 }

@@ -26,12 +26,8 @@ func getWithdrawal(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (W
 	if lock {
 		tail += " FOR UPDATE"
 	}
-	err := db.GetModel(ctx, idb, &w, tail, id)
-	if db.IsNoRows(err) {
-		return Withdrawal{}, ErrNotFound
-	}
-	if err != nil {
-		return Withdrawal{}, fmt.Errorf("read withdrawal %s: %w", id, err)
+	if err := db.Found(db.GetModel(ctx, idb, &w, tail, id), ErrNotFound, "read withdrawal %s", id); err != nil {
+		return Withdrawal{}, err
 	}
 	return w, nil
 }
@@ -177,11 +173,8 @@ func adminList(ctx context.Context, idb bun.IDB, p AdminListParams) ([]Withdrawa
 func cursorTime(ctx context.Context, idb bun.IDB, id uuid.UUID, scope func(*bun.SelectQuery) *bun.SelectQuery) (time.Time, error) {
 	var at time.Time
 	err := scope(idb.NewSelect().Model((*Withdrawal)(nil)).Column("created_at").Where("id = ?", id)).Scan(ctx, &at)
-	if db.IsNoRows(err) {
-		return time.Time{}, ErrBadCursor
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read withdrawal cursor: %w", err)
+	if err := db.Found(err, ErrBadCursor, "read withdrawal cursor"); err != nil {
+		return time.Time{}, err
 	}
 	return at, nil
 }

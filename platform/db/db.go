@@ -197,6 +197,19 @@ func IsCheckViolation(err error, constraint string) bool {
 // IsNoRows reports sql.ErrNoRows.
 func IsNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
+// Found is the error of a read of one row: notFound when there was no row,
+// err wrapped with what (a format and its args) when the read failed, nil
+// when it found the row.
+func Found(err, notFound error, what string, args ...any) error {
+	switch {
+	case err == nil:
+		return nil
+	case IsNoRows(err):
+		return notFound
+	}
+	return fmt.Errorf("%s: %w", fmt.Sprintf(what, args...), err)
+}
+
 // lastRefusal is when this process last saw the database refuse work
 // (NoteRefusal): what its own requests observed, for readiness.
 var lastRefusal atomic.Int64
