@@ -25,16 +25,8 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Deposit, error) {
 // creation reads it.
 func getDeposit(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Deposit, error) {
 	var d Deposit
-	tail := "WHERE id = $1"
-	if lock {
-		tail += " FOR UPDATE"
-	}
-	err := db.GetModel(ctx, idb, &d, tail, id)
-	if db.IsNoRows(err) {
-		return Deposit{}, ErrNotFound
-	}
-	if err != nil {
-		return Deposit{}, fmt.Errorf("read deposit %s: %w", id, err)
+	if err := db.Found(db.GetByID(ctx, idb, &d, id, lock), ErrNotFound, "read deposit %s", id); err != nil {
+		return Deposit{}, err
 	}
 	return d, nil
 }

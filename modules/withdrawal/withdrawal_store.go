@@ -22,11 +22,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Withdrawal, error) {
 // withdrawal's life reads it.
 func getWithdrawal(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Withdrawal, error) {
 	var w Withdrawal
-	tail := "WHERE id = $1"
-	if lock {
-		tail += " FOR UPDATE"
-	}
-	if err := db.Found(db.GetModel(ctx, idb, &w, tail, id), ErrNotFound, "read withdrawal %s", id); err != nil {
+	if err := db.Found(db.GetByID(ctx, idb, &w, id, lock), ErrNotFound, "read withdrawal %s", id); err != nil {
 		return Withdrawal{}, err
 	}
 	return w, nil

@@ -94,6 +94,16 @@ func GetModel(ctx context.Context, idb bun.IDB, dest any, tail string, args ...a
 	return QueryModel(ctx, idb, dest, selectHead(idb, dest)+" "+tail, args...)
 }
 
+// GetByID reads the row whose id is id into dest with GetModel, and locks
+// it until idb's transaction ends when lock is set (FOR UPDATE).
+func GetByID(ctx context.Context, idb bun.IDB, dest, id any, lock bool) error {
+	tail := "WHERE id = $1"
+	if lock {
+		tail += " FOR UPDATE"
+	}
+	return GetModel(ctx, idb, dest, tail, id)
+}
+
 // Columns returns the columns of the bun model dest points to, quoted and
 // comma-separated, for a RETURNING clause of QueryModel: named rather than
 // "*", so that a column added by a migration while the service runs does
