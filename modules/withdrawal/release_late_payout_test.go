@@ -64,3 +64,12 @@ func TestLatePayoutAfterReleaseFromSubmitting(t *testing.T) {
 	require.Nil(t, e.row(t, quiet.WithdrawalID).RefundWatchUntil, "the watch ran out")
 	require.Empty(t, e.alerts(t, withdrawal.AlertPaidAfterRefund, quiet.WithdrawalID))
 }
+
+// TestRefundWatchOutlastsAnHTLC: the watch after a release is longer than
+// the longest a Lightning payment can stay in flight, as
+// docs/withdrawals.md says, so a payment still pending at the release is
+// seen if it settles.
+func TestRefundWatchOutlastsAnHTLC(t *testing.T) {
+	t.Parallel()
+	require.Greater(t, withdrawal.RefundWatch, withdrawal.MaxHTLCLife)
+}

@@ -29,7 +29,7 @@ func (ConfirmUSDTArgs) Pass(ctx context.Context, s *Service) error {
 	return queue.Err(s.ConfirmUSDT(ctx))
 }
 
-// Timeout gives a pass over a full batch room beyond River's default.
+// Timeout allows a pass over a full batch the longest any job may run (queue.LongestJobTimeout).
 func (ConfirmUSDTArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // PayoutsArgs asks for one pass of the payout work (every PAYOUT_POLL_INTERVAL):
@@ -42,5 +42,5 @@ func (PayoutsArgs) Kind() string { return "withdrawal_payouts" }
 // Pass runs one pass.
 func (PayoutsArgs) Pass(ctx context.Context, s *Service) error { return s.ProcessPayouts(ctx) }
 
-// Timeout gives a pass over full batches room beyond River's default.
+// Timeout allows a pass over full batches the longest any job may run (queue.LongestJobTimeout).
 func (PayoutsArgs) Timeout() time.Duration { return queue.LongestJobTimeout }

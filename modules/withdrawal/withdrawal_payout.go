@@ -285,12 +285,23 @@ const ProcessorClockSkew = time.Hour
 // only.
 func payoutsSince(w Withdrawal) time.Time { return w.CreatedAt.Add(-ProcessorClockSkew) }
 
-// raise raises an operator alert about w, logging a failure to do so.
-func (s *Service) raise(ctx context.Context, idb bun.IDB, typ string, w Withdrawal, detail string) {
+// raise raises an operator alert about w, logging a failure to do so; it
+// reports whether the alert is recorded.
+func (s *Service) raise(ctx context.Context, idb bun.IDB, typ string, w Withdrawal, detail string) bool {
 	if s.Alerts == nil {
-		return
+		return false
 	}
 	if _, _, err := s.Alerts.Raise(ctx, idb, alert.Params{Type: typ, Subject: w.ID.String(), Detail: detail}); err != nil {
 		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", typ, "error", err)
+		return false
 	}
+	return true
+}
+
+// unrecordedPayoutPossible reports whether a payout of w the service has
+// not recorded may exist at the processor: none recorded after an
+// attempt, or more than one attempt made. Such a withdrawal's payouts are
+// looked up by its id (payoutLive before a release, latePayout after).
+func unrecordedPayoutPossible(w Withdrawal) bool {
+	return w.BackendRef == nil || w.SubmitAttempts > 1
 }

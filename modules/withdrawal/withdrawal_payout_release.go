@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
-	"svc/modules/alert"
 	"svc/modules/asset"
 	"svc/platform/btcpay"
 	"svc/platform/fault"
@@ -68,12 +67,8 @@ func (s *Service) watchedReleases(ctx context.Context, assets []string, after *u
 // withdrawal w and ends its watch: the alert says what an operator has to
 // do, and nothing the service reads afterwards changes it.
 func (s *Service) paidAfterRefund(ctx context.Context, w Withdrawal, detail string) {
-	if s.Alerts == nil {
-		return
-	}
-	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: AlertPaidAfterRefund, Subject: w.ID.String(), Detail: detail}); err != nil {
-		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "alert_type", AlertPaidAfterRefund, "error", err)
-		return
+	if !s.raise(ctx, s.DB, AlertPaidAfterRefund, w, detail) {
+		return // the watch goes on: the next pass raises it again
 	}
 	if _, err := s.DB.NewUpdate().Model((*Withdrawal)(nil)).Set("refund_watch_until = NULL").
 		Where("id = ? AND status = ?", w.ID, StatusRefunded).Exec(ctx); err != nil {
@@ -118,7 +113,7 @@ func (s *Service) payoutLive(ctx context.Context, w Withdrawal) error {
 	}
 	var ps []btcpay.Payout
 	var err error
-	if w.BackendRef == nil || w.SubmitAttempts > 1 {
+	if unrecordedPayoutPossible(w) {
 		// An attempt may have created a payout the service never heard
 		// of: every payout carrying the withdrawal id, made since it was.
 		ps, err = s.Processor.PayoutsByWithdrawalID(ctx, w.ID.String(), payoutsSince(w))

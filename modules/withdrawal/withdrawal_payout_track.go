@@ -101,7 +101,7 @@ func (s *Service) trackRow(ctx context.Context, w Withdrawal) error {
 			return nil
 		}
 	}
-	if w.Status == StatusRefunded && w.RefundWatchUntil != nil && (w.BackendRef == nil || w.SubmitAttempts > 1) {
+	if w.Status == StatusRefunded && w.RefundWatchUntil != nil && unrecordedPayoutPossible(w) {
 		if raised, err := s.latePayout(ctx, w); err != nil || raised {
 			return err
 		}

@@ -403,7 +403,8 @@ func (s *Service) alertMissing(ctx context.Context, w Withdrawal, checks int, si
 	}
 	detail += ". The service keeps it broadcast and held, and keeps reading the transfer: it confirms it if the transfer solidifies after all. " +
 		"Check the chain (another node or explorer); if the transfer did not and cannot happen, release it with an attestation. " +
-		"After a release the service still reads the transaction for 14 days and raises withdrawal.paid_after_refund if it confirms."
+		fmt.Sprintf("After a release the service still reads the transaction for %d days and raises withdrawal.paid_after_refund if it confirms.",
+			int(RefundWatch/(24*time.Hour)))
 	if _, _, err := s.Alerts.Raise(ctx, s.DB, alert.Params{Type: AlertUSDTTransferMissing, Subject: w.ID.String(), Detail: detail}); err != nil {
 		s.log().ErrorContext(ctx, "withdrawal: raise alert", "withdrawal_id", w.ID, "error", err)
 	}
