@@ -28,7 +28,7 @@ func (PollArgs) Kind() string { return "deposit_poll" }
 // unreachable, fails the job.
 func (PollArgs) Pass(ctx context.Context, s *Service) error { return queue.Err(s.Poll(ctx)) }
 
-// Timeout gives a poll of a full batch room beyond River's default.
+// Timeout allows a poll of a full batch the longest any job may run (queue.LongestJobTimeout).
 func (PollArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // PoolReleaseArgs asks for the USDT reservations that have ended to be
@@ -55,5 +55,5 @@ func (WalletScanArgs) Pass(ctx context.Context, s *Service) error {
 	return queue.Err(s.ScanWallet(ctx))
 }
 
-// Timeout gives a long wallet history room beyond River's default.
+// Timeout allows a long wallet history the longest any job may run (queue.LongestJobTimeout).
 func (WalletScanArgs) Timeout() time.Duration { return queue.LongestJobTimeout }

@@ -69,7 +69,6 @@ func (e *encoder) u8(v byte)    { e.b = append(e.b, v) }
 func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *encoder) i64(v int64)  { e.u64(uint64(v)) }
 func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *encoder) str(s string) { text(e, s) }
 func (e *encoder) raw(b []byte) { e.b = append(e.b, b...) }
 func (e *encoder) time(t time.Time) {
 	e.i64(t.UnixMicro())
@@ -116,9 +115,9 @@ func entryHead[T string | []byte](e *encoder, id int64, xact uint64, kind, asset
 func (e *encoder) posting(id, accountID int64, asset, kind, owner string, amount, after int64, hasAfter bool) {
 	e.i64(id)
 	e.i64(accountID)
-	e.str(asset)
-	e.str(kind)
-	e.str(owner)
+	text(e, asset)
+	text(e, kind)
+	text(e, owner)
 	e.i64(amount)
 	if e.flag(hasAfter) {
 		e.i64(after)

@@ -21,7 +21,7 @@ func (CheckpointArgs) Pass(ctx context.Context, c *Checkpointer) error {
 	return queue.Err(c.Checkpoint(ctx))
 }
 
-// Timeout leaves a large range room beyond River's default.
+// Timeout allows a large range the longest any job may run (queue.LongestJobTimeout).
 func (CheckpointArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // CheckpointWorker runs Checkpointer.Checkpoint (its Service).

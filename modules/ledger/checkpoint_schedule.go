@@ -133,7 +133,7 @@ func (w *VerifyWorker) Work(ctx context.Context, _ *river.Job[VerifyArgs]) error
 	return err
 }
 
-// Timeout leaves a slice room beyond River's default.
+// Timeout allows a slice the longest any job may run (queue.LongestJobTimeout).
 func (w *VerifyWorker) Timeout(*river.Job[VerifyArgs]) time.Duration {
 	return queue.LongestJobTimeout
 }

@@ -25,7 +25,7 @@ func (RunArgs) Kind() string { return "reconciliation" }
 // Pass reconciles.
 func (RunArgs) Pass(ctx context.Context, s *Service) error { return queue.Err(s.RunHourly(ctx)) }
 
-// Timeout leaves a large ledger room beyond River's default.
+// Timeout allows a large ledger the longest any job may run (queue.LongestJobTimeout).
 func (RunArgs) Timeout() time.Duration { return queue.LongestJobTimeout }
 
 // GasArgs asks for the hot wallet's gas check.

@@ -186,43 +186,10 @@ func (f *Fields) Add(loc []any, typ, msg string, input any) {
 	f.list = append(f.list, fault.FieldError{Loc: loc, Msg: msg, Type: typ, Input: input})
 }
 
-// Required records a missing field unless present.
-func (f *Fields) Required(present bool, loc ...any) bool {
-	if !present {
-		f.Add(loc, "missing", "Field required", nil)
-	}
-	return present
-}
-
-// Length checks that s has from min to max characters.
-func (f *Fields) Length(s string, min, max int, loc ...any) bool {
-	n := utf8.RuneCountInString(s)
-	switch {
-	case n < min:
-		f.list = append(f.list, fault.FieldError{Loc: loc, Type: "string_too_short", Input: s,
-			Msg: fmt.Sprintf("String should have at least %d characters", min), Ctx: map[string]any{"min_length": min}})
-		return false
-	case n > max:
-		f.list = append(f.list, fault.FieldError{Loc: loc, Type: "string_too_long", Input: s,
-			Msg: fmt.Sprintf("String should have at most %d characters", max), Ctx: map[string]any{"max_length": max}})
-		return false
-	}
-	return true
-}
-
 // IsStorable reports text PostgreSQL can store: valid UTF-8 without NUL,
 // which a percent-encoded path or query, or a JSON escape, can otherwise
 // carry. It is the one check every string input goes through.
 func IsStorable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
-
-// Storable checks that s is storable text (IsStorable), as a field error.
-func (f *Fields) Storable(s string, loc ...any) bool {
-	if !IsStorable(s) {
-		f.Add(loc, "string_type", "Input should be valid UTF-8 text without NUL characters", nil)
-		return false
-	}
-	return true
-}
 
 // Err returns the collected errors as a 422, or nil.
 func (f *Fields) Err() error {
@@ -292,21 +259,6 @@ func OnlyQuery(c *fiber.Ctx, allowed ...string) error {
 		return fault.Validation(fields...)
 	}
 	return nil
-}
-
-// QueryEnum reads an optional query parameter that must be one of allowed.
-func QueryEnum(c *fiber.Ctx, name string, allowed ...string) (string, error) {
-	raw := c.Query(name)
-	if raw == "" {
-		return "", nil
-	}
-	for _, a := range allowed {
-		if raw == a {
-			return raw, nil
-		}
-	}
-	return "", fault.Validation(fault.FieldError{Loc: []any{"query", name}, Type: "enum", Input: raw,
-		Msg: "Input should be " + strings.Join(allowed, ", "), Ctx: map[string]any{"expected": strings.Join(allowed, ", ")}})
 }
 
 // Param returns the path parameter name, percent-decoded and copied (fiber

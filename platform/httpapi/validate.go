@@ -42,8 +42,8 @@ import (
 //     handler's lookup decides.
 //   - Unknown query parameters: a schema cannot close a parameter list. An
 //     operation marked "x-closed-query": true refuses every parameter it
-//     does not document, in the same 422 as the others (every operation
-//     with a filtered list is marked).
+//     does not document, in the same 422 as the others; the operations
+//     marked are the lists that refuse a misspelt filter.
 //
 // A date-time parameter is RFC 3339 with a time zone, as time.Parse reads
 // it, and a "+" that form decoding turned into a space is read as the "+"

@@ -9,8 +9,9 @@ import (
 
 // PassArgs is the job of a pass: a kind without arguments whose whole work
 // is one call on a module's service (of type S). A pass that may take long
-// also has a Timeout method (LongestJobTimeout), the way River lets a job
-// kind carry its InsertOpts.
+// also has a Timeout method returning LongestJobTimeout, which is the
+// client's JobTimeout today: the method keeps that pass's allowance if the
+// default for every other job is ever lowered.
 type PassArgs[S any] interface {
 	river.JobArgs
 	Pass(ctx context.Context, s S) error

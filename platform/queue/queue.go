@@ -40,7 +40,7 @@ func NewInserter(sqldb *sql.DB, log *slog.Logger, mw ...rivertype.Middleware) (*
 
 // LongestJobTimeout is the most any worker may allow one job: the passes
 // over many rows (the deposit poll, the wallet scan, the payout and USDT
-// passes, the reconciliation) commit each row's work on its own, so a pass
+// passes) commit each row's work on its own, so a pass
 // cut short loses nothing and the next one carries on. A dead worker's jobs
 // come back within seconds through DeadWorkerRescue; RescueAfter, River's
 // own time-based rescue, is the fallback. It stays
@@ -84,7 +84,7 @@ func NewWorker(pool *pgxpool.Pool, p WorkerParams) (*river.Client[pgx.Tx], error
 		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: p.Concurrency}},
 		Workers:      p.Workers,
 		PeriodicJobs: p.PeriodicJobs,
-		JobTimeout:   2 * time.Minute,
+		JobTimeout:   LongestJobTimeout,
 		// A job still "running" this long belonged to a worker that died;
 		// give it back to the queue (River's default is an hour, too long for
 		// a payment's webhook or sync). It must exceed the longest timeout
