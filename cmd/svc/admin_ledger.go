@@ -217,8 +217,6 @@ func adminExportCmd() *cobra.Command {
 	return c
 }
 
-func init() { ledgerSubcommands = append(ledgerSubcommands, ledgerVerifyExportCmd) }
-
 // ledgerVerifyExportCmd is `svc ledger verify-export`: it needs no
 // database and no configuration.
 func ledgerVerifyExportCmd() *cobra.Command {

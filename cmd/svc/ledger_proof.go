@@ -11,8 +11,6 @@ import (
 	"svc/platform/sumtree"
 )
 
-func init() { ledgerSubcommands = append(ledgerSubcommands, ledgerVerifyProofCmd) }
-
 // ledgerVerifyProofCmd is `svc ledger verify-proof FILE`: checks a proof of
 // liabilities as GET /v1/users/{external_user_id}/liabilities-proof returns
 // it, with no database (docs/provable-custody.md).
