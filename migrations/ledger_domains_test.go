@@ -43,7 +43,13 @@ SELECT e.id, c.id, -700, NULL, NULL, NULL, NULL, NULL FROM e, ledger_accounts c 
 	require.Len(t, before, 14, "the four tables and their ten indexes")
 
 	migrateAll(t, d)
-	require.Equal(t, before, textMap(t, d, files), "no table rewritten, no index rebuilt")
+	after := textMap(t, d, files)
+	for name := range after {
+		if _, old := before[name]; !old {
+			delete(after, name) // an index a later migration added (0043)
+		}
+	}
+	require.Equal(t, before, after, "no table rewritten, no index rebuilt")
 	// The same events, functions, columns and conditions (a condition's
 	// text now reads the domain's value as its base type).
 	require.Equal(t, trigBefore, textMap(t, d, triggers), "the triggers on ledger_accounts are as they were")

@@ -37,7 +37,7 @@ func TestAdminLedgerCheckpointVerifyExport(t *testing.T) {
 
 	var ids []int64
 	for i := range 4 {
-		p, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", "alice", int64(1000+i), fmt.Sprintf("deposit:test:payment:%d", i), "test")
+		p, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", ledger.UserHolder("alice"), int64(1000+i), fmt.Sprintf("deposit:test:payment:%d", i), "test")
 		require.NoError(t, err)
 		ids = append(ids, p.ID)
 	}

@@ -95,7 +95,7 @@ func TestAdminWithdrawals(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "holds vs open withdrawals: 0")
 	// A hold that no withdrawal explains is named.
-	_, err = ledger.PlaceHold(ctx, d.Bun, "BTC", "alice", 1_000, "stray-hold", "test")
+	_, err = ledger.PlaceHold(ctx, d.Bun, "BTC", ledger.UserHolder("alice"), 1_000, "stray-hold", "test")
 	require.NoError(t, err)
 	out, err = run(t, "admin", "ledger", "check")
 	require.ErrorIs(t, err, errLedgerInconsistent)

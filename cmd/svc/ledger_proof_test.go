@@ -27,7 +27,7 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	ctx := context.Background()
 	for i, user := range []string{"alice", "bob", "carol"} {
 		require.NoError(t, db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, "BTC", user, int64(1000*(i+1)), "dep-"+user, "")
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder(user), int64(1000*(i+1)), "dep-"+user, "")
 			return err
 		}))
 	}

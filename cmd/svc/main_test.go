@@ -153,7 +153,7 @@ func migratedDB(t *testing.T) *db.DB {
 // creditAlice credits units of BTC to alice, as the deposit payment n.
 func creditAlice(t *testing.T, d *db.DB, units int64, n int) {
 	t.Helper()
-	_, err := ledger.CreditDeposit(context.Background(), d.Bun, "BTC", "alice", units, fmt.Sprintf("deposit:test:payment:%d", n), "test")
+	_, err := ledger.CreditDeposit(context.Background(), d.Bun, "BTC", ledger.UserHolder("alice"), units, fmt.Sprintf("deposit:test:payment:%d", n), "test")
 	require.NoError(t, err)
 }
 

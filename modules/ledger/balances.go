@@ -15,19 +15,20 @@ import (
 	"svc/platform/money"
 )
 
-// Balance is a user's balance in one asset, in smallest units.
+// Balance is a holder's balance in one asset, in smallest units.
 type Balance struct {
 	Asset     string // the asset's code
 	Decimals  int    // the asset's decimals
 	Available int64
-	Held      int64
+	Held      int64 // reserved by open withdrawals
+	Reserved  int64 // reserved by open escrow holds
 }
 
 // Format renders smallest units of the balance's asset as a decimal string.
 func (b Balance) Format(units int64) string { return money.Format(units, b.Decimals) }
 
-// Total is available plus held.
-func (b Balance) Total() int64 { return b.Available + b.Held }
+// Total is available plus held plus reserved.
+func (b Balance) Total() int64 { return b.Available + b.Held + b.Reserved }
 
 // Balances returns the user's balances, by asset code, in every enabled
 // asset and in every asset the user has an account in, enabled or not: an
@@ -42,15 +43,31 @@ func (b Balance) Total() int64 { return b.Available + b.Held }
 // accounts together: a balance read is the most frequent request, and it
 // is one round trip to the database and one prepared plan.
 func Balances(ctx context.Context, idb bun.IDB, externalUserID string) ([]Balance, error) {
+	return HolderBalances(ctx, idb, UserHolder(externalUserID))
+}
+
+// The balance reads of a user and of a platform account: one constant
+// statement each, so that each keeps its prepared plan.
+var balancesSQL = map[bool]string{false: balancesOf(UserHolder("")), true: balancesOf(PlatformHolder(""))}
+
+func balancesOf(h Holder) string {
+	k := h.kinds()
+	return fmt.Sprintf(`
+SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
+  FROM assets a
+  LEFT JOIN ledger_accounts b ON b.owner = $1 AND b.asset = a.asset AND b.kind IN ('%s', '%s', '%s')
+ ORDER BY a.asset`, k[0], k[1], k[2])
+}
+
+// HolderBalances is Balances for a user or a platform account: Held is
+// the hold account (open withdrawals), Reserved the escrow account (open
+// escrow holds).
+func HolderBalances(ctx context.Context, idb bun.IDB, h Holder) ([]Balance, error) {
 	q, err := sqlOf(idb)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `
-SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
-  FROM assets a
-  LEFT JOIN ledger_accounts b ON b.owner = $1 AND b.asset = a.asset AND b.kind IN ('user_available', 'user_hold')
- ORDER BY a.asset`, externalUserID)
+	rows, err := q.QueryContext(ctx, balancesSQL[h.Platform], h.ID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
 	}
@@ -74,10 +91,12 @@ SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
 		}
 		last := &out[len(out)-1]
 		switch AccountKind(kind.String) {
-		case UserAvailable:
+		case UserAvailable, PlatformAvailable:
 			last.Available = bal
-		case UserHold:
+		case UserHold, PlatformHold:
 			last.Held = bal
+		case UserEscrow, PlatformEscrow:
+			last.Reserved = bal
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -92,29 +111,31 @@ const (
 	MaxTransactionsLimit     = 200
 )
 
-// TransactionsQuery selects one page of a user's history.
+// TransactionsQuery selects one page of a user's or a platform account's
+// history.
 type TransactionsQuery struct {
-	ExternalUserID string
+	ExternalUserID string // the user, or the platform account's name when Platform
+	Platform       bool
 	Asset          string // optional; unknown: asset.ErrUnknown
 	Cursor         int64  // 0 for the newest; otherwise postings with smaller ids
 	Limit          int    // 1 to MaxTransactionsLimit; 0 means DefaultTransactionsLimit
 }
 
-// Transaction is one posting on a user's account.
+// Transaction is one posting on a user's or a platform account's account.
 type Transaction struct {
 	PostingID int64
 	EntryID   int64
 	Kind      EntryKind
 	Asset     string
-	Account   AccountKind // user_available or user_hold
+	Account   AccountKind // one of the holder's three kinds (Holder)
 	Amount    int64       // signed: positive is a credit to the user
 	SourceRef string
 	Memo      string
 	CreatedAt time.Time
 }
 
-// Transactions returns a page of the user's postings (user_available and
-// user_hold), newest first, and the cursor of the next page (nil on the
+// Transactions returns a page of the holder's postings (its available,
+// hold and escrow accounts), newest first, and the cursor of the next page (nil on the
 // last). Pages are keyset on posting id, so postings added later never
 // shift a page that was already read.
 func Transactions(ctx context.Context, idb bun.IDB, tq TransactionsQuery) ([]Transaction, *int64, error) {
@@ -154,21 +175,7 @@ func Transactions(ctx context.Context, idb bun.IDB, tq TransactionsQuery) ([]Tra
 	// one page of 51 at a million postings) over the ordered index scan
 	// that stops at the page's end. Bounded by b, either plan reads at
 	// most one page of rows.
-	rows, err := q.QueryContext(ctx, `
-SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_ref, coalesce(p.entry_memo, ''), p.entry_at
-  FROM ledger_accounts acc
- CROSS JOIN LATERAL (
-        SELECT min(id) AS low FROM (
-               SELECT id FROM ledger_postings
-                WHERE account_id = acc.id AND id < $3
-                ORDER BY id DESC LIMIT $4) k) b
- CROSS JOIN LATERAL (
-        SELECT id, entry_id, amount, entry_kind, entry_ref, entry_memo, entry_at FROM ledger_postings
-         WHERE account_id = acc.id AND id < $3 AND id >= b.low
-         ORDER BY id DESC LIMIT $4) p
- WHERE acc.owner = $1 AND acc.kind IN ('user_available', 'user_hold') AND ($2::text = '' OR acc.asset = $2::text)
- ORDER BY p.id DESC
- LIMIT $4`, tq.ExternalUserID, tq.Asset, cursor, tq.Limit+1)
+	rows, err := q.QueryContext(ctx, transactionsSQL[tq.Platform], tq.ExternalUserID, tq.Asset, cursor, tq.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
 	}
@@ -188,6 +195,28 @@ SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_re
 	return out, next, nil
 }
 
+// The history reads of a user and of a platform account.
+var transactionsSQL = map[bool]string{false: transactionsOf(UserHolder("")), true: transactionsOf(PlatformHolder(""))}
+
+func transactionsOf(h Holder) string {
+	k := h.kinds()
+	return fmt.Sprintf(`
+SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_ref, coalesce(p.entry_memo, ''), p.entry_at
+  FROM ledger_accounts acc
+ CROSS JOIN LATERAL (
+        SELECT min(id) AS low FROM (
+               SELECT id FROM ledger_postings
+                WHERE account_id = acc.id AND id < $3
+                ORDER BY id DESC LIMIT $4) k) b
+ CROSS JOIN LATERAL (
+        SELECT id, entry_id, amount, entry_kind, entry_ref, entry_memo, entry_at FROM ledger_postings
+         WHERE account_id = acc.id AND id < $3 AND id >= b.low
+         ORDER BY id DESC LIMIT $4) p
+ WHERE acc.owner = $1 AND acc.kind IN ('%s', '%s', '%s') AND ($2::text = '' OR acc.asset = $2::text)
+ ORDER BY p.id DESC
+ LIMIT $4`, k[0], k[1], k[2])
+}
+
 // Totals are one asset's ledger balances in smallest units, each in its
 // account's own sense (see the package doc's signs): the system accounts
 // derived from their postings, the users' summed from their materialized
@@ -202,10 +231,25 @@ type Totals struct {
 	Transfer      int64 // sent to the pair's other custody less received (BookTransfer)
 	UserAvailable int64 // over all users
 	UserHold      int64 // over all users
+	UserEscrow    int64 // over all users
+
+	PlatformAvailable int64 // over all platform accounts
+	PlatformHold      int64 // over all platform accounts
+	PlatformEscrow    int64 // over all platform accounts
 }
 
 // UserObligations is what the service owes its users in the asset.
-func (t Totals) UserObligations() int64 { return t.UserAvailable + t.UserHold }
+func (t Totals) UserObligations() int64 { return t.UserAvailable + t.UserHold + t.UserEscrow }
+
+// PlatformObligations is what the service holds for the platform's own
+// accounts in the asset: it owes it as it owes the users.
+func (t Totals) PlatformObligations() int64 {
+	return t.PlatformAvailable + t.PlatformHold + t.PlatformEscrow
+}
+
+// Obligations is everything the service owes in the asset: users and
+// platform accounts.
+func (t Totals) Obligations() int64 { return t.UserObligations() + t.PlatformObligations() }
 
 // AssetTotals returns Totals for every asset that has ledger accounts, by
 // asset code. Each system balance is one index-only sum over its postings.
@@ -290,6 +334,14 @@ func (t *totalsBuilder) add(code string, kind AccountKind, sum int64) {
 		x.Suspense += v
 	case Transfer:
 		x.Transfer += v
+	case UserEscrow:
+		x.UserEscrow += v
+	case PlatformAvailable:
+		x.PlatformAvailable += v
+	case PlatformHold:
+		x.PlatformHold += v
+	case PlatformEscrow:
+		x.PlatformEscrow += v
 	}
 }
 

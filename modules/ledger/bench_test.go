@@ -58,32 +58,32 @@ func benchUser(rng *rand.Rand) string { return fmt.Sprintf("bench-%d", rng.IntN(
 var benchScenarios = []benchScenario{
 	{"deposit_spread", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
 		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, "BTC", benchUser(rng), 1+rng.Int64N(100_000), ref, "")
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder(benchUser(rng)), 1+rng.Int64N(100_000), ref, "")
 			return err
 		})
 	}},
 	{"deposit_spread_3_assets", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
 		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, benchAssets[rng.IntN(len(benchAssets))], benchUser(rng), 1+rng.Int64N(100_000), ref, "")
+			_, err := ledger.CreditDeposit(ctx, tx, benchAssets[rng.IntN(len(benchAssets))], ledger.UserHolder(benchUser(rng)), 1+rng.Int64N(100_000), ref, "")
 			return err
 		})
 	}},
 	{"deposit_one_user", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
 		return 1, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, "BTC", "bench-hot", 1+rng.Int64N(100_000), ref, "")
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("bench-hot"), 1+rng.Int64N(100_000), ref, "")
 			return err
 		})
 	}},
 	{"hold_release", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
 		user, amount := benchUser(rng), 1+rng.Int64N(1_000)
 		if err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.PlaceHold(ctx, tx, "BTC", user, amount, ref, "")
+			_, err := ledger.PlaceHold(ctx, tx, "BTC", ledger.UserHolder(user), amount, ref, "")
 			return err
 		}); err != nil {
 			return 0, err
 		}
 		return 2, db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.ReleaseHold(ctx, tx, "BTC", user, amount, ref, "")
+			_, err := ledger.ReleaseHold(ctx, tx, "BTC", ledger.UserHolder(user), amount, ref, "")
 			return err
 		})
 	}},

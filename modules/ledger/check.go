@@ -295,7 +295,7 @@ SELECT a.id, a.asset, a.kind, a.owner, a.balance, coalesce(s.total, 0), n.id, n.
                       ORDER BY p.id DESC LIMIT 1) n ON a.balance IS NOT NULL
  WHERE (a.balance IS NOT NULL AND (a.balance <> coalesce(s.total, 0) OR a.balance < 0
                                    OR a.balance IS DISTINCT FROM CASE WHEN n.id IS NULL THEN 0 ELSE n.balance_after END))
-    OR (a.kind IN ('user_available', 'user_hold') AND coalesce(s.total, 0) < 0)
+    OR (a.balance IS NOT NULL AND coalesce(s.total, 0) < 0)
  ORDER BY a.id`)
 	if err != nil {
 		return r, err

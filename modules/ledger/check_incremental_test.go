@@ -241,7 +241,7 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 	// check's or a checkpoint's boundary would wait for it until the
 	// package's timeout.
 	t.Cleanup(func() { _ = tx.Rollback() })
-	late, err := ledger.CreditDeposit(ctx, tx, "BTC", "late", 7, "late", "")
+	late, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("late"), 7, "late", "")
 	require.NoError(t, err)
 	var lateXact string
 	require.NoError(t, tx.NewRaw(`SELECT pg_current_xact_id()::text`).Scan(ctx, &lateXact))
@@ -259,11 +259,11 @@ func TestIncrementalCheckWithConcurrentWriters(t *testing.T) {
 			user := fmt.Sprintf("writer-%d", w)
 			for i := 0; !stop.Load(); i++ {
 				err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-					if _, err := ledger.CreditDeposit(ctx, tx, "BTC", user, 100, fmt.Sprintf("%s-%d", user, i), ""); err != nil {
+					if _, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder(user), 100, fmt.Sprintf("%s-%d", user, i), ""); err != nil {
 						return err
 					}
 					if i%3 == 0 {
-						if _, err := ledger.PlaceHold(ctx, tx, "BTC", user, 50, fmt.Sprintf("%s-wd-%d", user, i), ""); err != nil {
+						if _, err := ledger.PlaceHold(ctx, tx, "BTC", ledger.UserHolder(user), 50, fmt.Sprintf("%s-wd-%d", user, i), ""); err != nil {
 							return err
 						}
 					}

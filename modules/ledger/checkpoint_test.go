@@ -193,7 +193,7 @@ func TestLateCommitNeverLandsBelowASealedRange(t *testing.T) {
 
 	tx, err := d.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	late, err := ledger.CreditDeposit(ctx, tx, "BTC", "bob", 7, "late", "")
+	late, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("bob"), 7, "late", "")
 	require.NoError(t, err)
 	var lateXact string
 	require.NoError(t, tx.NewRaw(`SELECT pg_current_xact_id()::text`).Scan(ctx, &lateXact))

@@ -65,7 +65,7 @@ func TestConcurrentSameFact(t *testing.T) {
 	concurrencytest.AtOnce(workers, func(i int) {
 		errs[i] = inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
 			var err error
-			posted[i], err = ledger.CreditDeposit(ctx, tx, "BTC", "yan", 777, "pay-same", "")
+			posted[i], err = ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("yan"), 777, "pay-same", "")
 			return err
 		})
 	})
@@ -108,7 +108,7 @@ func TestConcurrentHoldAndRelease(t *testing.T) {
 				errs <- err
 				return
 			}
-			_, err := ledger.ReleaseHold(ctx, d, "BTC", "xia", 1_000, ref, "")
+			_, err := ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder("xia"), 1_000, ref, "")
 			errs <- err
 		}()
 	}

@@ -121,7 +121,7 @@ func TestHistoryReadsTheCopies(t *testing.T) {
 	ctx := context.Background()
 	credit(t, d, "BTC", "rae", 5_000, "pay-1")
 	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.CreditDeposit(ctx, tx, "BTC", "rae", 700, "pay-2", "réglé ✓ \"quoted\"")
+		_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("rae"), 700, "pay-2", "réglé ✓ \"quoted\"")
 		return err
 	}))
 	_, err := hold(t, d, "BTC", "rae", 1_200, "wd-1")

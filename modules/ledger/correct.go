@@ -36,10 +36,16 @@ const (
 // an account of kind k, and why not.
 func CorrectionAllowed(k AccountKind) error {
 	switch k {
-	case Custody, NetworkFees, FeeIncome, Suspense, UserAvailable:
+	case Custody, NetworkFees, FeeIncome, Suspense, UserAvailable, PlatformAvailable:
 		return nil
 	case UserHold:
 		return errors.New("user_hold belongs to the user's open withdrawals: reject or release the withdrawal instead")
+	case PlatformHold:
+		return errors.New("platform_hold belongs to the platform account's open withdrawals: reject or release the withdrawal instead")
+	case UserEscrow:
+		return errors.New("user_escrow belongs to the user's open escrow holds: void or capture the hold instead")
+	case PlatformEscrow:
+		return errors.New("platform_escrow belongs to the platform account's open escrow holds: void or capture the hold instead")
 	case InFlight:
 		return errors.New("in_flight follows broadcast payouts, one per withdrawal: release the withdrawal instead")
 	case Transfer:
@@ -242,7 +248,7 @@ func preview(ctx context.Context, idb bun.IDB, entries []Entry, mayGoNegative fu
 		b.Entries = append(b.Entries, e)
 		for i, l := range e.Lines {
 			var sum int64
-			if l.Account.Kind.IsUser() {
+			if l.Account.Kind.Materialized() {
 				err = q.QueryRowContext(ctx, `SELECT coalesce((SELECT balance FROM public.ledger_accounts
   WHERE owner = $1::text AND asset = $2::text AND kind = $3::text), 0)`, l.Account.Owner, e.Asset, string(l.Account.Kind)).Scan(&sum)
 			} else {

@@ -20,7 +20,7 @@ import (
 func TestBookingEdges(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
-	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", "ann", 10_000, "deposit:test:payment:1", "test")
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", ledger.UserHolder("ann"), 10_000, "deposit:test:payment:1", "test")
 	require.NoError(t, err)
 	lines := []any{
 		map[string]any{"account": "network_fees", "direction": "debit", "amount": "300"},

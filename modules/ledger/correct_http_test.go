@@ -28,7 +28,7 @@ func TestCorrectionHTTP(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
 	ctx := context.Background()
-	_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "ann", 10_000, "deposit:test:payment:1", "test")
+	_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", ledger.UserHolder("ann"), 10_000, "deposit:test:payment:1", "test")
 	require.NoError(t, err)
 	entries := func() int { return rowCount(t, e, `SELECT count(*) FROM ledger_entries`) }
 	audits := func() int { return rowCount(t, e, `SELECT count(*) FROM audit_log WHERE action = 'ledger.correct'`) }
@@ -161,7 +161,7 @@ func TestTransferHTTP(t *testing.T) {
 	t.Parallel()
 	e := apptest.New(t)
 	ctx := context.Background()
-	_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "ann", 1_000_000, "deposit:test:payment:1", "test")
+	_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", ledger.UserHolder("ann"), 1_000_000, "deposit:test:payment:1", "test")
 	require.NoError(t, err)
 	open := map[string]any{"from": "BTC", "to": "BTC_LN", "amount": "600000", "network_fee": "250", "reference": "fundingtx1", "memo": "channel to the hub"}
 	r := e.AdminPost("/v1/admin/ledger/transfers", open)

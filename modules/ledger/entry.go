@@ -78,7 +78,13 @@ func (a Account) validate() error {
 	if !a.Kind.Valid() {
 		return fmt.Errorf("unknown account kind %q", a.Kind)
 	}
-	if a.Kind.IsUser() {
+	if a.Kind.IsPlatform() {
+		if !ValidPlatformName(a.Owner) {
+			return fmt.Errorf("%s needs a platform account name of 1 to %d characters of [a-z0-9_.:-]", a.Kind, MaxPlatformName)
+		}
+		return nil
+	}
+	if a.Kind.IsUsers() {
 		if n := utf8.RuneCountInString(a.Owner); n < 1 || n > MaxOwner || !utf8.ValidString(a.Owner) || hasNUL(a.Owner) {
 			return fmt.Errorf("%s needs an external_user_id of 1 to %d characters", a.Kind, MaxOwner)
 		}

@@ -36,7 +36,7 @@ func FuzzEntry(f *testing.F) {
 		// Let the fuzzer also produce owners on system accounts and
 		// missing owners on user accounts, but mostly well-formed ones.
 		for i := range accts {
-			if !accts[i].Kind.IsUser() && k1&0x80 == 0 {
+			if !accts[i].Kind.Materialized() && k1&0x80 == 0 {
 				accts[i].Owner = ""
 			}
 		}

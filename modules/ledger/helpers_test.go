@@ -62,7 +62,7 @@ func credit(t testing.TB, d *bun.DB, asset, user string, amount int64, ref strin
 	var p ledger.Posted
 	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		p, err = ledger.CreditDeposit(ctx, tx, asset, user, amount, ref, "")
+		p, err = ledger.CreditDeposit(ctx, tx, asset, ledger.UserHolder(user), amount, ref, "")
 		return err
 	}))
 	return p
@@ -73,7 +73,7 @@ func hold(t testing.TB, d *bun.DB, asset, user string, amount int64, ref string)
 	var p ledger.Posted
 	err := inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		p, err = ledger.PlaceHold(ctx, tx, asset, user, amount, ref, "")
+		p, err = ledger.PlaceHold(ctx, tx, asset, ledger.UserHolder(user), amount, ref, "")
 		return err
 	})
 	return p, err

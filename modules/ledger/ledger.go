@@ -6,16 +6,21 @@
 //
 // # Accounts
 //
-// Each (asset, kind, owner) is one account. Every user has a user_available
-// and a user_hold account per asset (owner = external_user_id), created on
-// demand by the first posting that credits it. Every asset has six system
+// Each (asset, kind, owner) is one account. Every user has a user_available,
+// a user_hold and a user_escrow account per asset (owner = external_user_id),
+// created on demand by the first posting that credits it. A platform account
+// (the platform's own money: revenue, prize pools, commissions; owner = its
+// name, 1 to 64 characters of [a-z0-9_.:-]) has the same three:
+// platform_available, platform_hold and platform_escrow. A Holder names a
+// user or a platform account and gives its three accounts. Every asset has six system
 // accounts (owner ""): custody (what the service's wallets hold), in_flight
 // (payouts broadcast but not yet confirmed), fee_income (service fees
 // earned), network_fees (network fees paid), suspense (money received but
 // not yet attributed, e.g. awaiting review) and transfer, the clearing account of money moved between two custodies of the same coin
 // (migration 0036; see BookTransfer).
 //
-// User accounts carry a materialized balance, changed in the same statement
+// Owned accounts (users' and platform accounts') carry a materialized
+// balance, changed in the same statement
 // that writes their postings. A debit is the guarded update
 //
 //	UPDATE ledger_accounts SET balance = balance - $1 WHERE id = $2 AND balance >= $1
@@ -40,7 +45,11 @@
 //
 // # Entry kinds and their exact postings
 //
-// Amounts below are in smallest units; u is the user, + credit, - debit.
+// Amounts below are in smallest units; u is the user (or, for a deposit
+// or a withdrawal of a platform account, that account: platform_available
+// and platform_hold stand for user_available and user_hold), + credit, -
+// debit. Transfers and escrow holds move money between holders and never
+// touch custody.
 //
 //	deposit_credit      X: user_available(u) +X, custody -X
 //	withdrawal_hold     G: user_available(u) -G, user_hold(u) +G
@@ -51,6 +60,13 @@
 //	                       network_fees -NF           (actual network fee)
 //	                       in_flight    +B            (B = S of this payout's broadcast, 0 if none)
 //	                       custody      +(N + NF - B) (the rest of what left the wallet)
+//	transfer            X: available(from) -X, available(to) +X  (one leg;
+//	                       source_ref "<transfer id>:<leg>")
+//	escrow_hold         X: available(p) -X, escrow(p) +X  (p the payer)
+//	escrow_capture      C: escrow(p) -C, available(r) +c_r for each
+//	                       recipient r (C the sum of the c_r)
+//	escrow_release      R: escrow(p) -R, available(p) +R  (the rest after a
+//	                       capture, or all of it on a void or an expiry)
 //	correction             any balanced lines, with a memo saying why
 //	                       (an operator's: BookCorrection, CorrectionAllowed)
 //	correction (transfer)  X from asset A to asset B, network fee NF, two
@@ -83,12 +99,14 @@
 // What a correction may post to (CorrectionAllowed):
 //
 //	custody, network_fees, fee_income, suspense   yes
-//	user_available                                yes: a credit is audited
+//	user_available, platform_available            yes: a credit is audited
 //	                                              like any other line, and a
 //	                                              debit never takes the
 //	                                              balance below zero
-//	user_hold                                     no: holds belong to open
+//	user_hold, platform_hold                      no: holds belong to open
 //	                                              withdrawals (release them)
+//	user_escrow, platform_escrow                  no: escrow belongs to open
+//	                                              escrow holds (void them)
 //	in_flight                                     no: it follows broadcast
 //	                                              payouts, one per withdrawal
 //	transfer                                      no: only BookTransfer
@@ -136,15 +154,33 @@ const (
 	// (BTC and BTC_LN): debited in the asset that sent, credited in the
 	// one that received (BookTransfer).
 	Transfer AccountKind = "transfer"
+
+	// The accounts of money moved inside the platform (docs/transfers.md).
+	// Owned and materialized like the user's two.
+	UserEscrow        AccountKind = "user_escrow"        // reserved by the user's open escrow holds
+	PlatformAvailable AccountKind = "platform_available" // a platform account's spendable money
+	PlatformHold      AccountKind = "platform_hold"      // reserved by the platform account's open withdrawals
+	PlatformEscrow    AccountKind = "platform_escrow"    // reserved by the platform account's open escrow holds
 )
 
 // AccountKinds lists every account kind.
 func AccountKinds() []AccountKind {
-	return []AccountKind{UserAvailable, UserHold, Custody, InFlight, FeeIncome, NetworkFees, Suspense, Transfer}
+	return []AccountKind{UserAvailable, UserHold, Custody, InFlight, FeeIncome, NetworkFees, Suspense, Transfer,
+		UserEscrow, PlatformAvailable, PlatformHold, PlatformEscrow}
 }
 
-// IsUser reports a per-user account kind (with a materialized balance).
-func (k AccountKind) IsUser() bool { return k == UserAvailable || k == UserHold }
+// Materialized reports an owned account kind, a user's or a platform
+// account's, whose balance is materialized on its row and guarded there.
+func (k AccountKind) Materialized() bool { return k.IsUsers() || k.IsPlatform() }
+
+// IsUsers reports an account kind a user owns (owner = external_user_id).
+func (k AccountKind) IsUsers() bool { return k == UserAvailable || k == UserHold || k == UserEscrow }
+
+// IsPlatform reports an account kind a platform account owns (owner = its
+// name).
+func (k AccountKind) IsPlatform() bool {
+	return k == PlatformAvailable || k == PlatformHold || k == PlatformEscrow
+}
 
 // Valid reports one of the known kinds.
 func (k AccountKind) Valid() bool {
@@ -195,11 +231,24 @@ const (
 	PayoutSettle EntryKind = "payout_settle"
 	// Correction: an operator's correction, always a new entry.
 	Correction EntryKind = "correction"
+	// TransferEntry: one leg of a transfer between two holders' available
+	// accounts (source_ref: the transfer id and the leg's index).
+	TransferEntry EntryKind = "transfer"
+	// EscrowHold: an escrow hold moved money from available to reserved
+	// (source_ref: the hold id).
+	EscrowHold EntryKind = "escrow_hold"
+	// EscrowCapture: a hold's captured part paid from reserved to its
+	// recipients (source_ref: the hold id).
+	EscrowCapture EntryKind = "escrow_capture"
+	// EscrowRelease: the rest of a hold (after a capture) or all of it (void,
+	// expiry) returned from reserved to available (source_ref: the hold id).
+	EscrowRelease EntryKind = "escrow_release"
 )
 
 // EntryKinds lists every entry kind.
 func EntryKinds() []EntryKind {
-	return []EntryKind{DepositCredit, WithdrawalHold, WithdrawalRelease, PayoutBroadcast, PayoutSettle, Correction}
+	return []EntryKind{DepositCredit, WithdrawalHold, WithdrawalRelease, PayoutBroadcast, PayoutSettle, Correction,
+		TransferEntry, EscrowHold, EscrowCapture, EscrowRelease}
 }
 
 // Valid reports one of the known kinds.
@@ -215,7 +264,7 @@ func (k EntryKind) Valid() bool {
 // Account names an account within an entry's asset.
 type Account struct {
 	Kind  AccountKind
-	Owner string // external_user_id for user kinds, "" for system kinds
+	Owner string // external_user_id for user kinds, the name for platform kinds, "" for system kinds
 }
 
 // User returns a user's account of kind k.

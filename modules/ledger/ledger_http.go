@@ -37,9 +37,26 @@ type API struct {
 // asset is 404.
 // Balances always read the primary (DB); the history may read the replica
 // (API.Replica) and lag it by up to DATABASE_READ_MAX_LAG.
+//
+// and the same of the platform accounts, with their list:
+//
+//	GET /platform-accounts?limit=&cursor=
+//	GET /platform-accounts/{platform_account}/balances
+//	GET /platform-accounts/{platform_account}/transactions?asset=&limit=&cursor=
 func (a *API) Routes(r fiber.Router) {
 	r.Get("/users/:external_user_id/balances", a.balances)
 	r.Get("/users/:external_user_id/transactions", a.transactions)
+	r.Get("/platform-accounts", a.platformAccounts)
+	r.Get("/platform-accounts/:platform_account/balances", a.balances)
+	r.Get("/platform-accounts/:platform_account/transactions", a.transactions)
+}
+
+// holder is the user or the platform account a route names.
+func holder(c *fiber.Ctx) Holder {
+	if name := httpapi.Param(c, "platform_account"); name != "" {
+		return PlatformHolder(name)
+	}
+	return UserHolder(httpapi.Param(c, "external_user_id"))
 }
 
 // BalanceView is the API's Balance: decimal strings in display units.
@@ -47,13 +64,37 @@ type BalanceView struct {
 	Asset     string `json:"asset"`
 	Available string `json:"available"`
 	Held      string `json:"held"`
+	Reserved  string `json:"reserved"`
 	Total     string `json:"total"`
 }
 
-// BalancesView is the API's BalancesResponse.
+func balanceViews(list []Balance) []BalanceView {
+	out := make([]BalanceView, len(list))
+	for i, b := range list {
+		out[i] = BalanceView{Asset: b.Asset, Available: b.Format(b.Available), Held: b.Format(b.Held),
+			Reserved: b.Format(b.Reserved), Total: b.Format(b.Total())}
+	}
+	return out
+}
+
+// BalancesView is the API's BalancesResponse, or PlatformBalancesResponse
+// (PlatformAccount set instead of ExternalUserID).
 type BalancesView struct {
-	ExternalUserID string        `json:"external_user_id"`
-	Balances       []BalanceView `json:"balances"`
+	ExternalUserID  string        `json:"external_user_id,omitempty"`
+	PlatformAccount string        `json:"platform_account,omitempty"`
+	Balances        []BalanceView `json:"balances"`
+}
+
+// PlatformAccountView is the API's PlatformAccount.
+type PlatformAccountView struct {
+	PlatformAccount string        `json:"platform_account"`
+	Balances        []BalanceView `json:"balances"`
+}
+
+// PlatformAccountsView is the API's PlatformAccountList.
+type PlatformAccountsView struct {
+	PlatformAccounts []PlatformAccountView `json:"platform_accounts"`
+	NextCursor       *string               `json:"next_cursor"`
 }
 
 // TransactionView is the API's Ledger transaction.
@@ -77,21 +118,36 @@ type TransactionsView struct {
 }
 
 func (a *API) balances(c *fiber.Ctx) error {
-	user := httpapi.Param(c, "external_user_id")
-	list, err := Balances(c.UserContext(), a.DB, user)
+	h := holder(c)
+	list, err := HolderBalances(c.UserContext(), a.DB, h)
 	if err != nil {
 		return err
 	}
-	out := BalancesView{ExternalUserID: user, Balances: make([]BalanceView, len(list))}
-	for i, b := range list {
-		out.Balances[i] = BalanceView{Asset: b.Asset, Available: b.Format(b.Available),
-			Held: b.Format(b.Held), Total: b.Format(b.Total())}
+	out := BalancesView{Balances: balanceViews(list)}
+	if h.Platform {
+		out.PlatformAccount = h.ID
+	} else {
+		out.ExternalUserID = h.ID
+	}
+	return c.JSON(out)
+}
+
+func (a *API) platformAccounts(c *fiber.Ctx) error {
+	limit := c.QueryInt("limit", DefaultPlatformAccountsLimit)
+	cursor := string(c.Context().QueryArgs().Peek("cursor")) // a copy: fiber reuses its buffers
+	list, next, err := PlatformAccounts(c.UserContext(), a.DB, cursor, limit)
+	if err != nil {
+		return err
+	}
+	out := PlatformAccountsView{PlatformAccounts: make([]PlatformAccountView, len(list)), NextCursor: next}
+	for i, p := range list {
+		out.PlatformAccounts[i] = PlatformAccountView{PlatformAccount: p.Name, Balances: balanceViews(p.Balances)}
 	}
 	return c.JSON(out)
 }
 
 func (a *API) transactions(c *fiber.Ctx) error {
-	user := httpapi.Param(c, "external_user_id")
+	h := holder(c)
 	limit := c.QueryInt("limit", DefaultTransactionsLimit)
 	cursor := int64(c.QueryInt("cursor", 0))
 	code := string(c.Context().QueryArgs().Peek("asset")) // a copy: fiber reuses its buffers
@@ -103,7 +159,7 @@ func (a *API) transactions(c *fiber.Ctx) error {
 	)
 	err := a.Replica.Read(ctx, a.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: user, Asset: code, Cursor: cursor, Limit: limit})
+		page, next, err = Transactions(ctx, idb, TransactionsQuery{ExternalUserID: h.ID, Platform: h.Platform, Asset: code, Cursor: cursor, Limit: limit})
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/uptrace/bun"
+
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/asset"
 	"svc/modules/ledger"
@@ -36,7 +38,7 @@ func TestBalancesHTTP(t *testing.T) {
 
 	user := "user/42 ü" // needs percent-encoding in the path
 	credit(t, d, "BTC", user, 150_000_000, "pay-1")
-	_, err := ledger.PlaceHold(ctx, d, "BTC", user, 12_345, "wd-1", "")
+	_, err := ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder(user), 12_345, "wd-1", "")
 	require.NoError(t, err)
 	credit(t, d, "USDT_TRC20", user, 2_500_000, "pay-2")
 
@@ -106,9 +108,9 @@ func TestTransactionsHTTP(t *testing.T) {
 	for i := range 5 {
 		credit(t, d, "BTC", user, int64(1_000*(i+1)), fmt.Sprintf("pay-%d", i))
 	}
-	_, err := ledger.PlaceHold(ctx, d, "BTC", user, 2_500, "wd-1", "")
+	_, err := ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder(user), 2_500, "wd-1", "")
 	require.NoError(t, err)
-	_, err = ledger.ReleaseHold(ctx, d, "BTC", user, 2_500, "wd-1", "rejected by operator")
+	_, err = ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder(user), 2_500, "wd-1", "rejected by operator")
 	require.NoError(t, err)
 	credit(t, d, "USDT_TRC20", user, 1_500_000, "pay-usdt")
 	// Someone else's postings never show.
@@ -239,4 +241,73 @@ func TestTransactionsHTTP(t *testing.T) {
 		require.Equal(t, [][]any{{"path", "external_user_id"}, {"query", "limit"}, {"query", "cursor"}, {"query", "asset"}}, locs,
 			"every bad parameter is reported at once")
 	})
+}
+
+// TestPlatformAccountsHTTP: a platform account's balances and history read
+// as a user's do, the list pages by name, and a reserved amount shows in
+// both the payer's balance and its total.
+func TestPlatformAccountsHTTP(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	d := e.App.DB.Bun
+	credit(t, d, "BTC", "ann", 10_000, "pay-1")
+	ann := ledger.UserHolder("ann")
+	for i, name := range []string{"revenue", "pool:weekly", "commission"} {
+		require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.PostTransferLeg(ctx, tx, "BTC", ann, ledger.PlatformHolder(name), int64(100*(i+1)), fmt.Sprintf("tr-%d:0", i), "")
+			return err
+		}))
+	}
+	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+		_, err := ledger.PostEscrowHold(ctx, tx, "BTC", ann, 1_000, "hold-1", "")
+		return err
+	}))
+
+	r := e.Get("/v1/users/ann/balances")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var ub ledger.BalancesView
+	r.JSON(t, &ub)
+	require.Equal(t, ledger.BalanceView{Asset: "BTC", Available: "0.00008400", Held: "0.00000000", Reserved: "0.00001000", Total: "0.00009400"}, ub.Balances[0])
+
+	r = e.Get("/v1/platform-accounts/pool:weekly/balances")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var pb ledger.BalancesView
+	r.JSON(t, &pb)
+	require.Equal(t, "pool:weekly", pb.PlatformAccount)
+	require.Equal(t, "0.00000200", pb.Balances[0].Available)
+	r = e.Get("/v1/platform-accounts/never-credited/balances")
+	require.Equal(t, http.StatusOK, r.Status)
+	r = e.Get("/v1/platform-accounts/Not%20A%20Name/balances")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
+
+	r = e.Get("/v1/platform-accounts/revenue/transactions")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var tx ledger.TransactionsView
+	r.JSON(t, &tx)
+	require.Len(t, tx.Transactions, 1)
+	require.Equal(t, "transfer", tx.Transactions[0].Kind)
+	require.Equal(t, "platform_available", tx.Transactions[0].Account)
+	require.Equal(t, "credit", tx.Transactions[0].Direction)
+	require.Equal(t, "tr-0:0", *tx.Transactions[0].SourceRef)
+
+	// The list, two at a time, by name.
+	var names []string
+	cursor := ""
+	for {
+		r = e.Get("/v1/platform-accounts?limit=2" + cursor)
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var page ledger.PlatformAccountsView
+		r.JSON(t, &page)
+		for _, p := range page.PlatformAccounts {
+			names = append(names, p.PlatformAccount)
+			require.Len(t, p.Balances, 1)
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = "&cursor=" + url.QueryEscape(*page.NextCursor)
+	}
+	require.Equal(t, []string{"commission", "pool:weekly", "revenue"}, names)
+	r = e.Get("/v1/platform-accounts?limit=2&colour=red")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "a closed query refuses an unknown parameter")
 }

@@ -7,27 +7,28 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// CreditDeposit credits a confirmed deposit payment to the user's available
-// balance (deposit_credit: user_available +amount, custody -amount).
+// CreditDeposit credits a confirmed deposit payment to the holder's
+// available balance (deposit_credit: user_available or platform_available
+// +amount, custody -amount).
 // sourceRef identifies the payment, so crediting it again returns the first
 // entry.
-func CreditDeposit(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
+func CreditDeposit(ctx context.Context, idb bun.IDB, asset string, to Holder, amount int64, sourceRef, memo string) (Posted, error) {
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: deposit amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
 	return Post(ctx, idb, Entry{Kind: DepositCredit, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
-		{Account: User(UserAvailable, externalUserID), Amount: amount},
+		{Account: to.Available(), Amount: amount},
 		{Account: System(Custody), Amount: -amount},
 	}})
 }
 
-// PlaceHold moves a withdrawal's gross amount from the user's available
-// balance to their hold (withdrawal_hold). When available is short it
+// PlaceHold moves a withdrawal's gross amount from the holder's available
+// balance to its hold (withdrawal_hold). When available is short it
 // writes nothing and returns an *InsufficientFundsError (HTTP 402).
 // sourceRef is the withdrawal id; the release or settlement of this hold
 // uses the same one.
-func PlaceHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
-	e, err := HoldEntry(asset, externalUserID, amount, sourceRef, memo)
+func PlaceHold(ctx context.Context, idb bun.IDB, asset string, owner Holder, amount int64, sourceRef, memo string) (Posted, error) {
+	e, err := HoldEntry(asset, owner, amount, sourceRef, memo)
 	if err != nil {
 		return Posted{}, err
 	}
@@ -36,27 +37,27 @@ func PlaceHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, a
 
 // HoldEntry is the entry PlaceHold posts, for a caller that queues it with
 // QueuePost.
-func HoldEntry(asset, externalUserID string, amount int64, sourceRef, memo string) (Entry, error) {
+func HoldEntry(asset string, owner Holder, amount int64, sourceRef, memo string) (Entry, error) {
 	if amount <= 0 {
 		return Entry{}, fmt.Errorf("%w: hold amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
 	return Entry{Kind: WithdrawalHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
-		{Account: User(UserAvailable, externalUserID), Amount: -amount},
-		{Account: User(UserHold, externalUserID), Amount: amount},
+		{Account: owner.Available(), Amount: -amount},
+		{Account: owner.Hold(), Amount: amount},
 	}}, nil
 }
 
 // ReleaseHold returns the hold placed under sourceRef to the user's
-// available balance (withdrawal_release). asset, externalUserID and amount
+// available balance (withdrawal_release). asset, owner and amount
 // must be the hold's; a hold that was settled cannot be released
 // (ErrHoldSettled), and a missing or different hold is ErrNoHold.
-func ReleaseHold(ctx context.Context, idb bun.IDB, asset, externalUserID string, amount int64, sourceRef, memo string) (Posted, error) {
+func ReleaseHold(ctx context.Context, idb bun.IDB, asset string, owner Holder, amount int64, sourceRef, memo string) (Posted, error) {
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: release amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
 	e := Entry{Kind: WithdrawalRelease, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
-		{Account: User(UserHold, externalUserID), Amount: -amount},
-		{Account: User(UserAvailable, externalUserID), Amount: amount},
+		{Account: owner.Hold(), Amount: -amount},
+		{Account: owner.Available(), Amount: amount},
 	}}
 	if err := e.Validate(); err != nil {
 		return Posted{}, err
@@ -68,7 +69,7 @@ func ReleaseHold(ctx context.Context, idb bun.IDB, asset, externalUserID string,
 		if st.settled {
 			return Entry{}, fmt.Errorf("ledger: release %s: %w", sourceRef, ErrHoldSettled)
 		}
-		if err := st.matches(asset, externalUserID, amount); err != nil {
+		if err := st.matches(asset, owner, amount); err != nil {
 			return Entry{}, fmt.Errorf("ledger: release %s: %w", sourceRef, err)
 		}
 		return e, nil
@@ -167,7 +168,8 @@ const (
 // Settlement describes a confirmed payout.
 type Settlement struct {
 	Asset          string
-	ExternalUserID string
+	ExternalUserID string // the user, or the platform account's name when Platform
+	Platform       bool   // the withdrawal is a platform account's
 	SourceRef      string // the withdrawal id, as for its hold
 	Mode           FeeMode
 	Gross          int64 // the hold; leaves user_hold
@@ -176,6 +178,8 @@ type Settlement struct {
 	NetworkFee     int64 // the actual network fee paid, 0 or more
 	Memo           string
 }
+
+func (s Settlement) owner() Holder { return Holder{Platform: s.Platform, ID: s.ExternalUserID} }
 
 // Lines returns the settlement's lines given the amount its broadcast moved
 // to in-flight (0 when the payout was never recorded as broadcast). The
@@ -208,7 +212,7 @@ func (s Settlement) Lines(broadcast int64) ([]Line, error) {
 	}
 	out := s.Net + s.NetworkFee // both >= 0, so no overflow past the check
 	custody := out - broadcast  // out >= 0 and broadcast >= 0: cannot overflow
-	lines := []Line{{Account: User(UserHold, s.ExternalUserID), Amount: -s.Gross}}
+	lines := []Line{{Account: s.owner().Hold(), Amount: -s.Gross}}
 	if s.ServiceFee > 0 {
 		lines = append(lines, Line{Account: System(FeeIncome), Amount: s.ServiceFee})
 	}
@@ -244,7 +248,7 @@ func SettlePayout(ctx context.Context, idb bun.IDB, s Settlement) (Posted, error
 			if st.released {
 				return Entry{}, fmt.Errorf("ledger: settle %s: %w", s.SourceRef, ErrHoldReleased)
 			}
-			if err := st.matches(s.Asset, s.ExternalUserID, s.Gross); err != nil {
+			if err := st.matches(s.Asset, s.owner(), s.Gross); err != nil {
 				return Entry{}, fmt.Errorf("ledger: settle %s: %w", s.SourceRef, err)
 			}
 		}
@@ -266,17 +270,18 @@ func Correct(ctx context.Context, idb bun.IDB, asset string, lines []Line, sourc
 // holdState is what the ledger knows about one withdrawal's hold.
 type holdState struct {
 	held, released, settled, broadcast bool
-	asset, owner                       string
+	asset                              string
+	owner                              Holder
 	amount                             int64 // the hold
 	inFlight                           int64 // what the broadcast moved to in-flight
 }
 
-func (st holdState) matches(asset, owner string, amount int64) error {
+func (st holdState) matches(asset string, owner Holder, amount int64) error {
 	if !st.held {
 		return ErrNoHold
 	}
 	if st.asset != asset || st.owner != owner || st.amount != amount {
-		return fmt.Errorf("%w: the hold is %d %s of %q, not %d %s of %q", ErrNoHold, st.amount, st.asset, st.owner, amount, asset, owner)
+		return fmt.Errorf("%w: the hold is %d %s of %s, not %d %s of %s", ErrNoHold, st.amount, st.asset, st.owner, amount, asset, owner)
 	}
 	return nil
 }
@@ -324,8 +329,8 @@ SELECT e.kind, e.asset, x.kind, x.owner, x.amount
 		case WithdrawalHold:
 			st.held = true
 			st.asset = asset
-			if acct == UserHold {
-				st.owner, st.amount = owner, amt
+			if acct == UserHold || acct == PlatformHold {
+				st.owner, st.amount = HolderOf(Account{Kind: acct, Owner: owner}), amt
 			}
 		case WithdrawalRelease:
 			st.released = true

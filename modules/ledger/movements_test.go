@@ -46,7 +46,7 @@ func TestCreditDeposit(t *testing.T) {
 	})
 	t.Run("ReplayWithOtherAmountIsRefused", func(t *testing.T) {
 		err := inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, "BTC", "alice", 99, "pay-1", "")
+			_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder("alice"), 99, "pay-1", "")
 			return err
 		})
 		require.ErrorIs(t, err, ledger.ErrReplayMismatch)
@@ -59,12 +59,12 @@ func TestCreditDeposit(t *testing.T) {
 	})
 	t.Run("BadAmounts", func(t *testing.T) {
 		for _, amt := range []int64{0, -1} {
-			_, err := ledger.CreditDeposit(ctx, d, "BTC", "alice", amt, "pay-bad", "")
+			_, err := ledger.CreditDeposit(ctx, d, "BTC", ledger.UserHolder("alice"), amt, "pay-bad", "")
 			require.ErrorIs(t, err, ledger.ErrInvalidEntry)
 		}
 	})
 	t.Run("UnknownAssetIsRefused", func(t *testing.T) {
-		_, err := ledger.CreditDeposit(ctx, d, "DOGE", "alice", 1, "pay-doge", "")
+		_, err := ledger.CreditDeposit(ctx, d, "DOGE", ledger.UserHolder("alice"), 1, "pay-doge", "")
 		require.Error(t, err)
 		require.Zero(t, count(t, d, `SELECT count(*) FROM ledger_accounts WHERE asset = 'DOGE'`))
 	})
@@ -103,9 +103,9 @@ func TestPlaceHold(t *testing.T) {
 	})
 	t.Run("TransactionStaysUsableAfterInsufficientFunds", func(t *testing.T) {
 		require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.PlaceHold(ctx, tx, "BTC", "bob", 10_000, "wd-3", "")
+			_, err := ledger.PlaceHold(ctx, tx, "BTC", ledger.UserHolder("bob"), 10_000, "wd-3", "")
 			require.ErrorIs(t, err, ledger.ErrInsufficientFunds)
-			_, err = ledger.PlaceHold(ctx, tx, "BTC", "bob", 100, "wd-4", "")
+			_, err = ledger.PlaceHold(ctx, tx, "BTC", ledger.UserHolder("bob"), 100, "wd-4", "")
 			return err
 		}))
 		avail, held := balance(t, d, "BTC", "bob")
@@ -161,11 +161,11 @@ func TestReleaseHold(t *testing.T) {
 		{"NoSuchHold", "BTC", "carol", "wd-x", 700, ledger.ErrNoHold},
 		{"ZeroAmount", "BTC", "carol", "wd-1", 0, ledger.ErrInvalidEntry},
 	} {
-		_, err := ledger.ReleaseHold(ctx, d, tc.asset, tc.user, tc.amount, tc.ref, "")
+		_, err := ledger.ReleaseHold(ctx, d, tc.asset, ledger.UserHolder(tc.user), tc.amount, tc.ref, "")
 		require.ErrorIs(t, err, tc.want, tc.name)
 	}
 
-	p, err := ledger.ReleaseHold(ctx, d, "BTC", "carol", 700, "wd-1", "rejected")
+	p, err := ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder("carol"), 700, "wd-1", "rejected")
 	require.NoError(t, err)
 	require.Equal(t, ledger.WithdrawalRelease, p.Kind)
 	require.Equal(t, "rejected", p.Memo)
@@ -173,7 +173,7 @@ func TestReleaseHold(t *testing.T) {
 	require.Equal(t, int64(1000), avail)
 	require.Zero(t, held)
 
-	again, err := ledger.ReleaseHold(ctx, d, "BTC", "carol", 700, "wd-1", "rejected")
+	again, err := ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder("carol"), 700, "wd-1", "rejected")
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	avail, _ = balance(t, d, "BTC", "carol")
@@ -251,7 +251,7 @@ func TestSettlePayout(t *testing.T) {
 			d := newDB(t, 4)
 			ctx := context.Background()
 			credit(t, d, "BTC", "erin", deposit, "pay-1")
-			_, err := ledger.PlaceHold(ctx, d, "BTC", "erin", tc.s.Gross, "wd-1", "")
+			_, err := ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder("erin"), tc.s.Gross, "wd-1", "")
 			require.NoError(t, err)
 			if tc.broadcast > 0 {
 				b, err := ledger.RecordPayoutBroadcast(ctx, d, "BTC", tc.broadcast, "wd-1", "txid")
@@ -287,7 +287,7 @@ func TestSettlePayout(t *testing.T) {
 			require.True(t, again.Replayed)
 			require.Equal(t, p.ID, again.ID)
 
-			_, err = ledger.ReleaseHold(ctx, d, "BTC", "erin", s.Gross, "wd-1", "")
+			_, err = ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder("erin"), s.Gross, "wd-1", "")
 			require.ErrorIs(t, err, ledger.ErrHoldSettled, "a paid-out hold cannot be released")
 			_, err = ledger.RecordPayoutBroadcast(ctx, d, "BTC", 1, "wd-1", "")
 			if tc.broadcast == 0 {
@@ -304,7 +304,7 @@ func TestSettlePayout(t *testing.T) {
 		d := newDB(t, 4)
 		ctx := context.Background()
 		credit(t, d, "BTC", "erin", deposit, "pay-1")
-		_, err := ledger.PlaceHold(ctx, d, "BTC", "erin", 10_000, "wd-1", "")
+		_, err := ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder("erin"), 10_000, "wd-1", "")
 		require.NoError(t, err)
 		base := ledger.Settlement{Asset: "BTC", ExternalUserID: "erin", SourceRef: "wd-1", Mode: ledger.FeeDeduct,
 			Gross: 10_000, Net: 9_000, ServiceFee: 1_000, NetworkFee: 100}

@@ -29,7 +29,7 @@ func TestQueuePost(t *testing.T) {
 			{Account: ledger.System(ledger.Custody), Amount: -7},
 		}})
 		require.NoError(t, err)
-		e, err := ledger.HoldEntry("BTC", "alice", holdAmount, holdRef, "")
+		e, err := ledger.HoldEntry("BTC", ledger.UserHolder("alice"), holdAmount, holdRef, "")
 		require.NoError(t, err)
 		h, err := ledger.QueuePost(&b, e)
 		require.NoError(t, err)

@@ -287,7 +287,7 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	)
 	ctes = append(ctes, `existing AS (SELECT id FROM ledger_entries WHERE kind = $1::text AND source_ref = $3::text)`)
 	for i, l := range e.Lines {
-		if l.Account.Kind.IsUser() {
+		if l.Account.Kind.Materialized() {
 			owners[i] = arg(l.Account.Owner)
 			users = append(users, i)
 		}
@@ -374,7 +374,7 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	values := make([]string, len(e.Lines))
 	for i, l := range e.Lines {
 		acct, after, user := acctSQL[i], "NULL::bigint", "false"
-		if l.Account.Kind.IsUser() {
+		if l.Account.Kind.Materialized() {
 			after, user = fmt.Sprintf("(SELECT balance FROM a%d)", i), "true"
 		} else {
 			acct = fmt.Sprintf("(SELECT id FROM ledger_accounts WHERE owner = '' AND asset = $2::text AND kind = '%s')", l.Account.Kind)

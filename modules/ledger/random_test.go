@@ -205,7 +205,7 @@ func (r *runner) credit() string {
 		var p ledger.Posted
 		err := r.tx(func(ctx context.Context, tx bun.Tx) error {
 			var err error
-			p, err = ledger.CreditDeposit(ctx, tx, c.asset, c.user, c.amount, c.ref, "")
+			p, err = ledger.CreditDeposit(ctx, tx, c.asset, ledger.UserHolder(c.user), c.amount, c.ref, "")
 			return err
 		})
 		if err != nil || !p.Replayed {
@@ -219,7 +219,7 @@ func (r *runner) credit() string {
 	amount := 1 + r.rng.Int64N(100_000)
 	ref := r.ref("pay")
 	err := r.tx(func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.CreditDeposit(ctx, tx, asset, user, amount, ref, "")
+		_, err := ledger.CreditDeposit(ctx, tx, asset, ledger.UserHolder(user), amount, ref, "")
 		return err
 	})
 	if err != nil {
@@ -245,7 +245,7 @@ func (r *runner) hold() string {
 	amount := 1 + r.rng.Int64N(avail+avail*3/10+1)
 	ref := r.ref("wd")
 	err := r.tx(func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.PlaceHold(ctx, tx, asset, user, amount, ref, "")
+		_, err := ledger.PlaceHold(ctx, tx, asset, ledger.UserHolder(user), amount, ref, "")
 		return err
 	})
 	switch {
@@ -296,7 +296,7 @@ func (r *runner) release() string {
 		return r.credit()
 	}
 	err := r.tx(func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.ReleaseHold(ctx, tx, h.asset, h.user, h.amount, ref, "rejected")
+		_, err := ledger.ReleaseHold(ctx, tx, h.asset, ledger.UserHolder(h.user), h.amount, ref, "rejected")
 		return err
 	})
 	if err != nil {
@@ -394,7 +394,7 @@ func (r *runner) failing() string {
 		}
 		c := r.done[r.rng.IntN(len(r.done))]
 		if c.settled {
-			_, err := ledger.ReleaseHold(ctx, r.d, c.h.asset, c.h.user, c.h.amount, c.ref, "")
+			_, err := ledger.ReleaseHold(ctx, r.d, c.h.asset, ledger.UserHolder(c.h.user), c.h.amount, c.ref, "")
 			if !errors.Is(err, ledger.ErrHoldSettled) {
 				return fmt.Sprintf("release of settled %s: %v", c.ref, err)
 			}
@@ -420,7 +420,7 @@ func (r *runner) failing() string {
 			}
 		}
 		r.m.mu.Unlock()
-		_, err := ledger.ReleaseHold(ctx, r.d, h.asset, h.user, h.amount+1, ref, "")
+		_, err := ledger.ReleaseHold(ctx, r.d, h.asset, ledger.UserHolder(h.user), h.amount+1, ref, "")
 		if !errors.Is(err, ledger.ErrNoHold) {
 			return fmt.Sprintf("release of %s with a wrong amount: %v", ref, err)
 		}
@@ -431,7 +431,7 @@ func (r *runner) failing() string {
 			break
 		}
 		c := r.credits[r.rng.IntN(len(r.credits))]
-		_, err := ledger.CreditDeposit(ctx, r.d, c.asset, c.user, c.amount+1, c.ref, "")
+		_, err := ledger.CreditDeposit(ctx, r.d, c.asset, ledger.UserHolder(c.user), c.amount+1, c.ref, "")
 		if !errors.Is(err, ledger.ErrReplayMismatch) {
 			return fmt.Sprintf("credit %s with another amount: %v", c.ref, err)
 		}
@@ -440,7 +440,7 @@ func (r *runner) failing() string {
 	}
 	// a hold far beyond anything a user of this worker has
 	user := fmt.Sprintf("w%d-u%d", r.w, r.rng.IntN(5))
-	_, err := ledger.PlaceHold(ctx, r.d, randomAssets[0], user, 1<<60, r.ref("wd-huge"), "")
+	_, err := ledger.PlaceHold(ctx, r.d, randomAssets[0], ledger.UserHolder(user), 1<<60, r.ref("wd-huge"), "")
 	if !errors.Is(err, ledger.ErrInsufficientFunds) {
 		return fmt.Sprintf("huge hold: %v", err)
 	}

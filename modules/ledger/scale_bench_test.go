@@ -284,8 +284,9 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
 		k := randomUser(c)
 		n.Add(1)
 		return db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			_, err := ledger.CreditDeposit(ctx, tx, scaleAsset(k), scaleUser(k), 1+rngs[c].Int64N(100_000),
+			_, err := ledger.CreditDeposit(ctx, tx, scaleAsset(k), ledger.UserHolder(scaleUser(k)), 1+rngs[c].Int64N(100_000),
 				fmt.Sprintf("scale-%d-%d", run, seq), "")
+
 			return err
 		})
 	})
@@ -315,7 +316,7 @@ SELECT a.owner, n.n, (SELECT id FROM ledger_postings WHERE account_id = a.id ORD
 			for i := w; i < credits; i += 8 {
 				k := randomUser(w)
 				err := db.RunInTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-					_, err := ledger.CreditDeposit(ctx, tx, scaleAsset(k), scaleUser(k), 1+int64(i), fmt.Sprintf("scale-report-%d-%d", run, i), "")
+					_, err := ledger.CreditDeposit(ctx, tx, scaleAsset(k), ledger.UserHolder(scaleUser(k)), 1+int64(i), fmt.Sprintf("scale-report-%d-%d", run, i), "")
 					return err
 				})
 				if err != nil {

@@ -130,8 +130,9 @@ SELECT 'BTC', k, 'bench-user-' || g, CASE WHEN k = 'user_available' THEN 1 + (g:
 					for i := 0; time.Now().Before(until); i++ {
 						t0 := time.Now()
 						err := db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
-							_, err := ledger.CreditDeposit(ctx, tx, "BTC", fmt.Sprintf("writer-%d", rng.IntN(10_000)), 1+rng.Int64N(100_000),
+							_, err := ledger.CreditDeposit(ctx, tx, "BTC", ledger.UserHolder(fmt.Sprintf("writer-%d", rng.IntN(10_000))), 1+rng.Int64N(100_000),
 								fmt.Sprintf("bench-%d-%d-%d", tag, w, i), "")
+
 							return err
 						})
 						if err != nil {

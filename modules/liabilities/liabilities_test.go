@@ -24,7 +24,7 @@ import (
 func credit(t *testing.T, d *bun.DB, code, user string, amount int64) {
 	t.Helper()
 	require.NoError(t, db.RunInTx(context.Background(), d, func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.CreditDeposit(ctx, tx, code, user, amount, fmt.Sprintf("dep-%s-%s-%d", code, user, amount), "")
+		_, err := ledger.CreditDeposit(ctx, tx, code, ledger.UserHolder(user), amount, fmt.Sprintf("dep-%s-%s-%d", code, user, amount), "")
 		return err
 	}))
 }
@@ -32,7 +32,7 @@ func credit(t *testing.T, d *bun.DB, code, user string, amount int64) {
 func hold(t *testing.T, d *bun.DB, code, user string, amount int64) {
 	t.Helper()
 	require.NoError(t, db.RunInTx(context.Background(), d, func(ctx context.Context, tx bun.Tx) error {
-		_, err := ledger.PlaceHold(ctx, tx, code, user, amount, fmt.Sprintf("w-%s-%s", code, user), "")
+		_, err := ledger.PlaceHold(ctx, tx, code, ledger.UserHolder(user), amount, fmt.Sprintf("w-%s-%s", code, user), "")
 		return err
 	}))
 }

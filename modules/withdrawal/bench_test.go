@@ -84,7 +84,7 @@ func benchCreate(b *testing.B, clients int, holdOnly bool) {
 			p := withdrawal.CreateParams{ExternalUserID: fmt.Sprint("bench-", (int(i)*7919+w)%benchUsers), Asset: asset.BTC,
 				Amount: 20_000 + i%1000, Destination: dests[i%int64(len(dests))], IdempotencyKey: ref}
 			if holdOnly {
-				_, err := ledger.PlaceHold(ctx, e.App.DB.Bun, asset.BTC, p.ExternalUserID, p.Amount, p.IdempotencyKey, "bench")
+				_, err := ledger.PlaceHold(ctx, e.App.DB.Bun, asset.BTC, ledger.UserHolder(p.ExternalUserID), p.Amount, p.IdempotencyKey, "bench")
 				return err
 			}
 			// As under the route's middleware (idempotency.Store.ClaimInHandler):
@@ -137,7 +137,7 @@ func releaseBenchHolds(b *testing.B, e *env) {
   JOIN ledger_postings p ON p.entry_id = e.id JOIN ledger_accounts a ON a.id = p.account_id
  WHERE e.kind = 'withdrawal_hold' AND a.kind = 'user_hold' AND e.source_ref LIKE 'bench-%'`).Scan(ctx, &holds))
 	for _, h := range holds {
-		_, err := ledger.ReleaseHold(ctx, e.App.DB.Bun, asset.BTC, h.Owner, h.Amt, h.Ref, "bench")
+		_, err := ledger.ReleaseHold(ctx, e.App.DB.Bun, asset.BTC, ledger.UserHolder(h.Owner), h.Amt, h.Ref, "bench")
 		require.NoError(b, err)
 	}
 }

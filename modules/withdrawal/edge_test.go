@@ -144,7 +144,7 @@ func TestCheckHoldsFindsMismatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, list)
 	w := e.create(t, "c", asset.BTC, 30_000, p2wpkh(t, chain.Regtest, "c"))
-	_, err = ledger.PlaceHold(ctx, d, asset.BTC, "c", 1_000, "no-such-withdrawal", "test")
+	_, err = ledger.PlaceHold(ctx, d, asset.BTC, ledger.UserHolder("c"), 1_000, "no-such-withdrawal", "test")
 	require.NoError(t, err)
 	_, err = d.ExecContext(ctx, "UPDATE withdrawals SET status = 'refunded', failure_reason = 'x' WHERE id = ?", w.WithdrawalID)
 	require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestCheckHoldsFindsMismatches(t *testing.T) {
 	// Undo, so that the books every test ends with are whole again.
 	_, err = d.ExecContext(ctx, "UPDATE withdrawals SET status = 'approved', failure_reason = NULL WHERE id = ?", w.WithdrawalID)
 	require.NoError(t, err)
-	_, err = ledger.ReleaseHold(ctx, d, asset.BTC, "c", 1_000, "no-such-withdrawal", "test")
+	_, err = ledger.ReleaseHold(ctx, d, asset.BTC, ledger.UserHolder("c"), 1_000, "no-such-withdrawal", "test")
 	require.NoError(t, err)
 }
 

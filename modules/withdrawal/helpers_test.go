@@ -70,8 +70,9 @@ func setupSim(t testing.TB, o btcpaysim.Options, cfg ...func(*config.Config)) *e
 // would.
 func (e *env) fund(t testing.TB, user, code string, units int64) {
 	t.Helper()
-	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, user, units,
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, ledger.UserHolder(user), units,
 		fmt.Sprintf("test-funding:%s:%s:%d:%d", user, code, units, len(e.funded)+int(time.Now().UnixNano()%1e9)), "test funding")
+
 	require.NoError(t, err)
 	e.funded[[2]string{user, code}] += units
 }
@@ -320,8 +321,9 @@ func settle(t testing.TB, e *env, id, user string, gross, net int64) {
 // fundQuiet is fund, safe for concurrent use.
 func (e *env) fundQuiet(t testing.TB, user, code string, units int64) {
 	t.Helper()
-	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, user, units,
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, code, ledger.UserHolder(user), units,
 		fmt.Sprintf("test-funding:%s:%s:%d", user, code, units), "test funding")
+
 	require.NoError(t, err)
 	e.fundMu.Lock()
 	e.funded[[2]string{user, code}] += units

@@ -167,7 +167,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 			finished = false
 			w := intent // the function may run again: start from the intent each time
-			if _, err := ledger.PlaceHold(ctx, tx, w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
+			if _, err := ledger.PlaceHold(ctx, tx, w.Asset, ledger.UserHolder(w.ExternalUserID), w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
 				return holdError(a, w, err)
 			}
 			userCap := ""
@@ -307,7 +307,7 @@ func (s *Service) queueApproved(b *pgx.Batch, w Withdrawal, a asset.Asset, rec p
 	if t.body, err = json.Marshal(t.view); err != nil {
 		return approvedTx{}, err
 	}
-	e, err := ledger.HoldEntry(w.Asset, w.ExternalUserID, w.AmountGross, w.ID.String(), "withdrawal hold")
+	e, err := ledger.HoldEntry(w.Asset, ledger.UserHolder(w.ExternalUserID), w.AmountGross, w.ID.String(), "withdrawal hold")
 	if err != nil {
 		return approvedTx{}, err
 	}

@@ -84,7 +84,7 @@ func sealedEntry(t *testing.T, sourceRef string) (*apptest.Env, ledger.Posted) {
 		c.Ledger.CheckpointInterval = time.Second
 	}))
 	ctx := context.Background()
-	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "wanda", 5_000, sourceRef, "test")
+	p, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", ledger.UserHolder("wanda"), 5_000, sourceRef, "test")
 	require.NoError(t, err)
 	apptest.Eventually(t, 2*time.Minute, func() bool {
 		var n int

@@ -36,7 +36,7 @@ func BenchmarkHistoryReplica(b *testing.B) {
 	ctx := context.Background()
 	for _, e := range []*apptest.Env{withReplica, alone} {
 		for i := range 400 {
-			if _, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", "hist", 1_000, fmt.Sprintf("deposit:bench:%d", i), "bench"); err != nil {
+			if _, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", ledger.UserHolder("hist"), 1_000, fmt.Sprintf("deposit:bench:%d", i), "bench"); err != nil {
 				b.Fatal(err)
 			}
 		}

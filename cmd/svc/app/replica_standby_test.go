@@ -61,7 +61,7 @@ func TestReplicaDelayedOnPurpose(t *testing.T) {
 	ctx := context.Background()
 	credit := func(t *testing.T, e *apptest.Env, user string, units int64) time.Time {
 		t.Helper()
-		_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", user, units, fmt.Sprintf("deposit:test:%s:%d", user, time.Now().UnixNano()), "test")
+		_, err := ledger.CreditDeposit(ctx, e.App.DB.Bun, "BTC", ledger.UserHolder(user), units, fmt.Sprintf("deposit:test:%s:%d", user, time.Now().UnixNano()), "test")
 		require.NoError(t, err)
 		return time.Now()
 	}

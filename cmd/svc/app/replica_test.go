@@ -80,7 +80,7 @@ func TestReplicaRouting(t *testing.T) {
 	r := e.App.Replica
 	require.NotNil(t, r)
 	require.Equal(t, db.ReplicaOK, r.State().Status, "the primary itself is never stale")
-	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", "ann", 5_000, "deposit:test:replica-routing", "test")
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", ledger.UserHolder("ann"), 5_000, "deposit:test:replica-routing", "test")
 	require.NoError(t, err)
 	for _, rt := range replicaRoutes {
 		before := r.Stats()
@@ -131,7 +131,7 @@ func TestReplicaUnreachableReadsThePrimary(t *testing.T) {
 	}))
 	r := e.App.Replica
 	require.Equal(t, db.ReplicaUnreachable, r.State().Status)
-	_, err = ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", "bob", 7_000, "deposit:test:replica-unreachable", "test")
+	_, err = ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", ledger.UserHolder("bob"), 7_000, "deposit:test:replica-unreachable", "test")
 	require.NoError(t, err)
 	lists := readReplicaRoutes(t, e)
 	require.Contains(t, string(e.Get("/v1/users/bob/transactions").Body), `"deposit_credit"`, "the primary's answer, fresh")

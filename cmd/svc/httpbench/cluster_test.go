@@ -155,7 +155,7 @@ func (c *cluster) fund(users int, amount int64) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if _, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", userID(i), amount, fmt.Sprint("bench-funding-", i), "load benchmark"); err != nil {
+				if _, err := ledger.CreditDeposit(ctx, d.Bun, "BTC", ledger.UserHolder(userID(i)), amount, fmt.Sprint("bench-funding-", i), "load benchmark"); err != nil {
 					mu.Lock()
 					first = errors.Join(first, err)
 					mu.Unlock()

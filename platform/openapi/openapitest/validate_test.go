@@ -187,7 +187,7 @@ func TestCheckResponse(t *testing.T) {
 		{name: "transactions unknown kind", method: "GET", path: "/v1/users/u1/transactions", status: 200,
 			body: `{"transactions":[{"posting_id":7,"entry_id":3,"kind":"refund","asset":"BTC","account":"user_hold","amount":"0.1","direction":"credit","source_ref":null,"memo":null,"created_at":"` + ts + `"}],"next_cursor":null}`},
 		{name: "user id percent-encoded", method: "GET", path: "/v1/users/a%2Fb/balances", status: 200,
-			body: `{"external_user_id":"a/b","balances":[{"asset":"BTC","available":"0.00000000","held":"0.00000000","total":"0.00000000"}]}`, ok: true},
+			body: `{"external_user_id":"a/b","balances":[{"asset":"BTC","available":"0.00000000","held":"0.00000000","reserved":"0.00000000","total":"0.00000000"}]}`, ok: true},
 
 		// Free-form objects stay open.
 		{name: "event payload is free-form", method: "GET", path: "/v1/admin/events", status: 200,
