@@ -24,13 +24,15 @@ var randomFlags = randtest.NewFlags("ledger", 10_000,
 var randomAssets = []string{"BTC", "USDT_TRC20"}
 
 // TestRandomOperations runs seeded random credits, holds, releases,
-// broadcasts, settlements and failing attempts from several goroutines,
-// keeps a model of what each should do, and afterwards checks every money
-// invariant against the model. Each worker has users of its own, whose
-// outcomes the model predicts exactly, and all workers share a few users
-// (and every system account), whose outcomes depend on timing: the model
-// takes the ledger's answer for those and still requires the sums to add
-// up.
+// broadcasts, settlements, transfers (one leg, several legs, two-asset
+// trades), escrow holds with their captures, voids and expiries, replays
+// and failing attempts from several goroutines, keeps a model of what
+// each should do, and checks every money invariant against the model,
+// during the run (checkpoint) and at its end. Each worker has users of its
+// own, whose outcomes the model predicts exactly, and all workers share a
+// few users, the platform accounts and every system account, whose
+// outcomes depend on timing: the model takes the ledger's answer for those
+// and still requires the sums to add up.
 func TestRandomOperations(t *testing.T) {
 	t.Parallel()
 	seed := randomFlags.Seed(t, "modules/ledger")
@@ -62,31 +64,20 @@ func TestRandomOperations(t *testing.T) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t.Logf("seed %d: %v", seed, m.stats)
-	for k, want := range m.users {
-		avail, held := balance(t, d, k.asset, k.user)
-		require.Equal(t, want.available, avail, "seed %d: available of %s in %s", seed, k.user, k.asset)
-		var open int64
-		for _, h := range want.holds {
-			open += h.amount
-		}
-		require.Equal(t, open, held, "seed %d: held of %s in %s must equal the open holds", seed, k.user, k.asset)
+	m.requireBooks(t, d, seed)
+	for _, s := range []string{"hold ok", "hold short", "settle", "release", "transfer", "transfer short", "multi-leg",
+		"trade", "escrow hold", "escrow hold short", "capture", "capture with rest", "void", "expiry", "escrow replay"} {
+		require.Greater(t, m.stats[s], 0, "seed %d: no %q", seed, s)
 	}
-	tot := totals(t, d)
-	for _, a := range randomAssets {
-		want := m.system[a]
-		got := tot[a]
-		require.Equal(t, want.custody, got.Custody, "seed %d: %s custody", seed, a)
-		require.Equal(t, want.inFlight, got.InFlight, "seed %d: %s in flight", seed, a)
-		require.Equal(t, want.feeIncome, got.FeeIncome, "seed %d: %s fee income", seed, a)
-		require.Equal(t, want.networkFees, got.NetworkFees, "seed %d: %s network fees", seed, a)
-	}
-	require.Greater(t, m.stats["hold ok"], 0)
-	require.Greater(t, m.stats["hold short"], 0)
-	require.Greater(t, m.stats["settle"], 0)
-	require.Greater(t, m.stats["release"], 0)
 }
 
-type userKey struct{ user, asset string }
+// holderKey is one holder's accounts in one asset.
+type holderKey struct {
+	h     ledger.Holder
+	asset string
+}
+
+func userKey(user, asset string) holderKey { return holderKey{ledger.UserHolder(user), asset} }
 
 type openHold struct {
 	asset, user string
@@ -94,9 +85,26 @@ type openHold struct {
 	broadcast   int64 // 0 until recorded as broadcast
 }
 
-type userModel struct {
+type holderModel struct {
 	available int64
-	holds     map[string]openHold // by source_ref
+	holds     map[string]openHold // withdrawal holds, by source_ref
+	escrows   map[string]int64    // open escrow holds' amounts, by hold id
+}
+
+// held and reserved are what the holder's hold and escrow accounts must
+// hold: the sums of its open withdrawal holds and of its open escrow holds.
+func (u *holderModel) held() (n int64) {
+	for _, h := range u.holds {
+		n += h.amount
+	}
+	return n
+}
+
+func (u *holderModel) reserved() (n int64) {
+	for _, x := range u.escrows {
+		n += x
+	}
+	return n
 }
 
 type systemModel struct{ custody, inFlight, feeIncome, networkFees int64 }
@@ -105,23 +113,23 @@ type systemModel struct{ custody, inFlight, feeIncome, networkFees int64 }
 // operations on shared users with their bookkeeping, not the database work.
 type model struct {
 	mu     sync.Mutex
-	users  map[userKey]*userModel
+	users  map[holderKey]*holderModel // users and platform accounts
 	system map[string]*systemModel
 	stats  map[string]int
 }
 
 func newModel() *model {
-	m := &model{users: map[userKey]*userModel{}, system: map[string]*systemModel{}, stats: map[string]int{}}
+	m := &model{users: map[holderKey]*holderModel{}, system: map[string]*systemModel{}, stats: map[string]int{}}
 	for _, a := range randomAssets {
 		m.system[a] = &systemModel{}
 	}
 	return m
 }
 
-func (m *model) user(k userKey) *userModel {
+func (m *model) user(k holderKey) *holderModel {
 	u := m.users[k]
 	if u == nil {
-		u = &userModel{holds: map[string]openHold{}}
+		u = &holderModel{holds: map[string]openHold{}, escrows: map[string]int64{}}
 		m.users[k] = u
 	}
 	return u
@@ -134,9 +142,11 @@ type runner struct {
 	w       int
 	rng     *rand.Rand
 	seq     int
-	credits []creditRef  // this worker's credits, for replays
-	holds   []string     // this worker's open holds (refs)
-	done    []closedHold // this worker's released or settled holds
+	credits []creditRef    // this worker's credits, for replays
+	holds   []string       // this worker's open holds (refs)
+	done    []closedHold   // this worker's released or settled holds
+	escrows []escrowHold   // this worker's open escrow holds
+	closed  []closedEscrow // this worker's captured, voided or expired escrow holds
 }
 
 type creditRef struct {
@@ -173,18 +183,35 @@ func (r *runner) run(n int) string {
 	for i := range n {
 		var msg string
 		switch p := r.rng.IntN(100); {
-		case p < 30:
+		case p < 18:
 			msg = r.credit()
-		case p < 55:
+		case p < 32:
 			msg = r.hold()
-		case p < 68:
+		case p < 39:
 			msg = r.release()
-		case p < 83:
+		case p < 48:
 			msg = r.settle()
-		case p < 90:
+		case p < 52:
 			msg = r.broadcast()
-		default:
+		case p < 57:
 			msg = r.failing()
+		case p < 68:
+			msg = r.transfer()
+		case p < 74:
+			msg = r.multiLeg()
+		case p < 85:
+			msg = r.escrowHold()
+		case p < 90:
+			msg = r.capture()
+		case p < 93:
+			msg = r.releaseEscrow(false)
+		case p < 95:
+			msg = r.releaseEscrow(true)
+		default:
+			msg = r.failingInside()
+		}
+		if msg == "" && (i+1)%checkpointEvery == 0 {
+			msg = r.checkpoint()
 		}
 		if msg != "" {
 			return fmt.Sprintf("worker %d, operation %d: %s", r.w, i, msg)
@@ -226,7 +253,7 @@ func (r *runner) credit() string {
 		return fmt.Sprintf("credit %s: %v", ref, err)
 	}
 	r.m.mu.Lock()
-	r.m.user(userKey{user, asset}).available += amount
+	r.m.user(userKey(user, asset)).available += amount
 	r.m.system[asset].custody += amount
 	r.m.stats["credit"]++
 	r.m.mu.Unlock()
@@ -237,12 +264,11 @@ func (r *runner) credit() string {
 func (r *runner) hold() string {
 	user, shared := r.pickUser()
 	asset := randomAssets[r.rng.IntN(len(randomAssets))]
-	k := userKey{user, asset}
+	k := userKey(user, asset)
 	r.m.mu.Lock()
 	avail := r.m.user(k).available
 	r.m.mu.Unlock()
-	// Up to 30% more than available, so a good share does not fit.
-	amount := 1 + r.rng.Int64N(avail+avail*3/10+1)
+	amount := r.tryAmount(avail)
 	ref := r.ref("wd")
 	err := r.tx(func(ctx context.Context, tx bun.Tx) error {
 		_, err := ledger.PlaceHold(ctx, tx, asset, ledger.UserHolder(user), amount, ref, "")
@@ -283,7 +309,7 @@ func (r *runner) takeHold() (string, openHold, bool) {
 	r.m.mu.Lock()
 	defer r.m.mu.Unlock()
 	for k, u := range r.m.users {
-		if h, ok := u.holds[ref]; ok && k.user == h.user {
+		if h, ok := u.holds[ref]; ok && k.h == ledger.UserHolder(h.user) {
 			return ref, h, true
 		}
 	}
@@ -303,7 +329,7 @@ func (r *runner) release() string {
 		return fmt.Sprintf("release %s: %v", ref, err)
 	}
 	r.m.mu.Lock()
-	u := r.m.user(userKey{h.user, h.asset})
+	u := r.m.user(userKey(h.user, h.asset))
 	delete(u.holds, ref)
 	u.available += h.amount
 	// A release after a broadcast leaves the payout in flight: only a
@@ -343,7 +369,7 @@ func (r *runner) broadcast() string {
 		return fmt.Sprintf("broadcast %s: %v", ref, err)
 	}
 	r.m.mu.Lock()
-	u := r.m.user(userKey{h.user, h.asset})
+	u := r.m.user(userKey(h.user, h.asset))
 	h.broadcast = amount
 	u.holds[ref] = h
 	r.m.system[h.asset].custody -= amount
@@ -368,7 +394,7 @@ func (r *runner) settle() string {
 		return fmt.Sprintf("settle %s: %v", ref, err)
 	}
 	r.m.mu.Lock()
-	u := r.m.user(userKey{h.user, h.asset})
+	u := r.m.user(userKey(h.user, h.asset))
 	delete(u.holds, ref)
 	sys := r.m.system[h.asset]
 	// In flight is cleared; custody loses net + network fee in total,
