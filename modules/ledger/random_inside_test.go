@@ -26,7 +26,7 @@ var randomPlatforms = []string{"revenue", "pool:1", "commission"}
 // checkpoints.
 const checkpointEvery = 100
 
-// escrowHold is an open escrow hold of this worker.
+// escrowHold is an escrow hold of this worker, open or closed.
 type escrowHold struct {
 	payer       ledger.Holder
 	asset, ref  string
@@ -36,8 +36,6 @@ type escrowHold struct {
 	closedAs    string              // "capture", "void" or "expiry" once closed
 	releaseMemo string
 }
-
-type closedEscrow = escrowHold
 
 // pickHolder returns one of the worker's own users, a shared user or a
 // platform account.
@@ -159,8 +157,10 @@ type transferLeg struct {
 func (r *runner) multiLeg() string {
 	var legs []transferLeg
 	// sim is the available balances the legs see, leg after leg, if all
-	// of them go through.
+	// of them go through; fails is the first leg from a holder of this
+	// worker that cannot pay, given the legs before it.
 	sim := map[holderKey]int64{}
+	fails := -1
 	r.m.mu.Lock()
 	bal := func(h ledger.Holder, asset string) int64 {
 		k := holderKey{h, asset}
@@ -172,6 +172,9 @@ func (r *runner) multiLeg() string {
 	add := func(from, to ledger.Holder, asset string) {
 		// Mostly what fits, so that most transfers commit.
 		amount := 1 + r.rng.Int64N(max(bal(from, asset), 0)*11/10+1)
+		if fails < 0 && r.exact(from) && bal(from, asset) < amount {
+			fails = len(legs)
+		}
 		sim[holderKey{to, asset}] = bal(to, asset) + amount
 		sim[holderKey{from, asset}] -= amount
 		legs = append(legs, transferLeg{asset, from, to, amount})
@@ -193,24 +196,6 @@ func (r *runner) multiLeg() string {
 		}
 	}
 	r.m.mu.Unlock()
-	// The first leg from a holder of this worker that cannot pay, given
-	// the legs before it.
-	fails := -1
-	got := map[holderKey]int64{}
-	for i, l := range legs {
-		fk, tk := holderKey{l.from, l.asset}, holderKey{l.to, l.asset}
-		if _, ok := got[fk]; !ok {
-			got[fk] = r.available(l.from, l.asset)
-		}
-		if _, ok := got[tk]; !ok {
-			got[tk] = r.available(l.to, l.asset)
-		}
-		if fails < 0 && r.exact(l.from) && got[fk] < l.amount {
-			fails = i
-		}
-		got[fk] -= l.amount
-		got[tk] += l.amount
-	}
 	ref := r.ref("tr")
 	err := r.lockedTx(func(ctx context.Context, tx bun.Tx) error {
 		var refs []ledger.AccountRef

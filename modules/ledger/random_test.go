@@ -142,11 +142,11 @@ type runner struct {
 	w       int
 	rng     *rand.Rand
 	seq     int
-	credits []creditRef    // this worker's credits, for replays
-	holds   []string       // this worker's open holds (refs)
-	done    []closedHold   // this worker's released or settled holds
-	escrows []escrowHold   // this worker's open escrow holds
-	closed  []closedEscrow // this worker's captured, voided or expired escrow holds
+	credits []creditRef  // this worker's credits, for replays
+	holds   []string     // this worker's open holds (refs)
+	done    []closedHold // this worker's released or settled holds
+	escrows []escrowHold // this worker's open escrow holds
+	closed  []escrowHold // this worker's captured, voided or expired escrow holds
 }
 
 type creditRef struct {
