@@ -16,6 +16,7 @@ import (
 
 	"svc/cmd/svc/app"
 	"svc/modules/ledger"
+	"svc/modules/transfer"
 	"svc/modules/withdrawal"
 )
 
@@ -32,7 +33,8 @@ func adminLedgerCmd() *cobra.Command {
 		Long: "Compares every materialized user balance with the sum of its postings and with its newest\n" +
 			"posting's running balance, checks that every entry's postings sum to zero on accounts of its asset,\n" +
 			"lists negative user balances, and compares every user's held balance with the gross of their open\n" +
-			"withdrawals (and each withdrawal's entries with its status). It reads one consistent snapshot,\n" +
+			"withdrawals (and each withdrawal's entries with its status), and every transfer leg with its\n" +
+			"ledger entry (and every transfer entry with its leg). It reads one consistent snapshot,\n" +
 			"changes nothing in the ledger, and records its result (ledger_checks). Exit status 0 means\n" +
 			"consistent, 1 inconsistent (or an error).\n\n" +
 			"--incremental checks only what was committed since the last consistent check recorded (the\n" +
@@ -46,9 +48,9 @@ func adminLedgerCmd() *cobra.Command {
 				var r ledger.Report
 				var err error
 				if incremental {
-					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
+					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs)
 				} else {
-					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds)
+					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs)
 				}
 				if err != nil {
 					return err

@@ -73,10 +73,16 @@ const (
 	WithdrawalFailed          Type = "withdrawal.failed"
 )
 
+// The event types beyond the SPEC's eight.
+const (
+	TransferCompleted Type = "transfer.completed"
+)
+
 // Types returns every event type.
 func Types() []Type {
 	return []Type{DepositDetected, DepositSettled, DepositReviewRequired, DepositExpired,
-		WithdrawalPendingApproval, WithdrawalBroadcast, WithdrawalCompleted, WithdrawalFailed}
+		WithdrawalPendingApproval, WithdrawalBroadcast, WithdrawalCompleted, WithdrawalFailed,
+		TransferCompleted}
 }
 
 // Status is where an event is in its delivery.

@@ -116,6 +116,33 @@ type WithdrawalFailedData struct {
 	FailureReason  string  `json:"failure_reason"`
 }
 
+// TransferCompletedData: a transfer committed, every leg moved; the
+// Transfer object of the API (modules/transfer).
+type TransferCompletedData struct {
+	TransferID      string            `json:"transfer_id"`
+	Status          string            `json:"status"`
+	Legs            []TransferLegData `json:"legs"`
+	Description     *string           `json:"description"`
+	Metadata        map[string]string `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
+	CreatedAt       string            `json:"created_at"`
+}
+
+// TransferLegData is one leg of a transfer.
+type TransferLegData struct {
+	From   AccountRefData `json:"from"`
+	To     AccountRefData `json:"to"`
+	Asset  string         `json:"asset"`
+	Amount string         `json:"amount"`
+}
+
+// AccountRefData names an account: a user or a platform account, exactly
+// one of the two.
+type AccountRefData struct {
+	ExternalUserID  string `json:"external_user_id,omitempty"`
+	PlatformAccount string `json:"platform_account,omitempty"`
+}
+
 // Type implements Data.
 func (DepositDetectedData) Type() Type { return DepositDetected }
 
@@ -140,6 +167,9 @@ func (WithdrawalCompletedData) Type() Type { return WithdrawalCompleted }
 // Type implements Data.
 func (WithdrawalFailedData) Type() Type { return WithdrawalFailed }
 
+// Type implements Data.
+func (TransferCompletedData) Type() Type { return TransferCompleted }
+
 // DataFor returns a zero value of the data struct of typ (nil for an
 // unknown type); tests and tools use it to walk every type.
 func DataFor(typ Type) Data {
@@ -160,6 +190,8 @@ func DataFor(typ Type) Data {
 		return WithdrawalCompletedData{}
 	case WithdrawalFailed:
 		return WithdrawalFailedData{}
+	case TransferCompleted:
+		return TransferCompletedData{}
 	}
 	return nil
 }
@@ -220,6 +252,32 @@ func (d WithdrawalFailedData) validate(c *checker) {
 	c.optDecimal("amount_net", d.AmountNet)
 	c.optText("txid", d.Txid)
 	c.text("failure_reason", d.FailureReason)
+}
+
+func (d TransferCompletedData) validate(c *checker) {
+	if u, err := uuid.Parse(d.TransferID); err != nil || u.String() != d.TransferID {
+		c.add("transfer_id %q is not a lowercase uuid", d.TransferID)
+	}
+	c.oneOf("status", d.Status, []string{"completed"})
+	if len(d.Legs) == 0 {
+		c.add("legs is empty")
+	}
+	for i, l := range d.Legs {
+		c.account(fmt.Sprintf("legs[%d].from", i), l.From)
+		c.account(fmt.Sprintf("legs[%d].to", i), l.To)
+		c.oneOf(fmt.Sprintf("legs[%d].asset", i), l.Asset, assets)
+		c.decimal(fmt.Sprintf("legs[%d].amount", i), l.Amount)
+	}
+	if d.Metadata == nil {
+		c.add("metadata is required ({} when there is none)")
+	}
+	c.text("created_at", d.CreatedAt)
+}
+
+func (c *checker) account(name string, r AccountRefData) {
+	if (r.ExternalUserID == "") == (r.PlatformAccount == "") {
+		c.add("%s must name exactly one of external_user_id and platform_account", name)
+	}
 }
 
 // checkData makes sure data is the struct of typ and carries every

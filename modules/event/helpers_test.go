@@ -124,5 +124,9 @@ func samples() []event.Data {
 			AmountGross: "25.000000", FailureReason: "processor refused the payout"},
 		event.WithdrawalFailedData{WithdrawalID: "wd-4", ExternalUserID: "user-2", Asset: "BTC", Status: "failed",
 			AmountGross: "0.01000000", Fee: ptr("0.00001000"), AmountNet: ptr("0.00999000"), Txid: ptr("abcd"), FailureReason: "payout failed"},
+		event.TransferCompletedData{TransferID: dep, Status: "completed", Legs: []event.TransferLegData{
+			{From: event.AccountRefData{ExternalUserID: "user-1"}, To: event.AccountRefData{PlatformAccount: "prize_pool"}, Asset: "USDT_TRC20", Amount: "5.000000"},
+			{From: event.AccountRefData{PlatformAccount: "prize_pool"}, To: event.AccountRefData{ExternalUserID: "user-2"}, Asset: "BTC", Amount: "0.00010000"},
+		}, Metadata: map[string]string{"game_id": "918"}, ClientReference: ptr("game-918"), CreatedAt: "2025-01-31T12:34:56.789012+00:00"},
 	}
 }

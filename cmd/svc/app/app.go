@@ -67,6 +67,7 @@ type App struct {
 	auditArea
 	depositArea
 	withdrawalArea
+	transferArea
 	reconcileArea
 	replicaArea
 }
@@ -104,6 +105,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"audit", a.initAudit},
 		{"deposits", a.initDeposits},
 		{"withdrawals", a.initWithdrawals},
+		{"transfers", a.initTransfers},
 		{"reconciliation", a.initReconcile},
 	} {
 		if err := step.init(ctx); err != nil {
@@ -158,6 +160,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesAudit(r)
 	a.routesDeposits(r)
 	a.routesWithdrawals(r)
+	a.routesTransfers(r)
 	a.routesReconcile(r)
 	httpapi.NotFound(app)
 	return app

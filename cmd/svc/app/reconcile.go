@@ -9,6 +9,7 @@ import (
 	"svc/modules/health"
 	"svc/modules/ledger"
 	"svc/modules/reconcile"
+	"svc/modules/transfer"
 	"svc/modules/withdrawal"
 )
 
@@ -30,7 +31,7 @@ func (a *App) initReconcile(context.Context) error {
 		custody = append(custody, c.Tron.HotWallet)
 	}
 	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
+		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
 		Liabilities: a.Liabilities,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
 			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout),

@@ -97,7 +97,7 @@ func TestEveryOperationFollowsTheConventions(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, 39, n, "operations in openapi.json")
+	require.Equal(t, 44, n, "operations in openapi.json")
 }
 
 // The SPEC's resource fields and enumerations, checked against the
@@ -151,6 +151,7 @@ func TestSchemasHaveTheSpecFields(t *testing.T) {
 		"LiabilitiesProofStep": {"side", "hash", "sum"},
 		"LiabilitiesProofRoot": {"hash", "total"},
 		"LiabilitiesSnapshot":  {"asset", "snapshot_id", "snapshot_at", "trigger", "users", "root", "total", "total_units"},
+		"Transfer":             {"transfer_id", "status", "legs", "description", "metadata", "client_reference", "created_at"},
 	}
 	for name, fields := range required {
 		s := doc.Components.Schemas[name]
@@ -178,8 +179,8 @@ func TestSchemasHaveTheSpecFields(t *testing.T) {
 	require.ElementsMatch(t, []any{"requested", "pending_approval", "approved", "rejected", "submitting", "submitted",
 		"broadcast", "confirmed", "failed", "refunded"}, enum("WithdrawalStatus", ""))
 	require.ElementsMatch(t, []any{"deposit.detected", "deposit.settled", "deposit.review_required", "deposit.expired",
-		"withdrawal.pending_approval", "withdrawal.broadcast", "withdrawal.completed", "withdrawal.failed"},
-		enum("EventType", ""))
+		"withdrawal.pending_approval", "withdrawal.broadcast", "withdrawal.completed", "withdrawal.failed",
+		"transfer.completed"}, enum("EventType", ""))
 	desc := doc.Components.Schemas["LedgerTransaction"].Value.Properties["kind"].Value.Description
 	for _, k := range enum("LedgerTransaction", "kind") {
 		require.Contains(t, desc, "`"+k.(string)+"`", "kind %s is not described", k)

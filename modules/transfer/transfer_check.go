@@ -1,0 +1,80 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"svc/modules/ledger"
+)
+
+// CheckLegs compares the transfers' legs with their ledger entries: every
+// leg has its entry of kind transfer (source_ref "<transfer_id>:<leg>",
+// SourceRef) with exactly two postings, the leg's amount debited from its
+// from's available account and credited to its to's, in its asset; and
+// every transfer entry is the entry of a leg. It is a
+// ledger.WithdrawalCheck (run in the ledger check's snapshot by
+// svc admin ledger check and by reconciliation): each finding starts with
+// the asset it concerns.
+func CheckLegs(ctx context.Context, idb bun.IDB) ([]string, error) {
+	var rows []struct {
+		Ref        string `bun:"ref"`
+		Asset      string `bun:"asset"`
+		HasLeg     bool   `bun:"has_leg"`
+		HasEntry   bool   `bun:"has_entry"`
+		Postings   int    `bun:"postings"`
+		LegFrom    string `bun:"leg_from"`
+		LegTo      string `bun:"leg_to"`
+		LegAmount  int64  `bun:"leg_amount"`
+		EntryFrom  string `bun:"entry_from"`
+		EntryTo    string `bun:"entry_to"`
+		Debited    int64  `bun:"debited"`
+		Credited   int64  `bun:"credited"`
+		EntryAsset string `bun:"entry_asset"`
+	}
+	err := idb.NewRaw(`
+WITH legs AS (
+SELECT l.transfer_id::text || ':' || l.leg AS ref, l.asset, l.amount,
+       CASE WHEN l.from_platform THEN 'platform_available' ELSE 'user_available' END || '(' || l.from_owner || ')' AS acc_from,
+       CASE WHEN l.to_platform THEN 'platform_available' ELSE 'user_available' END || '(' || l.to_owner || ')' AS acc_to
+  FROM transfer_legs l),
+entries AS (
+SELECT e.source_ref AS ref, e.asset, count(p.id) AS postings,
+       coalesce(min(a.kind::text || '(' || a.owner || ')') FILTER (WHERE p.amount < 0), '') AS acc_from,
+       coalesce(min(a.kind::text || '(' || a.owner || ')') FILTER (WHERE p.amount > 0), '') AS acc_to,
+       coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) AS debited,
+       coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0) AS credited
+  FROM ledger_entries e
+  LEFT JOIN ledger_postings p ON p.entry_id = e.id
+  LEFT JOIN ledger_accounts a ON a.id = p.account_id
+ WHERE e.kind = 'transfer'
+ GROUP BY e.id, e.source_ref, e.asset)
+SELECT coalesce(l.ref, e.ref) AS ref, coalesce(l.asset, e.asset) AS asset,
+       l.ref IS NOT NULL AS has_leg, e.ref IS NOT NULL AS has_entry, coalesce(e.postings, 0) AS postings,
+       coalesce(l.acc_from, '') AS leg_from, coalesce(l.acc_to, '') AS leg_to, coalesce(l.amount, 0) AS leg_amount,
+       coalesce(e.acc_from, '') AS entry_from, coalesce(e.acc_to, '') AS entry_to,
+       coalesce(e.debited, 0) AS debited, coalesce(e.credited, 0) AS credited, coalesce(e.asset, '') AS entry_asset
+  FROM legs l FULL JOIN entries e ON e.ref = l.ref
+ WHERE l.ref IS NULL OR e.ref IS NULL OR e.postings <> 2 OR e.asset <> l.asset
+    OR e.acc_from <> l.acc_from OR e.acc_to <> l.acc_to OR e.debited <> l.amount OR e.credited <> l.amount
+ ORDER BY 1`).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("transfer: check legs: %w", err)
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		switch {
+		case !r.HasEntry:
+			out = append(out, fmt.Sprintf("%s transfer leg %s (%d units from %s to %s) has no transfer entry", r.Asset, r.Ref, r.LegAmount, r.LegFrom, r.LegTo))
+		case !r.HasLeg:
+			out = append(out, fmt.Sprintf("%s transfer entry %s (%d units from %s to %s) is the entry of no transfer leg", r.Asset, r.Ref, r.Debited, r.EntryFrom, r.EntryTo))
+		default:
+			out = append(out, fmt.Sprintf("%s transfer leg %s is %d units from %s to %s, but its entry (%s, %d postings) debits %d from %s and credits %d to %s",
+				r.Asset, r.Ref, r.LegAmount, r.LegFrom, r.LegTo, r.EntryAsset, r.Postings, r.Debited, r.EntryFrom, r.Credited, r.EntryTo))
+		}
+	}
+	return out, nil
+}
+
+var _ ledger.WithdrawalCheck = CheckLegs
