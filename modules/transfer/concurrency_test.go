@@ -19,6 +19,13 @@ import (
 	"svc/platform/openapi/openapitest"
 )
 
+// patient is the HTTP client of the concurrent requests. 64 requests
+// queue for the service's 20 database connections and for the payer's
+// balance row, and under the race detector on a loaded machine one can
+// wait longer than apptest's 30 s client timeout; a request that never
+// ends still fails the test, later.
+var patient = &http.Client{Timeout: 5 * time.Minute}
+
 // postRaw sends one POST /v1/transfers from any goroutine (no t.Fatal) and
 // checks the answer against openapi.json; it returns the status and body,
 // or the transport error.
@@ -34,7 +41,7 @@ func (e *env) postRaw(t testing.TB, b any) (int, []byte, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+e.RW)
 	req.Header.Set("Idempotency-Key", "concurrent-"+uuid.NewString())
-	resp, err := e.Client.Do(req)
+	resp, err := patient.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

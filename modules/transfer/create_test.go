@@ -102,6 +102,10 @@ func TestPlatformAccounts(t *testing.T) {
 	r := e.post(body{Legs: []leg{l("platform:prize_pool", "player", asset.USDTTRC20, 20_000_001)}})
 	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
 	require.Equal(t, int64(20_000_000), e.available(t, "platform:prize_pool", asset.USDTTRC20))
+	// A platform account never credited has nothing to pay with.
+	r = e.post(body{Legs: []leg{l("platform:ghost", "player", asset.USDTTRC20, 1)}})
+	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
+	require.Contains(t, r.Map(t)["detail"], `legs[0]: insufficient available balance: platform account "ghost"`)
 }
 
 // TestTwoAssetTrade: A pays B in BTC and B pays A in USDT_TRC20 in one

@@ -12,15 +12,16 @@
 // name), amount is in the asset's smallest units. It never touches
 // custody: money only changes owner inside the books.
 //
-// One transaction does everything: when there is more than one leg it
-// first locks every available account the legs touch, in one global order
+// One transaction does everything: it writes the transfer, its legs and
+// its parties, emits transfer.completed and stores the Idempotency-Key's
+// response; then, when there is more than one leg, it locks every
+// available account the legs touch, in one global order
 // (ledger.LockAccounts), so two transfers over the same accounts in
 // opposite directions (a trade and its reverse) queue instead of
-// deadlocking; then it writes the transfer, its legs and its parties,
-// posts each leg (ledger.PostTransferLeg, entry kind transfer), emits
-// transfer.completed and stores the Idempotency-Key's response. A leg
-// whose from is short (402, naming the leg) or any other failure rolls all
-// of it back: no leg moves.
+// deadlocking; and last it posts each leg (ledger.PostTransferLeg, entry
+// kind transfer), so that a busy account's balance row is locked only from
+// its posting to the commit. A leg whose from is short (402, naming the
+// leg) or any other failure rolls all of it back: no leg moves.
 //
 // # Source references
 //

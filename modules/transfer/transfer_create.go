@@ -166,13 +166,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 		return View{}, nil, err
 	}
 	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		if err := s.commit(ctx, tx, t, v, dec); err != nil {
-			return err
-		}
-		if rec == nil {
-			return nil
-		}
-		return rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body)
+		return s.commit(ctx, tx, t, v, dec, rec, body)
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrLost):
@@ -197,16 +191,32 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	return v, body, nil
 }
 
-// commit writes the transfer and posts its legs in tx (see the package
-// doc).
-func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec map[string]int) error {
+// commit writes the transfer, its event and the key's answer, then locks
+// the accounts and posts the legs, all in tx (see the package doc). The
+// ledger's rows come last: the postings lock the legs' balances, and a
+// busy account (a platform account every purchase pays, a payer with many
+// transfers at once) is then locked only from its posting to the commit,
+// not across the transfer's other writes. Those touch only new rows of
+// their own tables, so a transaction waits for another's account rows
+// only once it holds no row anyone else waits for, and
+// ledger.LockAccounts, first among the ledger's statements, still orders
+// every account lock of a transfer with several legs.
+func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec map[string]int, rec Completer, body []byte) error {
+	if err := insert(ctx, tx, t); err != nil {
+		return err
+	}
+	if _, err := s.Events.Emit(ctx, tx, event.TransferCompleted, eventData(v)); err != nil {
+		return err
+	}
+	if rec != nil {
+		if err := rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body); err != nil {
+			return err
+		}
+	}
 	if len(t.Legs) > 1 {
 		if err := ledger.LockAccounts(ctx, tx, lockRefs(t.Legs)); err != nil {
 			return err
 		}
-	}
-	if err := insert(ctx, tx, t); err != nil {
-		return err
 	}
 	for i, l := range t.Legs {
 		memo := fmt.Sprintf("transfer leg %d of %d", i+1, len(t.Legs))
@@ -219,8 +229,7 @@ func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec
 			return fmt.Errorf("transfer %s leg %d: %w", t.ID, i, err)
 		}
 	}
-	_, err := s.Events.Emit(ctx, tx, event.TransferCompleted, eventData(v))
-	return err
+	return nil
 }
 
 // lockRefs are the available accounts of every leg's from and to, each
