@@ -19,6 +19,9 @@ func (a *App) initTransfers(context.Context) error {
 }
 
 // routesTransfers registers the transfer endpoints (docs/transfers.md).
+// The account lists read the replica when svc api opened one (UseReplica
+// runs before HTTP); without one they read the primary.
 func (a *App) routesTransfers(r Routers) {
+	a.Transfers.Replica = a.Replica
 	a.Transfers.Routes(r.Checked(r.Platform), r.Idem)
 }
