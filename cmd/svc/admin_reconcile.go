@@ -74,7 +74,7 @@ and what to do when it is red.`,
 func printReport(out io.Writer, rep reconcile.Report) error {
 	fmt.Fprintf(out, "healthy %t, ledger consistent %t (at %s)\n", rep.Healthy, rep.LedgerConsistent, rep.GeneratedAt)
 	fmt.Fprintf(out, "ledger check: %s\n", rep.LedgerCheck)
-	if err := printTable(out, "", "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED TO USERS\tEXPECTED SHORTFALL\tCHAIN\tDIFFERENCE\tSHORTFALL\tINSOLVENT\tACCEPTED\tINCONSISTENT\tSOURCE",
+	if err := printTable(out, "", "ASSET\tLEDGER CUSTODY\tIN FLIGHT\tOWED\tOF WHICH PLATFORM\tEXPECTED SHORTFALL\tCHAIN\tDIFFERENCE\tSHORTFALL\tINSOLVENT\tACCEPTED\tINCONSISTENT\tSOURCE",
 		rep.Custody, custodyRow); err != nil {
 		return err
 	}
@@ -95,7 +95,8 @@ func printReport(out io.Writer, rep reconcile.Report) error {
 }
 
 // custodyRow is an asset's line of the report: the custody against what
-// is owed, and the ledger's findings.
+// is owed (to users and to platform accounts, and the platform accounts'
+// part of it), and the ledger's findings.
 func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
 	inconsistent := "false"
 	if l.Inconsistent {
@@ -105,8 +106,8 @@ func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
 		}
 		inconsistent += ")"
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
-		l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
+		l.PlatformObligations, l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
 		inconsistent, l.ChainSource)
 }
 

@@ -1,33 +1,59 @@
 // Package liabilities owns the proof of liabilities: per asset, a Merkle
-// sum tree (platform/sumtree) over every user's obligation (available +
-// held) at one consistent snapshot of the ledger, whose root commits to
-// the total the service owes its users. The roots are published (GET
+// sum tree (platform/sumtree) over everything the service owes at one
+// consistent snapshot of the ledger, whose root commits to the total: one
+// leaf per user (available + held + reserved) and one per platform account
+// (its own available + held + reserved). The roots are published (GET
 // /v1/admin/liabilities and the reconciliation report), and each user can
 // be shown a proof that their balance is included (GET
-// /v1/users/{external_user_id}/liabilities-proof), which anyone can check
-// without the service (svc ledger verify-proof, or the algorithm of
-// docs/provable-custody.md).
+// /v1/users/{external_user_id}/liabilities-proof), as the platform can for
+// each of its own accounts (GET
+// /v1/platform-accounts/{platform_account}/liabilities-proof); anyone can
+// check one without the service (svc ledger verify-proof, or the algorithm
+// of docs/provable-custody.md).
+//
+// # Leaves and their identities
+//
+// A leaf commits to the salted hash of an identity (sumtree.IDHash): a
+// user's identity is their external_user_id, as its UTF-8 bytes; a
+// platform account's is the byte 0xFF followed by its name
+// (PlatformIdentity). No valid UTF-8 string starts with 0xFF, and the
+// ledger refuses an owner that is not valid UTF-8 (as does the UTF8
+// database), so no user can have a platform account's identity, even a
+// user whose id is the account's name: the two are different leaves with
+// different salts and id hashes. A platform account's proof names it
+// (platform_account in place of external_user_id, PlatformAccountProof);
+// a verifier hashes 0xFF || name where a user's proof has the user's id.
+//
+// A snapshot's users counts the users alone, as it always has;
+// platform_accounts counts the platform accounts' leaves. The tree has
+// users + platform_accounts leaves. The header stores users; the number of
+// leaves is read from the stored leaves (leavesColumn), so platform
+// accounts need no column of their own.
 //
 // # Snapshots
 //
-// A snapshot reads every user account of every asset in one REPEATABLE
-// READ transaction: it sees one consistent state of the ledger and blocks
-// no writer. Each user (external_user_id) with an account in an asset is
-// one leaf with its own 32-byte salt, so the published tree reveals
-// neither ids nor balances. The salt is HMAC-SHA-256, keyed by a random
-// secret of the snapshot and asset (stored, never published), of the asset
-// and the user's id: new for every user, asset and snapshot, and derived
-// again when the user asks for a proof. The trees are built and every
-// asset's header, leaf id hashes and nodes written in the same
-// transaction. The header (liabilities_snapshots, append-only) is written
-// by the database function liabilities_record_snapshot (migration 0033),
-// the runtime role's only way to write one: it stamps the snapshot with
-// the transaction's time and refuses a total that is not the sum of the
-// asset's user balances in that snapshot. Readers ignore a snapshot dated
-// in the future (believable). Snapshots are taken on demand (svc admin
+// A snapshot reads every owned account of every asset (a user's
+// user_available, user_hold and user_escrow, a platform account's
+// platform_available, platform_hold and platform_escrow: every account
+// with a materialized balance) in one REPEATABLE READ transaction: it sees
+// one consistent state of the ledger and blocks no writer. Each user
+// (external_user_id) and each platform account with an account in an
+// asset is one leaf with its own 32-byte salt, so the published tree
+// reveals neither ids nor balances. The salt is HMAC-SHA-256, keyed by a
+// random secret of the snapshot and asset (stored, never published), of
+// the asset and the leaf's identity: new for every leaf, asset and
+// snapshot, and derived again when a proof is asked for. The trees are
+// built and every asset's header, leaf id hashes and nodes written in the
+// same transaction. The header (liabilities_snapshots, append-only) is
+// written by the database function liabilities_record_snapshot
+// (migrations 0033 and 0038), the runtime role's only way to write one: it
+// stamps the snapshot with the transaction's time and refuses a total that
+// is not the sum of the asset's materialized balances (users' and
+// platform accounts') in that snapshot. Readers ignore a snapshot dated in
+// the future (believable). Snapshots are taken on demand (svc admin
 // liabilities snapshot) and with each hourly reconciliation.
 //
-// The proof endpoint answers from the latest snapshot of the asset; the
+// The proof endpoints answer from the latest snapshot of the asset; the
 // leaves and nodes of older ones are pruned after ProofRetention.
 package liabilities
 
@@ -41,6 +67,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"svc/modules/ledger"
 	"svc/platform/logging"
 	"svc/platform/sumtree"
 )
@@ -62,10 +89,28 @@ const blockSize = 1024
 // nodeSize is one stored node: hash and big-endian sum.
 const nodeSize = 40
 
-// Salt derives a user's salt from the snapshot's secret key:
-// HMAC-SHA-256(key, u8(len(asset)) || asset || external_user_id).
-func Salt(key [32]byte, asset, user string) [sumtree.SaltSize]byte {
-	return newSalter(key, asset).salt(user)
+// Salt derives a leaf's salt from the snapshot's secret key:
+// HMAC-SHA-256(key, u8(len(asset)) || asset || identity), where identity
+// is a user's external_user_id or a platform account's PlatformIdentity.
+func Salt(key [32]byte, asset, identity string) [sumtree.SaltSize]byte {
+	return newSalter(key, asset).salt(identity)
+}
+
+// platformTag opens a platform account's identity: a byte that no valid
+// UTF-8 string, and so no user's id, starts with.
+const platformTag = "\xff"
+
+// PlatformIdentity is the identity a platform account's leaf is salted and
+// hashed with: the byte 0xFF, then the account's name.
+func PlatformIdentity(name string) string { return platformTag + name }
+
+// Identity is the identity of a holder's leaf: a user's id, or a platform
+// account's PlatformIdentity.
+func Identity(h ledger.Holder) string {
+	if h.Platform {
+		return PlatformIdentity(h.ID)
+	}
+	return h.ID
 }
 
 // salter derives the salts of one asset's users; one per goroutine.
@@ -110,9 +155,12 @@ type Published struct {
 	TakenAt     time.Time
 	Trigger     string
 	RequestedBy *string
-	Users       int64
-	Root        sumtree.Hash
-	Total       int64
+	Users       int64 // the users' leaves
+	// PlatformAccounts is the platform accounts' leaves: the tree has
+	// Users + PlatformAccounts leaves.
+	PlatformAccounts int64
+	Root             sumtree.Hash
+	Total            int64
 }
 
 func encodeNodes(nodes []sumtree.Node) []byte {

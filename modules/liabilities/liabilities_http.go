@@ -13,7 +13,8 @@ import (
 	"svc/platform/timefmt"
 )
 
-// API serves the published roots and the users' proofs.
+// API serves the published roots and the users' and platform accounts'
+// proofs.
 type API struct {
 	Service *Service
 	// Assets reads the assets (formatting, and 404 for an unknown one).
@@ -23,6 +24,7 @@ type API struct {
 // Routes registers, on the platform router (/v1, readwrite):
 //
 //	GET /users/{external_user_id}/liabilities-proof?asset=
+//	GET /platform-accounts/{platform_account}/liabilities-proof?asset=
 //	GET /liabilities/roots
 //
 // and on the admin router (/v1/admin, admin):
@@ -33,6 +35,7 @@ type API struct {
 // (httpapi.Validator.Router): the handlers read their parameters as checked.
 func (a *API) Routes(platform, admin fiber.Router) {
 	platform.Get("/users/:external_user_id/liabilities-proof", a.proof)
+	platform.Get("/platform-accounts/:platform_account/liabilities-proof", a.platformProof)
 	// The published roots, for a platform to show its users beside their
 	// proofs: the same list as the admin's.
 	platform.Get("/liabilities/roots", a.published)
@@ -46,9 +49,12 @@ type PublishedView struct {
 	SnapshotAt string `json:"snapshot_at"`
 	Trigger    string `json:"trigger"`
 	Users      int64  `json:"users"`
-	Root       string `json:"root"`
-	Total      string `json:"total"`
-	TotalUnits string `json:"total_units"`
+	// PlatformAccounts is the platform accounts' leaves (users counts
+	// the users alone).
+	PlatformAccounts int64  `json:"platform_accounts"`
+	Root             string `json:"root"`
+	Total            string `json:"total"`
+	TotalUnits       string `json:"total_units"`
 }
 
 // PublishedList is GET /v1/admin/liabilities and GET /v1/liabilities/roots.
@@ -59,7 +65,7 @@ type PublishedList struct {
 // View renders p with its asset's decimals.
 func View(p Published, a asset.Asset) PublishedView {
 	return PublishedView{Asset: p.Asset, SnapshotID: p.ID, SnapshotAt: timefmt.Format(p.TakenAt), Trigger: p.Trigger,
-		Users: p.Users, Root: sumtree.HexOf(p.Root), Total: a.Format(p.Total), TotalUnits: formatUnits(p.Total)}
+		Users: p.Users, PlatformAccounts: p.PlatformAccounts, Root: sumtree.HexOf(p.Root), Total: a.Format(p.Total), TotalUnits: formatUnits(p.Total)}
 }
 
 func formatUnits(n int64) string { return strconv.FormatInt(n, 10) }
@@ -102,6 +108,20 @@ func (a *API) proof(c *fiber.Ctx) error {
 		return err
 	}
 	p, err := a.Service.Proof(ctx, code, user)
+	if err != nil {
+		return err
+	}
+	return c.JSON(p)
+}
+
+func (a *API) platformProof(c *fiber.Ctx) error {
+	name := httpapi.Param(c, "platform_account")
+	code := string(c.Context().QueryArgs().Peek("asset")) // a copy: fiber reuses its buffers
+	ctx := c.UserContext()
+	if _, err := (&asset.Store{DB: a.Assets}).Get(ctx, code); err != nil {
+		return err
+	}
+	p, err := a.Service.PlatformProof(ctx, code, name)
 	if err != nil {
 		return err
 	}

@@ -5,24 +5,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
+	"svc/modules/ledger"
 	"svc/platform/fault"
 	"svc/platform/sumtree"
 	"svc/platform/timefmt"
 )
 
-const publishedColumns = `id, asset, taken_at, trigger, requested_by, users, root, total`
+// publishedColumns are a snapshot's header, from liabilities_snapshots
+// as s, and its number of leaves (leavesColumn).
+var publishedColumns = `s.id, s.asset, s.taken_at, s.trigger, s.requested_by, s.users, s.root, s.total, ` + leavesColumn
+
+// leavesColumn is the number of leaves of the snapshot s, read from its
+// stored id hashes: the last block's number and length (one index
+// lookup; the length of a bytea stored EXTERNAL is read from its header).
+// The header's users count the users alone; the other leaves are the
+// platform accounts'. A snapshot whose leaves were pruned has 0 (only its
+// header is read then, never a proof).
+var leavesColumn = `coalesce((SELECT l.block::bigint * ` + strconv.Itoa(blockSize) + ` + length(l.id_hashes) / 32 FROM liabilities_leaves l
+  WHERE l.snapshot_id = s.id ORDER BY l.first_id DESC LIMIT 1), 0)`
 
 func scanPublished(row pgx.Row, more ...any) (Published, error) {
 	var (
-		p    Published
-		root []byte
+		p      Published
+		root   []byte
+		leaves int64
 	)
-	if err := row.Scan(append([]any{&p.ID, &p.Asset, &p.TakenAt, &p.Trigger, &p.RequestedBy, &p.Users, &root, &p.Total}, more...)...); err != nil {
+	if err := row.Scan(append([]any{&p.ID, &p.Asset, &p.TakenAt, &p.Trigger, &p.RequestedBy, &p.Users, &root, &p.Total, &leaves}, more...)...); err != nil {
 		return Published{}, err
 	}
+	p.PlatformAccounts = max(0, leaves-p.Users)
 	if len(root) != len(p.Root) {
 		return Published{}, fmt.Errorf("liabilities: snapshot %d: a root of %d bytes", p.ID, len(root))
 	}
@@ -42,8 +57,8 @@ const believable = `taken_at <= now() + interval '1 minute'`
 // Latest returns each asset's latest snapshot, by asset code. A snapshot
 // dated in the future is ignored, and logged.
 func (s *Service) Latest(ctx context.Context) ([]Published, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT ON (asset) `+publishedColumns+` FROM liabilities_snapshots WHERE `+believable+`
- ORDER BY asset, taken_at DESC, id DESC`)
+	rows, err := s.Pool.Query(ctx, `SELECT `+publishedColumns+` FROM (SELECT DISTINCT ON (asset) * FROM liabilities_snapshots WHERE `+believable+`
+ ORDER BY asset, taken_at DESC, id DESC) s ORDER BY s.asset`)
 	if err != nil {
 		return nil, fmt.Errorf("liabilities: read the latest snapshots: %w", err)
 	}
@@ -60,8 +75,8 @@ func (s *Service) Latest(ctx context.Context) ([]Published, error) {
 // Ignored lists, and logs, the snapshots every reader ignores because
 // they are dated in the future (believable).
 func (s *Service) Ignored(ctx context.Context) ([]Published, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT `+publishedColumns+` FROM liabilities_snapshots WHERE NOT (`+believable+`)
- ORDER BY taken_at DESC, id DESC LIMIT 100`)
+	rows, err := s.Pool.Query(ctx, `SELECT `+publishedColumns+` FROM liabilities_snapshots s WHERE NOT (`+believable+`)
+ ORDER BY s.taken_at DESC, s.id DESC LIMIT 100`)
 	if err != nil {
 		return nil, fmt.Errorf("liabilities: read the snapshots dated in the future: %w", err)
 	}
@@ -84,11 +99,38 @@ func errNoSnapshot(code string) error {
 // ErrNotInSnapshot: the user had no account in the asset at the snapshot.
 var ErrNotInSnapshot = fault.New(fault.NotFound, "the user has no account of this asset in its latest liabilities snapshot")
 
+// ErrPlatformNotInSnapshot: the platform account had no account in the
+// asset at the snapshot.
+var ErrPlatformNotInSnapshot = fault.New(fault.NotFound, "the platform account has no account of this asset in its latest liabilities snapshot")
+
 // Proof returns the proof of a user's balance in the latest snapshot of an
 // asset that exists (the caller checks that). The proof is verified before
 // it is returned: stored material that was changed is an error, never a
 // proof that does not verify.
 func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, error) {
+	return s.HolderProof(ctx, code, ledger.UserHolder(user))
+}
+
+// PlatformProof is Proof for a platform account: its leaf, salted and
+// hashed with its PlatformIdentity, in the document that names it.
+func (s *Service) PlatformProof(ctx context.Context, code, name string) (PlatformAccountProof, error) {
+	p, err := s.HolderProof(ctx, code, ledger.PlatformHolder(name))
+	if err != nil {
+		return PlatformAccountProof{}, err
+	}
+	return platformAccountProof(p, name), nil
+}
+
+// HolderProof returns the proof of a user's or a platform account's leaf
+// as sumtree verifies it: its ExternalUserID is the leaf's Identity (for a
+// platform account, bytes that are not UTF-8 and so not for a JSON
+// document: PlatformProof renders that one).
+func (s *Service) HolderProof(ctx context.Context, code string, holder ledger.Holder) (sumtree.Proof, error) {
+	user := Identity(holder)
+	notIn := ErrNotInSnapshot
+	if holder.Platform {
+		notIn = ErrPlatformNotInSnapshot
+	}
 	var (
 		snap  Published
 		proof sumtree.Proof
@@ -99,8 +141,8 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 			keyRaw []byte
 		)
 		var err error
-		snap, err = scanPublished(tx.QueryRow(ctx, `SELECT `+publishedColumns+`, salt_key FROM liabilities_snapshots WHERE asset = $1
-   AND `+believable+` ORDER BY taken_at DESC, id DESC LIMIT 1`, code), &keyRaw)
+		snap, err = scanPublished(tx.QueryRow(ctx, `SELECT `+publishedColumns+`, s.salt_key FROM liabilities_snapshots s WHERE s.asset = $1
+   AND `+believable+` ORDER BY s.taken_at DESC, s.id DESC LIMIT 1`, code), &keyRaw)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNoSnapshot(code)
 		}
@@ -121,7 +163,7 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 		err = tx.QueryRow(ctx, `SELECT block, id_hashes FROM liabilities_leaves WHERE snapshot_id = $1 AND first_id <= $2
  ORDER BY first_id DESC LIMIT 1`, snap.ID, id[:]).Scan(&first, &ids)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotInSnapshot
+			return notIn
 		}
 		if err != nil {
 			return err
@@ -141,10 +183,10 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 			}
 		}
 		if !found {
-			return ErrNotInSnapshot
+			return notIn
 		}
 		position := int(first)*blockSize + k
-		counts := sumtree.Counts(int(snap.Users))
+		counts := sumtree.Counts(int(snap.Users + snap.PlatformAccounts))
 		if position >= counts[0] {
 			return fmt.Errorf("snapshot %d: leaf %d of %d", snap.ID, position, counts[0])
 		}
@@ -203,7 +245,7 @@ func (s *Service) Proof(ctx context.Context, code, user string) (sumtree.Proof, 
 		if errors.As(err, &f) {
 			return sumtree.Proof{}, err
 		}
-		return sumtree.Proof{}, fmt.Errorf("liabilities: proof of %s in %s: %w", user, code, err)
+		return sumtree.Proof{}, fmt.Errorf("liabilities: proof of %s in %s: %w", holder, code, err)
 	}
 	if _, err := sumtree.Verify(proof); err != nil {
 		s.log().ErrorContext(ctx, "liabilities: a stored snapshot yields a proof that does not verify", "snapshot_id", snap.ID, "asset", code, "error", err)

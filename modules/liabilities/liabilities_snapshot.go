@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"svc/modules/ledger"
 	"svc/platform/background"
 	"svc/platform/db"
 	"svc/platform/sumtree"
@@ -18,12 +19,13 @@ import (
 
 // tree is one asset's tree while it is built.
 type tree struct {
-	asset    string
-	users    []string
-	balances []int64
-	key      [32]byte
-	ids      []sumtree.Hash // in leaf order
-	tree     *sumtree.Tree
+	asset     string
+	users     []string // the leaves' identities (Identity)
+	platforms int64    // how many of them are platform accounts
+	balances  []int64
+	key       [32]byte
+	ids       []sumtree.Hash // in leaf order
+	tree      *sumtree.Tree
 }
 
 // Snapshot takes a snapshot of every asset, stores it and returns what it
@@ -57,7 +59,23 @@ func (s *Service) Snapshot(ctx context.Context, trigger, requestedBy string) ([]
 	return out, nil
 }
 
-// read loads every user's available + held per asset from tx's snapshot.
+// ownedKinds are the account kinds whose balances a snapshot sums: every
+// kind with a materialized balance, the same accounts
+// liabilities_record_snapshot sums (migration 0038). A kind the database
+// adds and this list lacks makes every snapshot fail there, loudly, rather
+// than publish a tree without it.
+var ownedKinds = func() []string {
+	var out []string
+	for _, k := range ledger.AccountKinds() {
+		if k.Materialized() {
+			out = append(out, string(k))
+		}
+	}
+	return out
+}()
+
+// read loads, per asset from tx's snapshot, every user's available + held
+// + reserved and every platform account's.
 func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
 	var trees []*tree
 	err := func() error {
@@ -82,10 +100,12 @@ func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
 		}); err != nil {
 			return err
 		}
-		// Every user account as it is, summed here: PostgreSQL grouping a
+		// Every owned account as it is, summed here: PostgreSQL grouping a
 		// million owners costs more than sending the two million rows
-		// (docs/performance.md). The owner is copied once per user.
-		rows, err = tx.Query(ctx, `SELECT asset, owner, balance FROM ledger_accounts WHERE kind IN ('user_available', 'user_hold')`)
+		// (docs/performance.md). The owner is copied once per leaf. The
+		// fourth column tells a platform account's account from a user's.
+		rows, err = tx.Query(ctx, `SELECT asset, owner, balance, kind IN ('platform_available', 'platform_hold', 'platform_escrow')
+  FROM ledger_accounts WHERE kind = ANY($1::text[])`, ownedKinds)
 		if err != nil {
 			return err
 		}
@@ -110,13 +130,30 @@ func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
 			if balance < 0 {
 				return fmt.Errorf("%s: the balance of %q is negative (%d): the ledger refuses that; run svc admin ledger check", t.asset, raw[1], balance)
 			}
+			platform := len(raw[3]) == 1 && (raw[3][0] == 1 || raw[3][0] == 't')
+			if !platform && len(raw[1]) > 0 && raw[1][0] == platformTag[0] {
+				// The ledger and the UTF8 database refuse such an owner.
+				return fmt.Errorf("%s: a user id that is not UTF-8 (%q) would take a platform account's identity", t.asset, raw[1])
+			}
 			users := index[t.asset]
-			i, seen := users[string(raw[1])]
+			var (
+				i    int
+				seen bool
+			)
+			if platform {
+				i, seen = users[PlatformIdentity(string(raw[1]))]
+			} else {
+				i, seen = users[string(raw[1])]
+			}
 			if !seen {
-				owner := string(raw[1])
+				identity := string(raw[1])
+				if platform {
+					identity = PlatformIdentity(identity)
+					t.platforms++
+				}
 				i = len(t.users)
-				users[owner] = i
-				t.users = append(t.users, owner)
+				users[identity] = i
+				t.users = append(t.users, identity)
 				t.balances = append(t.balances, 0)
 			}
 			if t.balances[i] > sumtree.MaxSum-balance {
@@ -154,7 +191,7 @@ func buildAll(trees []*tree, workers int) error {
 		sumtree.SortLeaves(ids, t.balances)
 		for i := 1; i < n; i++ {
 			if ids[i] == ids[i-1] {
-				return fmt.Errorf("liabilities: %s: two users with one id hash", t.asset)
+				return fmt.Errorf("liabilities: %s: two leaves with one id hash", t.asset)
 			}
 		}
 		t.ids, t.users = ids, nil
@@ -235,8 +272,8 @@ func (s *Service) store(ctx context.Context, tx pgx.Tx, trigger, requestedBy str
 	err := func() error {
 		for _, t := range trees {
 			root := t.tree.Root()
-			p := Published{Asset: t.asset, Trigger: trigger, RequestedBy: by, Users: int64(len(t.ids)),
-				Root: root.Hash, Total: int64(root.Sum)}
+			p := Published{Asset: t.asset, Trigger: trigger, RequestedBy: by, Users: int64(len(t.ids)) - t.platforms,
+				PlatformAccounts: t.platforms, Root: root.Hash, Total: int64(root.Sum)}
 			if err := tx.QueryRow(ctx, `SELECT id, taken_at FROM liabilities_record_snapshot($1, $2, $3, $4, $5, $6, $7)`,
 				p.Asset, p.Trigger, p.RequestedBy, p.Users, t.key[:], root.Hash[:], p.Total).Scan(&p.ID, &p.TakenAt); err != nil {
 				return fmt.Errorf("%s: store the snapshot: %w", t.asset, err)

@@ -16,9 +16,13 @@
 //	                   custody of the same coin (BTC and BTC_LN) less what
 //	                   it received, as booked (ledger.BookTransfer), which
 //	                   still backs this asset's users
-//	user_obligations   users' available + held (+ the suspense account,
-//	                   which no flow posts to today: money in the deposit
-//	                   review queue is in no account until it is credited)
+//	user_obligations   users' available + held + reserved (escrow), and the
+//	                   platform accounts' available + held + reserved,
+//	                   whom the wallets back as they back the users (+ the
+//	                   suspense account, which no flow posts to today:
+//	                   money in the deposit review queue is in no account
+//	                   until it is credited)
+//	platform_obligations the platform accounts' part of user_obligations
 //	chain_balance      what the source reports; null when it cannot be read
 //	expected_shortfall ledger_in_flight plus the gross of withdrawals that
 //	                   may have left the wallet before the ledger recorded a
@@ -36,12 +40,13 @@
 //	                   cannot be told, which concern every asset
 //
 // and the asset's latest proof of liabilities (modules/liabilities): the
-// root of its Merkle sum tree, the total that root commits to (users'
-// available + held), the snapshot's time and id; null before the first
-// snapshot. The hourly run takes a new snapshot first, so its report shows
-// the tree of that hour. The tree's total is users' available + held at
-// its own snapshot of the ledger: when nothing was posted in between, it
-// equals user_obligations less the suspense account.
+// root of its Merkle sum tree, the total that root commits to (users' and
+// platform accounts' available + held + reserved, each a leaf), the
+// snapshot's time and id; null before the first snapshot. The hourly run
+// takes a new snapshot first, so its report shows the tree of that hour.
+// The tree's total is those balances at its own snapshot of the ledger:
+// when nothing was posted in between, it equals user_obligations less the
+// suspense account.
 //
 // The sources: BTC, the processor's on-chain wallet balance (confirmed and
 // unconfirmed: a payout leaves custody when it is broadcast, and deposits
@@ -190,12 +195,17 @@ type CustodyLine struct {
 	// LedgerTransfer is the transfer account: sent to the pair's other
 	// custody less received (ledger.BookTransfer), which still backs this
 	// asset's users.
-	LedgerTransfer    string  `json:"ledger_transfer"`
-	UserObligations   string  `json:"user_obligations"`
-	ChainBalance      *string `json:"chain_balance"`
-	ChainSource       string  `json:"chain_source"`
-	ExpectedShortfall string  `json:"expected_shortfall"`
-	Difference        *string `json:"difference"`
+	LedgerTransfer string `json:"ledger_transfer"`
+	// UserObligations is everything the ledger owes in the asset: the
+	// users' available + held + reserved, the platform accounts' balances
+	// and the suspense account. PlatformObligations is the platform
+	// accounts' part of it.
+	UserObligations     string  `json:"user_obligations"`
+	PlatformObligations string  `json:"platform_obligations"`
+	ChainBalance        *string `json:"chain_balance"`
+	ChainSource         string  `json:"chain_source"`
+	ExpectedShortfall   string  `json:"expected_shortfall"`
+	Difference          *string `json:"difference"`
 	// Shortfall is (user_obligations - expected_shortfall) -
 	// chain_balance: positive is what the chain lacks to cover what users
 	// are owed (insolvent), zero or negative the margin; null when

@@ -153,7 +153,7 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 		b := chainOf[a.Code]
 		owed, shortfall := t.Obligations()+t.Suspense, t.InFlight+leaving[a.Code] // users and platform accounts
 		line := CustodyLine{Asset: a.Code, LedgerCustody: a.Format(t.Custody), LedgerInFlight: a.Format(t.InFlight),
-			LedgerTransfer: a.Format(t.Transfer), UserObligations: a.Format(owed), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall),
+			LedgerTransfer: a.Format(t.Transfer), UserObligations: a.Format(owed), PlatformObligations: a.Format(t.PlatformObligations()), ChainSource: b.source, ExpectedShortfall: a.Format(shortfall),
 			Inconsistent: findings > 0, LedgerFindings: findings}
 		f := facts{findings: findings}
 		for _, ep := range acked {

@@ -7,9 +7,11 @@ import (
 
 // liabilitiesArea holds the proof of liabilities: the snapshots (taken by
 // the hourly reconciliation and svc admin liabilities snapshot), GET
-// /v1/admin/liabilities and GET
-// /v1/users/{external_user_id}/liabilities-proof. The reconciliation area
-// initialises and routes it, as the hourly report takes its snapshots.
+// /v1/admin/liabilities, GET /v1/users/{external_user_id}/liabilities-proof
+// and its platform account's twin, GET
+// /v1/platform-accounts/{platform_account}/liabilities-proof (the
+// platform router, readwrite). The reconciliation area initialises and
+// routes it, as the hourly report takes its snapshots.
 type liabilitiesArea struct {
 	Liabilities    *liabilities.Service
 	LiabilitiesAPI *liabilities.API
