@@ -155,3 +155,71 @@ func TestVerifyProofOfALoneLeaf(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "ok: 5000 of dora")
 }
+
+// TestVerifyProofOfAPlatformAccount: a platform account's proof (its leaf
+// beside the users', credited here by a transfer and holding an escrow
+// hold) is checked by svc ledger verify-proof as a user's is, from the
+// document that names it; the same leaf passed off as the user of that
+// name, or as another platform account, does not verify.
+func TestVerifyProofOfAPlatformAccount(t *testing.T) {
+	d := migratedDB(t)
+	ctx := context.Background()
+	revenue := ledger.PlatformHolder("revenue")
+	require.NoError(t, db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
+		for _, c := range []struct {
+			to     ledger.Holder
+			amount int64
+		}{{ledger.UserHolder("alice"), 3000}, {ledger.UserHolder("revenue"), 100}, {revenue, 500}} {
+			if _, err := ledger.CreditDeposit(ctx, tx, "BTC", c.to, c.amount, "dep-"+c.to.String(), ""); err != nil {
+				return err
+			}
+		}
+		if _, err := ledger.PostTransferLeg(ctx, tx, "BTC", ledger.UserHolder("alice"), revenue, 700, "tr-1:0", ""); err != nil {
+			return err
+		}
+		_, err := ledger.PostEscrowHold(ctx, tx, "BTC", revenue, 200, "hold-1", "")
+		return err
+	}))
+	out, err := run(t, "admin", "liabilities", "snapshot", "--json")
+	require.NoError(t, err, out)
+	var list liabilities.PublishedList
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	var btc liabilities.PublishedView
+	for _, v := range list.Snapshots {
+		if v.Asset == "BTC" {
+			btc = v
+		}
+	}
+	require.Equal(t, "3600", btc.TotalUnits)
+	require.EqualValues(t, 2, btc.Users)
+	require.EqualValues(t, 1, btc.PlatformAccounts)
+
+	proof, err := (&liabilities.Service{Pool: d.Pool}).PlatformProof(ctx, "BTC", "revenue")
+	require.NoError(t, err)
+	data, err := json.MarshalIndent(proof, "", "  ")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "revenue.json")
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("MIGRATE_DATABASE_URL", "")
+	out, err = run(t, "ledger", "verify-proof", file, "--root", btc.Root, "--total", "3600", "--balance", "1200")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "ok: 1200 of platform account revenue")
+	out, err = run(t, "ledger", "verify-proof", file)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "NOT checked against a published root: 1200 of platform account revenue")
+
+	for name, text := range map[string]string{
+		"as the user of that name": strings.Replace(string(data), `"platform_account"`, `"external_user_id"`, 1),
+		"as another account":       strings.Replace(string(data), `"platform_account": "revenue"`, `"platform_account": "revenue2"`, 1),
+		"naming both":              strings.Replace(string(data), `"platform_account": "revenue",`, `"platform_account": "revenue", "external_user_id": "revenue",`, 1),
+	} {
+		require.NotEqual(t, string(data), text, name)
+		bad := filepath.Join(dir, "bad.json")
+		require.NoError(t, os.WriteFile(bad, []byte(text), 0o600))
+		_, err := run(t, "ledger", "verify-proof", bad, "--root", btc.Root, "--total", "3600")
+		require.Error(t, err, name)
+	}
+}

@@ -221,7 +221,11 @@ func TestParseProofDocument(t *testing.T) {
 		"bad name":   doc(func(m map[string]any) { m["platform_account"] = "Fees!"; delete(m, "external_user_id") }),
 		"not string": doc(func(m map[string]any) { m["platform_account"] = 7; delete(m, "external_user_id") }),
 		"extra key":  doc(func(m map[string]any) { m["platform_account"] = "fees"; delete(m, "external_user_id"); m["x"] = 1 }),
-		"no leaf":    doc(func(m map[string]any) { m["platform_account"] = "fees"; delete(m, "external_user_id"); delete(m, "leaf") }),
+		"no leaf": doc(func(m map[string]any) {
+			m["platform_account"] = "fees"
+			delete(m, "external_user_id")
+			delete(m, "leaf")
+		}),
 		"trailing":   append(append([]byte(nil), platform...), []byte(" {}")...),
 		"not object": []byte(`[1]`),
 	} {
