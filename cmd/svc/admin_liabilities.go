@@ -18,8 +18,9 @@ func adminLiabilitiesCmd() *cobra.Command {
 		Use:   "liabilities",
 		Short: "The latest proof of liabilities of each asset: the Merkle sum tree's root and total",
 		Long: `Prints each asset's latest proof-of-liabilities snapshot: the root of the Merkle sum tree over
-every user's available + held, the total it commits to, the number of users and the snapshot's
-time (the numbers to publish). Snapshots are taken with each hourly reconciliation and by
+every user's available + held + reserved and every platform account's (each a leaf), the total it
+commits to, the number of users and of platform accounts and the snapshot's time (the numbers to
+publish). Snapshots are taken with each hourly reconciliation and by
 'svc admin liabilities snapshot'. docs/provable-custody.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,10 +37,11 @@ time (the numbers to publish). Snapshots are taken with each hourly reconciliati
 	snap := &cobra.Command{
 		Use:   "snapshot [--as NAME]",
 		Short: "Take a proof-of-liabilities snapshot of every asset now",
-		Long: `Reads every user's available + held of every asset at one consistent snapshot of the ledger
-(a read-only transaction: no write waits for it), builds each asset's Merkle sum tree with fresh
-salts, stores it (recorded as requested by cli:NAME; --as, default the login name) and prints what
-it publishes. Users' proofs are then answered from it.`,
+		Long: `Reads every user's and platform account's available + held + reserved of every asset at one
+consistent snapshot of the ledger (a read-only transaction: no write waits for it), builds each
+asset's Merkle sum tree with fresh salts, stores it (recorded as requested by cli:NAME; --as,
+default the login name) and prints what it publishes. Users' and platform accounts' proofs are then
+answered from it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			actor, err := operator(as)
@@ -69,8 +71,9 @@ func printLiabilities(cmd *cobra.Command, a *app.App, list []liabilities.Publish
 	}
 	return show(cmd, liabilities.PublishedList{Snapshots: views}, func(out io.Writer) error {
 		return printTable(out, "no proof of liabilities yet: svc admin liabilities snapshot takes one",
-			"ASSET\tSNAPSHOT\tAT\tTRIGGER\tUSERS\tTOTAL\tTOTAL UNITS\tROOT", views, func(tw io.Writer, v liabilities.PublishedView) {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Asset, v.SnapshotID, v.SnapshotAt, v.Trigger, v.Users, v.Total, v.TotalUnits, v.Root)
+			"ASSET\tSNAPSHOT\tAT\tTRIGGER\tUSERS\tPLATFORM ACCOUNTS\tTOTAL\tTOTAL UNITS\tROOT", views, func(tw io.Writer, v liabilities.PublishedView) {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.Asset, v.SnapshotID, v.SnapshotAt, v.Trigger, v.Users, v.PlatformAccounts,
+					v.Total, v.TotalUnits, v.Root)
 			})
 	})
 }

@@ -10,12 +10,15 @@ import (
 )
 
 // AlertLiabilitiesMismatch: an asset's published liabilities total is not
-// what the ledger owed its users at the snapshot the tree was read on.
+// what the ledger owed its users and platform accounts at the snapshot the
+// tree was read on.
 const AlertLiabilitiesMismatch = "reconciliation.liabilities_mismatch"
 
 // checkLiabilities compares each asset's latest published liabilities
-// total with what the ledger owed its users (available + held) at the
-// ledger snapshot it was read on (liabilities.ObligationsAt). The database
+// total with what the ledger owed its users and platform accounts (every
+// owned balance: available + held + reserved, the accounts the tree's
+// leaves sum) at the ledger snapshot it was read on
+// (liabilities.ObligationsAt). The database
 // refuses to publish a total that differs (liabilities_record_snapshot),
 // so a difference means the published row, or the postings it summed,
 // were written around the service: each one is a line of the report and
