@@ -54,6 +54,10 @@ docs/provable-custody.md specifies the algorithm.`,
 			}
 			v, err := sumtree.Verify(p)
 			if err != nil {
+				if holder.Platform {
+					// Its id hash is of 0xFF || name, which err quotes.
+					return fmt.Errorf("%s: %w", holder, err)
+				}
 				return err
 			}
 			who := v.ExternalUserID

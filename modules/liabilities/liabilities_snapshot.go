@@ -64,15 +64,20 @@ func (s *Service) Snapshot(ctx context.Context, trigger, requestedBy string) ([]
 // liabilities_record_snapshot sums (migration 0038). A kind the database
 // adds and this list lacks makes every snapshot fail there, loudly, rather
 // than publish a tree without it.
-var ownedKinds = func() []string {
+var ownedKinds = kindsWhere(ledger.AccountKind.Materialized)
+
+// platformKinds are those of them a platform account owns.
+var platformKinds = kindsWhere(ledger.AccountKind.IsPlatform)
+
+func kindsWhere(f func(ledger.AccountKind) bool) []string {
 	var out []string
 	for _, k := range ledger.AccountKinds() {
-		if k.Materialized() {
+		if f(k) {
 			out = append(out, string(k))
 		}
 	}
 	return out
-}()
+}
 
 // read loads, per asset from tx's snapshot, every user's available + held
 // + reserved and every platform account's.
@@ -104,8 +109,8 @@ func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
 		// million owners costs more than sending the two million rows
 		// (docs/performance.md). The owner is copied once per leaf. The
 		// fourth column tells a platform account's account from a user's.
-		rows, err = tx.Query(ctx, `SELECT asset, owner, balance, kind IN ('platform_available', 'platform_hold', 'platform_escrow')
-  FROM ledger_accounts WHERE kind = ANY($1::text[])`, ownedKinds)
+		rows, err = tx.Query(ctx, `SELECT asset, owner, balance, kind = ANY($2::text[])
+  FROM ledger_accounts WHERE kind = ANY($1::text[])`, ownedKinds, platformKinds)
 		if err != nil {
 			return err
 		}
