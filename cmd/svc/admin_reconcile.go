@@ -106,8 +106,12 @@ func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
 		}
 		inconsistent += ")"
 	}
+	platform := l.PlatformObligations
+	if platform == "" {
+		platform = "-" // a report stored before the field
+	}
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", l.Asset, l.LedgerCustody, l.LedgerInFlight, l.UserObligations,
-		l.PlatformObligations, l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
+		platform, l.ExpectedShortfall, orNull(l.ChainBalance), orNull(l.Difference), orNull(l.Shortfall), l.Insolvent, orNull(l.AcknowledgedShortfall),
 		inconsistent, l.ChainSource)
 }
 

@@ -69,6 +69,7 @@ func TestObligationsCountPlatformAccountsAndEscrow(t *testing.T) {
 	require.Equal(t, "0.00050000", *btc.Shortfall)
 	require.True(t, btc.Insolvent)
 	require.Contains(t, strings.Join(rep.Alerts, "\n"), "BTC: insolvent")
+	require.Contains(t, strings.Join(rep.Alerts, "\n"), "0.01050000 owed to users (of which 0.00150000 to platform accounts)")
 
 	// The hourly snapshot's tree has the same total: users' leaves with
 	// their escrow, and the platform accounts' leaves.

@@ -74,8 +74,8 @@ func (s *Service) episodes(ctx context.Context, tx bun.Tx, reportID int64, rep R
 	for _, line := range rep.Custody {
 		f := figures[line.Asset]
 		if f.shortfall != nil {
-			detail := fmt.Sprintf("%s is insolvent: the chain holds %s, users are owed %s, %s is expected to be leaving (in flight, or handed to the processor): a shortfall of %s (report %d)",
-				line.Asset, deref(line.ChainBalance), line.UserObligations, line.ExpectedShortfall, deref(line.Shortfall), reportID)
+			detail := fmt.Sprintf("%s is insolvent: the chain holds %s, users and platform accounts are owed %s (%s of it to platform accounts), %s is expected to be leaving (in flight, or handed to the processor): a shortfall of %s (report %d)",
+				line.Asset, deref(line.ChainBalance), line.UserObligations, line.PlatformObligations, line.ExpectedShortfall, deref(line.Shortfall), reportID)
 			if err := s.episode(ctx, tx, reportID, KindInsolvency, line.Asset, *f.shortfall > 0, *f.shortfall, detail,
 				func(Episode) (bool, error) { return true, nil }); err != nil {
 				return err

@@ -179,8 +179,8 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 			line.ChainBalance, line.Difference, line.Shortfall = ptr(a.Format(*b.units)), ptr(a.Format(*b.units-t.Custody)), ptr(a.Format(short))
 			if short > 0 {
 				line.Insolvent, insolvent = true, true
-				add("%s: insolvent: the chain holds %s%s, less than the %s owed to users minus the %s expected to be leaving (in flight, or handed to the processor)",
-					a.Code, a.Format(*b.units), transferText(a, t.Transfer), a.Format(owed), a.Format(shortfall))
+				add("%s: insolvent: the chain holds %s%s, less than the %s owed to users%s minus the %s expected to be leaving (in flight, or handed to the processor)",
+					a.Code, a.Format(*b.units), transferText(a, t.Transfer), a.Format(owed), platformText(a, t), a.Format(shortfall))
 			} else if *b.units < t.Custody {
 				add("%s: the chain holds %s less than the ledger's custody (still covering what users are owed)", a.Code, a.Format(t.Custody-*b.units))
 			}
@@ -331,4 +331,13 @@ func (s *Service) usdtBalance(ctx context.Context) (int64, error) {
 	}
 	wg.Wait()
 	return total, first
+}
+
+// platformText names the platform accounts' part of what is owed, when
+// they hold any: " (of which 0.001 to platform accounts)".
+func platformText(a asset.Asset, t ledger.Totals) string {
+	if t.PlatformObligations() == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (of which %s to platform accounts)", a.Format(t.PlatformObligations()))
 }
