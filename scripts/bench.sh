@@ -52,8 +52,11 @@ cores=$(nproc 2>/dev/null || echo 2)
 
 # 1. The reference: pgbench TPC-B in its own database on the same server.
 if PGBENCH=$(pgtool pgbench) && PSQL=$(pgtool psql); then
-  pgurl=$(printf '%s' "$DATABASE_URL" | sed -E 's#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/svc_pgbench#')
-  "$PSQL" "$DATABASE_URL" -qc 'DROP DATABASE IF EXISTS svc_pgbench' -c 'CREATE DATABASE svc_pgbench' >/dev/null
+  # One database per run: two runs on one server (a shared machine) must
+  # not drop or re-initialise each other's reference mid-case.
+  pgdb="svc_pgbench_$$"
+  pgurl=$(printf '%s' "$DATABASE_URL" | sed -E "s#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\\1/$pgdb#")
+  "$PSQL" "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $pgdb" -c "CREATE DATABASE $pgdb" >/dev/null
   echo "pgbench: initialising scale ${PGBENCH_SCALE:-32}" >&2
   "$PGBENCH" -i -q -s "${PGBENCH_SCALE:-32}" "$pgurl" >/dev/null 2>&1
   for c in $clients; do
@@ -63,7 +66,7 @@ if PGBENCH=$(pgtool pgbench) && PSQL=$(pgtool psql); then
     echo "$c $tps" >>"$out/pgbench"
   done
   export LEDGER_PGBENCH="$PGBENCH" LEDGER_PGBENCH_URL="$pgurl"
-  trap 'rm -rf "$out"; "$PSQL" "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS svc_pgbench" >/dev/null 2>&1 || true' EXIT
+  trap 'rm -rf "$out"; "$PSQL" "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $pgdb" >/dev/null 2>&1 || true' EXIT
 else
   echo "pgbench or psql not found: no reference, no ratios" >&2
   : >"$out/pgbench"
@@ -169,4 +172,39 @@ END {
       v[k, "incremental_check_s"], v[k, "reconcile_incremental_s"], v[k, "credits/s"],
       (v[k, "pct_of_tpcb"] == "" ? "-" : sprintf("%.0f%%", v[k, "pct_of_tpcb"]))
   }
+}' "$out/go"
+
+# 6. Money moving inside the platform (BenchmarkInside): operations per
+# second as a ratio of the pgbench run right before each case, and their
+# targets; the hot account's designs (BenchmarkInsideHot) as a ratio of the
+# spread case of the same run.
+awk '
+/^BenchmarkInside(Hot)?\// {
+  name = $1; sub(/-[0-9]+$/, "", name)
+  bench = name; sub(/\/.*/, "", bench); sub(/^Benchmark/, "", bench)
+  key = name; sub(/^BenchmarkInside(Hot)?\//, "", key); sub(/\/writers=[0-9]+$/, "", key)
+  for (i = 2; i <= NF; i++) v[bench, key, $i] = $(i - 1)
+  rows[++n] = bench SUBSEP key
+}
+END {
+  if (n == 0) exit
+  print ""
+  print "Transfers, trades and escrow holds, 32 writers, as a ratio of pgbench TPC-B run right before each case"
+  print "(and the hot-account cases as a ratio of the spread case of the same benchmark):"
+  printf "  %-10s %-28s %9s %12s %8s %9s %9s\n", "benchmark", "case", "ops/s", "pgbench tps", "% TPC-B", "% spread", "deadlocks"
+  for (i = 1; i <= n; i++) {
+    split(rows[i], k, SUBSEP)
+    ops = v[k[1], k[2], "ops/s"]; t = v[k[1], k[2], "tpcb_tps"]; sp = v[k[1], k[2], "pct_of_spread"]
+    printf "  %-10s %-28s %9.0f %12.0f %8s %9s %9d\n", k[1], k[2], ops, t, (t > 0 ? sprintf("%.0f%%", 100 * ops / t) : "-"),
+      (sp != "" ? sprintf("%.0f%%", sp) : "-"), v[k[1], k[2], "deadlocks"]
+  }
+  target = "Inside"
+  s = v[target, "transfer_spread", "ops/s"]; st = v[target, "transfer_spread", "tpcb_tps"]
+  h = v[target, "transfer_hot", "ops/s"]
+  r = v[target, "trade", "ops/s"]; rt = v[target, "trade", "tpcb_tps"]; dl = v[target, "trade", "deadlocks"]
+  c = v[target, "hold_capture", "ops/s"]; ct = v[target, "hold_capture", "tpcb_tps"]
+  if (s > 0 && st > 0) printf "  one-leg transfers over 10,000 users: %.0f%% of TPC-B (target 80%%): %s\n", 100 * s / st, (s >= 0.8 * st ? "met" : "NOT met")
+  if (s > 0 && h > 0) printf "  every transfer credits revenue: %.0f%% of the spread case (target 75%%): %s\n", 100 * h / s, (h >= 0.75 * s ? "met" : "NOT met")
+  if (r > 0 && rt > 0) printf "  two-asset trades: %.0f%% of TPC-B (target 40%%), %d deadlocks: %s\n", 100 * r / rt, dl, (r >= 0.4 * rt && dl == 0 ? "met" : "NOT met")
+  if (c > 0 && ct > 0) printf "  hold then capture into two accounts: %.0f%% of TPC-B (target 40%%): %s\n", 100 * c / ct, (c >= 0.4 * ct ? "met" : "NOT met")
 }' "$out/go"
