@@ -195,6 +195,7 @@ func runInside(b *testing.B, ctx context.Context, d *bun.DB, sc insideScenario, 
 	})
 	rate := float64(ops.Load()) / load.Elapsed.Seconds()
 	b.ReportMetric(rate, "ops/s")
+	b.ReportMetric(float64(load.Elapsed.Nanoseconds())/float64(max(ops.Load(), 1)), "ns/op")
 	b.ReportMetric(load.P50, "p50_ms")
 	b.ReportMetric(load.P99, "p99_ms")
 	b.ReportMetric(float64(deadlocks.Load()), "deadlocks")
