@@ -56,7 +56,7 @@ import (
 
 // SchemaVersion is the version of the published payload schema
 // (docs/events.schema.json), which is versioned separately from the API.
-const SchemaVersion = "1.0.0"
+const SchemaVersion = "1.1.0"
 
 // Type is an event type.
 type Type string
@@ -76,13 +76,17 @@ const (
 // The event types beyond the SPEC's eight.
 const (
 	TransferCompleted Type = "transfer.completed"
+	// The escrow holds' (modules/hold): the hold ended.
+	HoldCaptured Type = "hold.captured"
+	HoldVoided   Type = "hold.voided"
+	HoldExpired  Type = "hold.expired"
 )
 
 // Types returns every event type.
 func Types() []Type {
 	return []Type{DepositDetected, DepositSettled, DepositReviewRequired, DepositExpired,
 		WithdrawalPendingApproval, WithdrawalBroadcast, WithdrawalCompleted, WithdrawalFailed,
-		TransferCompleted}
+		TransferCompleted, HoldCaptured, HoldVoided, HoldExpired}
 }
 
 // Status is where an event is in its delivery.

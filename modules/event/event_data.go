@@ -143,6 +143,43 @@ type AccountRefData struct {
 	PlatformAccount string `json:"platform_account,omitempty"`
 }
 
+// HoldCapture is one account a hold's capture paid.
+type HoldCapture struct {
+	To     AccountRefData `json:"to"`
+	Amount string         `json:"amount"`
+}
+
+// HoldData is an escrow hold as GET /v1/holds/{hold_id} answers it
+// (modules/hold).
+type HoldData struct {
+	HoldID          string            `json:"hold_id"`
+	Status          string            `json:"status"`
+	From            AccountRefData    `json:"from"`
+	Asset           string            `json:"asset"`
+	Amount          string            `json:"amount"`
+	CapturedAmount  string            `json:"captured_amount"`
+	ReleasedAmount  string            `json:"released_amount"`
+	Captures        []HoldCapture     `json:"captures"`
+	ExpiresAt       string            `json:"expires_at"`
+	Description     *string           `json:"description"`
+	Metadata        map[string]string `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
+	CreatedAt       string            `json:"created_at"`
+	UpdatedAt       string            `json:"updated_at"`
+}
+
+// HoldCapturedData: the hold was captured (captures says to whom, and
+// released_amount what went back to the payer).
+type HoldCapturedData HoldData
+
+// HoldVoidedData: the hold was voided; its amount is back in the payer's
+// available balance.
+type HoldVoidedData HoldData
+
+// HoldExpiredData: the hold reached expires_at open and the expiry pass
+// returned its amount to the payer.
+type HoldExpiredData HoldData
+
 // Type implements Data.
 func (DepositDetectedData) Type() Type { return DepositDetected }
 
@@ -170,6 +207,15 @@ func (WithdrawalFailedData) Type() Type { return WithdrawalFailed }
 // Type implements Data.
 func (TransferCompletedData) Type() Type { return TransferCompleted }
 
+// Type implements Data.
+func (HoldCapturedData) Type() Type { return HoldCaptured }
+
+// Type implements Data.
+func (HoldVoidedData) Type() Type { return HoldVoided }
+
+// Type implements Data.
+func (HoldExpiredData) Type() Type { return HoldExpired }
+
 // DataFor returns a zero value of the data struct of typ (nil for an
 // unknown type); tests and tools use it to walk every type.
 func DataFor(typ Type) Data {
@@ -192,6 +238,12 @@ func DataFor(typ Type) Data {
 		return WithdrawalFailedData{}
 	case TransferCompleted:
 		return TransferCompletedData{}
+	case HoldCaptured:
+		return HoldCapturedData{}
+	case HoldVoided:
+		return HoldVoidedData{}
+	case HoldExpired:
+		return HoldExpiredData{}
 	}
 	return nil
 }
@@ -201,7 +253,8 @@ var (
 	depositStatuses    = []string{"creating", "pending", "confirming", "settled", "expired", "review", "dismissed", "failed"}
 	withdrawalStatuses = []string{"requested", "pending_approval", "approved", "rejected", "submitting", "submitted",
 		"broadcast", "confirmed", "failed", "refunded"}
-	assets = []string{asset.BTC, asset.BTCLN, asset.USDTTRC20}
+	holdStatuses = []string{"open", "captured", "voided", "expired"}
+	assets       = []string{asset.BTC, asset.BTCLN, asset.USDTTRC20}
 )
 
 func (d DepositDetectedData) validate(c *checker) {
@@ -272,6 +325,45 @@ func (d TransferCompletedData) validate(c *checker) {
 		c.add("metadata is required ({} when there is none)")
 	}
 	c.text("created_at", d.CreatedAt)
+}
+
+func (d HoldCapturedData) validate(c *checker) {
+	c.hold(HoldData(d), "captured")
+	if len(d.Captures) == 0 {
+		c.add("captures: a captured hold paid at least one account")
+	}
+}
+
+func (d HoldVoidedData) validate(c *checker) { c.hold(HoldData(d), "voided") }
+
+func (d HoldExpiredData) validate(c *checker) { c.hold(HoldData(d), "expired") }
+
+func (c *checker) hold(d HoldData, status string) {
+	if u, err := uuid.Parse(d.HoldID); err != nil || u.String() != d.HoldID {
+		c.add("hold_id %q is not a lowercase uuid", d.HoldID)
+	}
+	c.oneOf("status", d.Status, holdStatuses)
+	if d.Status != status {
+		c.add("status %q: this event is about a hold that is %s", d.Status, status)
+	}
+	c.account("from", d.From)
+	c.oneOf("asset", d.Asset, assets)
+	c.decimal("amount", d.Amount)
+	c.decimal("captured_amount", d.CapturedAmount)
+	c.decimal("released_amount", d.ReleasedAmount)
+	if d.Captures == nil {
+		c.add("captures must be a list (empty when nothing was captured)")
+	}
+	for i, x := range d.Captures {
+		c.account(fmt.Sprintf("captures[%d].to", i), x.To)
+		c.decimal(fmt.Sprintf("captures[%d].amount", i), x.Amount)
+	}
+	c.text("expires_at", d.ExpiresAt)
+	c.text("created_at", d.CreatedAt)
+	c.text("updated_at", d.UpdatedAt)
+	if d.Metadata == nil {
+		c.add("metadata must be an object (empty when none was given)")
+	}
 }
 
 func (c *checker) account(name string, r AccountRefData) {

@@ -128,5 +128,19 @@ func samples() []event.Data {
 			{From: event.AccountRefData{ExternalUserID: "user-1"}, To: event.AccountRefData{PlatformAccount: "prize_pool"}, Asset: "USDT_TRC20", Amount: "5.000000"},
 			{From: event.AccountRefData{PlatformAccount: "prize_pool"}, To: event.AccountRefData{ExternalUserID: "user-2"}, Asset: "BTC", Amount: "0.00010000"},
 		}, Metadata: map[string]string{"game_id": "918"}, ClientReference: ptr("game-918"), CreatedAt: "2025-01-31T12:34:56.789012+00:00"},
+		event.HoldCapturedData(holdSample("captured", "0.00095000", "0.00005000", []event.HoldCapture{
+			{To: event.AccountRefData{ExternalUserID: "seller-3"}, Amount: "0.00090000"},
+			{To: event.AccountRefData{PlatformAccount: "commission"}, Amount: "0.00005000"}})),
+		event.HoldVoidedData(holdSample("voided", "0.00000000", "0.00100000", []event.HoldCapture{})),
+		event.HoldExpiredData(holdSample("expired", "0.00000000", "0.00100000", []event.HoldCapture{})),
 	}
+}
+
+// holdSample is an escrow hold's data in the status given.
+func holdSample(status, captured, released string, captures []event.HoldCapture) event.HoldData {
+	return event.HoldData{HoldID: "0190b7e2-5a4c-7d3e-9f10-2b3c4d5e6f70", Status: status,
+		From: event.AccountRefData{ExternalUserID: "buyer-7"}, Asset: "BTC", Amount: "0.00100000", CapturedAmount: captured,
+		ReleasedAmount: released, Captures: captures, ExpiresAt: "2026-07-08T12:00:00+00:00", Description: ptr("order 1042"),
+		Metadata: map[string]string{"order_id": "1042"}, ClientReference: ptr("order-1042"),
+		CreatedAt: "2026-07-01T12:00:00+00:00", UpdatedAt: "2026-07-02T09:30:00+00:00"}
 }
