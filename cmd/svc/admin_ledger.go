@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"svc/cmd/svc/app"
+	"svc/modules/hold"
 	"svc/modules/ledger"
 	"svc/modules/transfer"
 	"svc/modules/withdrawal"
@@ -33,8 +34,9 @@ func adminLedgerCmd() *cobra.Command {
 		Long: "Compares every materialized user balance with the sum of its postings and with its newest\n" +
 			"posting's running balance, checks that every entry's postings sum to zero on accounts of its asset,\n" +
 			"lists negative user balances, and compares every user's held balance with the gross of their open\n" +
-			"withdrawals (and each withdrawal's entries with its status), and every transfer leg with its\n" +
-			"ledger entry (and every transfer entry with its leg). It reads one consistent snapshot,\n" +
+			"withdrawals (and each withdrawal's entries with its status), every transfer leg with its\n" +
+			"ledger entry (and every transfer entry with its leg), and every escrow balance with the amount\n" +
+			"of its payer's open holds (and each hold's entries with its status). It reads one consistent snapshot,\n" +
 			"changes nothing in the ledger, and records its result (ledger_checks). Exit status 0 means\n" +
 			"consistent, 1 inconsistent (or an error).\n\n" +
 			"--incremental checks only what was committed since the last consistent check recorded (the\n" +
@@ -48,9 +50,9 @@ func adminLedgerCmd() *cobra.Command {
 				var r ledger.Report
 				var err error
 				if incremental {
-					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs)
+					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow)
 				} else {
-					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs)
+					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow)
 				}
 				if err != nil {
 					return err
@@ -69,6 +71,14 @@ func adminLedgerCmd() *cobra.Command {
 func printCheck(out io.Writer, r ledger.Report) {
 	fmt.Fprintf(out, "checked %d accounts, %d entries, %d postings in %s\n", r.Accounts, r.Entries, r.Postings, r.Took.Round(time.Millisecond))
 	fmt.Fprintf(out, "covered: %s\n", r.Coverage)
+	var holds, escrow []string
+	for _, s := range r.HoldMismatches {
+		if hold.IsEscrowFinding(s) {
+			escrow = append(escrow, s)
+		} else {
+			holds = append(holds, s)
+		}
+	}
 	for _, sec := range []struct {
 		title string
 		list  []string
@@ -76,7 +86,8 @@ func printCheck(out io.Writer, r ledger.Report) {
 		{"materialized vs derived drifts", r.MaterializedVsDerivedDrifts},
 		{"unbalanced entries", r.UnbalancedEntries},
 		{"negative balances", r.NegativeBalances},
-		{"holds vs open withdrawals", r.HoldMismatches},
+		{"holds vs open withdrawals", holds},
+		{"escrow vs open holds", escrow},
 		{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
 	} {
 		fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))

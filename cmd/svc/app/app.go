@@ -68,6 +68,7 @@ type App struct {
 	depositArea
 	withdrawalArea
 	transferArea
+	holdArea
 	reconcileArea
 	replicaArea
 }
@@ -106,6 +107,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"deposits", a.initDeposits},
 		{"withdrawals", a.initWithdrawals},
 		{"transfers", a.initTransfers},
+		{"holds", a.initHolds},
 		{"reconciliation", a.initReconcile},
 	} {
 		if err := step.init(ctx); err != nil {
@@ -161,6 +163,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesDeposits(r)
 	a.routesWithdrawals(r)
 	a.routesTransfers(r)
+	a.routesHolds(r)
 	a.routesReconcile(r)
 	httpapi.NotFound(app)
 	return app
@@ -209,7 +212,7 @@ func (a *App) RecoveryJobs() []river.JobArgs { return a.recovery }
 // Worker returns the River client that runs every job (not yet started).
 func (a *App) Worker(p queue.WorkerParams) (*river.Client[pgx.Tx], error) {
 	j := &Jobs{Workers: river.NewWorkers()}
-	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits, a.jobsWithdrawals, a.jobsReconcile} {
+	for _, add := range []func(*Jobs) error{a.jobsFoundation, a.jobsLedger, a.jobsEvents, a.jobsProcessor, a.jobsAudit, a.jobsDeposits, a.jobsWithdrawals, a.jobsHolds, a.jobsReconcile} {
 		if err := add(j); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"svc/modules/deposit"
 	"svc/modules/health"
+	"svc/modules/hold"
 	"svc/modules/ledger"
 	"svc/modules/reconcile"
 	"svc/modules/transfer"
@@ -31,7 +32,7 @@ func (a *App) initReconcile(context.Context) error {
 		custody = append(custody, c.Tron.HotWallet)
 	}
 	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
+		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
 		Liabilities: a.Liabilities,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
 			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout),

@@ -41,6 +41,7 @@ func (a *App) UseReplica(ctx context.Context) error {
 	}
 	a.Replica = r
 	a.LedgerAPI.Replica, a.Withdrawals.Replica, a.Deposits.Replica, a.AuditAPI.Replica, a.Events.Replica = r, r, r, r, r
+	a.Holds.Replica = r
 	probe, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	a.stopReplica = func() { stop(); <-done }

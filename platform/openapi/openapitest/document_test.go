@@ -97,7 +97,7 @@ func TestEveryOperationFollowsTheConventions(t *testing.T) {
 			}
 		}
 	}
-	require.Equal(t, 45, n, "operations in openapi.json")
+	require.Equal(t, 52, n, "operations in openapi.json")
 }
 
 // The SPEC's resource fields and enumerations, checked against the
@@ -180,7 +180,7 @@ func TestSchemasHaveTheSpecFields(t *testing.T) {
 		"broadcast", "confirmed", "failed", "refunded"}, enum("WithdrawalStatus", ""))
 	require.ElementsMatch(t, []any{"deposit.detected", "deposit.settled", "deposit.review_required", "deposit.expired",
 		"withdrawal.pending_approval", "withdrawal.broadcast", "withdrawal.completed", "withdrawal.failed",
-		"transfer.completed"}, enum("EventType", ""))
+		"transfer.completed", "hold.captured", "hold.voided", "hold.expired"}, enum("EventType", ""))
 	desc := doc.Components.Schemas["LedgerTransaction"].Value.Properties["kind"].Value.Description
 	for _, k := range enum("LedgerTransaction", "kind") {
 		require.Contains(t, desc, "`"+k.(string)+"`", "kind %s is not described", k)
