@@ -46,6 +46,21 @@ func TestEscrowCheckFindsAForgedHold(t *testing.T) {
 	require.False(t, rep.LedgerConsistent)
 	require.Equal(t, found, rep.HoldMismatches)
 	require.Equal(t, hold.StatusOpen, e.get(t, real.HoldID).Status)
+
+	// The reconciliation runs the same check: BTC is inconsistent by both
+	// findings.
+	recon, err := e.App.Reconcile.RunFull(ctx, "on_demand")
+	require.NoError(t, err)
+	require.False(t, recon.LedgerConsistent)
+	var btc bool
+	for _, l := range recon.Custody {
+		if l.Asset == "BTC" {
+			btc = true
+			require.True(t, l.Inconsistent)
+			require.Equal(t, int64(2), l.LedgerFindings)
+		}
+	}
+	require.True(t, btc, "a BTC custody line: %+v", recon.Custody)
 }
 
 // TestRuntimeRoleCannotRewriteAHold: the database refuses, even to the
