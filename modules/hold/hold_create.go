@@ -33,10 +33,9 @@ type CreateParams struct {
 	IdempotencyKey string
 }
 
-// Create places a hold: in one transaction it writes the hold and moves
-// its amount from the payer's available balance to their escrow
-// (ledger.PostEscrowHold), and stores the 201 as the key's response when
-// rec is given. Refusals: an unknown asset (404), a disabled one (422), an
+// Create places a hold: in one transaction it writes the hold, stores the
+// 201 as the key's response when rec is given, and moves the amount from
+// the payer's available balance to their escrow (ledger.PostEscrowHold). Refusals: an unknown asset (404), a disabled one (422), an
 // amount or a life out of range (422), a client reference already used
 // (409 naming the hold that has it), available short of the amount (402).
 func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (View, []byte, error) {
@@ -84,6 +83,13 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 		if err := insertHold(ctx, tx, &h); err != nil {
 			return err
 		}
+		if rec != nil {
+			if err := rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body); err != nil {
+				return err
+			}
+		}
+		// Last: the debit locks the payer's available balance until the
+		// commit, and a platform account may pay many holds at once.
 		if _, err := ledger.PostEscrowHold(ctx, tx, h.Asset, p.From, h.Amount, h.ID.String(), "escrow hold"); err != nil {
 			if errors.Is(err, ledger.ErrInsufficientFunds) {
 				return fault.Wrap(fault.InsufficientFunds, fmt.Sprintf(
@@ -92,10 +98,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 			}
 			return err
 		}
-		if rec == nil {
-			return nil
-		}
-		return rec.CompleteTx(ctx, tx, http.StatusCreated, "application/json", body)
+		return nil
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrLost):

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 )
 
 // ExpireEvery is how often the expiry pass runs: an open hold is returned
@@ -75,12 +74,12 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 var errNotDue = errors.New("hold: not due")
 
 // expireStep is release, refused for a hold not yet due at now.
-func (s *Service) expireStep(now time.Time) func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error) {
+func (s *Service) expireStep(now time.Time) func(h Hold) (step, error) {
 	rel := release("escrow hold expired")
-	return func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error) {
+	return func(h Hold) (step, error) {
 		if h.ExpiresAt.After(now) {
-			return nil, nil, errNotDue
+			return step{}, errNotDue
 		}
-		return rel(ctx, tx, h)
+		return rel(h)
 	}
 }

@@ -57,7 +57,7 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 	if err := checkLegs(legs); err != nil {
 		return View{}, nil, err
 	}
-	return s.settle(ctx, id, Capture, rec, func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error) {
+	return s.settle(ctx, id, Capture, rec, func(h Hold) (step, error) {
 		payer := h.payer()
 		var sum int64
 		refs := []ledger.AccountRef{{Asset: h.Asset, Account: payer.Escrow()}, {Asset: h.Asset, Account: payer.Available()}}
@@ -65,7 +65,7 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 		rows := make([]CaptureRow, 0, len(legs))
 		for i, l := range legs {
 			if l.To == payer {
-				return nil, nil, fault.Validation(fault.FieldError{Loc: []any{"body", "legs", i, "to"}, Type: "value_error",
+				return step{}, fault.Validation(fault.FieldError{Loc: []any{"body", "legs", i, "to"}, Type: "value_error",
 					Msg: fmt.Sprintf("%s is the hold's payer: a capture pays other accounts, and the rest returns to the payer by itself", payer)})
 			}
 			sum += l.Amount
@@ -74,21 +74,28 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 			rows = append(rows, CaptureRow{HoldID: h.ID, Seq: i + 1, ToPlatform: l.To.Platform, ToID: l.To.ID, Amount: l.Amount})
 		}
 		if sum > h.Amount {
-			return nil, nil, fault.Validation(fault.FieldError{Loc: []any{"body", "legs"}, Type: "value_error",
+			return step{}, fault.Validation(fault.FieldError{Loc: []any{"body", "legs"}, Type: "value_error",
 				Msg: fmt.Sprintf("the legs pay %d smallest units, more than the %d the hold holds", sum, h.Amount)})
 		}
-		if err := ledger.LockAccounts(ctx, tx, refs); err != nil {
-			return nil, nil, err
-		}
-		if _, err := ledger.PostEscrowCapture(ctx, tx, h.Asset, payer, ls, h.ID.String(), "escrow hold captured"); err != nil {
-			return nil, nil, err
-		}
-		if rest := h.Amount - sum; rest > 0 {
-			if _, err := ledger.PostEscrowRelease(ctx, tx, h.Asset, payer, rest, h.ID.String(), "escrow hold: the rest of a capture returned"); err != nil {
-				return nil, nil, err
-			}
-		}
-		return map[string]any{"captured_amount": sum, "released_amount": h.Amount - sum}, rows, nil
+		rest := h.Amount - sum
+		return step{set: map[string]any{"captured_amount": sum, "released_amount": rest}, captures: rows,
+			post: func(ctx context.Context, tx bun.Tx) error {
+				// Every account first, in the ledger's one order: the two
+				// entries then wait for nothing more and never deadlock
+				// with another capture's.
+				if err := ledger.LockAccounts(ctx, tx, refs); err != nil {
+					return err
+				}
+				if _, err := ledger.PostEscrowCapture(ctx, tx, h.Asset, payer, ls, h.ID.String(), "escrow hold captured"); err != nil {
+					return err
+				}
+				if rest > 0 {
+					if _, err := ledger.PostEscrowRelease(ctx, tx, h.Asset, payer, rest, h.ID.String(), "escrow hold: the rest of a capture returned"); err != nil {
+						return err
+					}
+				}
+				return nil
+			}}, nil
 	})
 }
 
@@ -101,13 +108,22 @@ func (s *Service) Void(ctx context.Context, id uuid.UUID, rec Completer) (View, 
 
 // release is the step of a void or an expiry: everything back to the
 // payer.
-func release(memo string) func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error) {
-	return func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error) {
-		if _, err := ledger.PostEscrowRelease(ctx, tx, h.Asset, h.payer(), h.Amount, h.ID.String(), memo); err != nil {
-			return nil, nil, err
-		}
-		return map[string]any{"released_amount": h.Amount}, nil, nil
+func release(memo string) func(h Hold) (step, error) {
+	return func(h Hold) (step, error) {
+		return step{set: map[string]any{"released_amount": h.Amount}, post: func(ctx context.Context, tx bun.Tx) error {
+			_, err := ledger.PostEscrowRelease(ctx, tx, h.Asset, h.payer(), h.Amount, h.ID.String(), memo)
+			return err
+		}}, nil
 	}
+}
+
+// step is what a capture, a void or an expiry does to an open hold: the
+// columns it sets besides the status, the captures it records, and its
+// ledger entries.
+type step struct {
+	set      map[string]any
+	captures []CaptureRow
+	post     func(ctx context.Context, tx bun.Tx) error
 }
 
 // events are the event of each step.
@@ -115,12 +131,13 @@ var events = map[Trigger]event.Type{Capture: event.HoldCaptured, Void: event.Hol
 
 // settle runs one step of an open hold in one transaction: it locks the
 // hold (a concurrent step waits, then finds it moved on and is refused
-// with its status), checks the table, runs move (the ledger's entries; the
-// columns to set and the captures to record), moves the status, records
-// the captures, emits the step's event and stores the answer (200) as the
-// key's response.
-func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Completer,
-	move func(ctx context.Context, tx bun.Tx, h *Hold) (map[string]any, []CaptureRow, error)) (View, []byte, error) {
+// with its status), checks the table, asks prepare for the step (which may
+// refuse it), moves the status, records the captures, emits the step's
+// event, stores the answer (200) as the key's response, and posts the
+// step's ledger entries last: they lock the accounts they move, and a
+// platform account that every capture credits (a commission) is then held
+// only from the postings to the commit.
+func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Completer, prepare func(h Hold) (step, error)) (View, []byte, error) {
 	var (
 		view View
 		body []byte
@@ -133,14 +150,14 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Compl
 		if _, err := Next(h.Status, t); err != nil {
 			return err
 		}
-		set, rows, err := move(ctx, tx, &h)
+		st, err := prepare(h)
 		if err != nil {
 			return err
 		}
-		if err := s.transit(ctx, tx, &h, t, set); err != nil {
+		if err := s.transit(ctx, tx, &h, t, st.set); err != nil {
 			return err
 		}
-		if err := insertCaptures(ctx, tx, rows); err != nil {
+		if err := insertCaptures(ctx, tx, st.captures); err != nil {
 			return err
 		}
 		vs, err := views(ctx, tx, []Hold{h})
@@ -165,10 +182,12 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Compl
 		if body, err = json.Marshal(view); err != nil {
 			return err
 		}
-		if rec == nil {
-			return nil
+		if rec != nil {
+			if err := rec.CompleteTx(ctx, tx, http.StatusOK, "application/json", body); err != nil {
+				return err
+			}
 		}
-		return rec.CompleteTx(ctx, tx, http.StatusOK, "application/json", body)
+		return st.post(ctx, tx)
 	})
 	if errors.Is(err, idempotency.ErrLost) {
 		return View{}, nil, fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
