@@ -29,6 +29,7 @@ package hold
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,6 +76,9 @@ type Service struct {
 	Events  Emitter
 	Now     func() time.Time
 	Log     *slog.Logger
+
+	// decimalsOf are the assets' decimals by code (decimals).
+	decimalsOf sync.Map
 }
 
 func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }

@@ -160,11 +160,11 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Compl
 		if err := insertCaptures(ctx, tx, st.captures); err != nil {
 			return err
 		}
-		vs, err := views(ctx, tx, []Hold{h})
+		dec, err := s.decimals(ctx, tx, h.Asset)
 		if err != nil {
 			return err
 		}
-		view = vs[0]
+		view = render(h, st.captures, dec)
 		if s.Events != nil {
 			var data any
 			switch d := eventData(view); t {

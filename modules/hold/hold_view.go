@@ -2,6 +2,7 @@ package hold
 
 import (
 	"context"
+	"fmt"
 	"maps"
 
 	"github.com/google/uuid"
@@ -79,6 +80,26 @@ func views(ctx context.Context, idb bun.IDB, hs []Hold) ([]View, error) {
 		out = append(out, render(h, cs[h.ID], dec[h.Asset]))
 	}
 	return out, nil
+}
+
+// decimals returns the asset's decimals, which never change, read once per
+// process.
+func (s *Service) decimals(ctx context.Context, idb bun.IDB, code string) (int, error) {
+	if d, ok := s.decimalsOf.Load(code); ok {
+		return d.(int), nil
+	}
+	dec, err := asset.Decimals(ctx, idb)
+	if err != nil {
+		return 0, err
+	}
+	for c, d := range dec {
+		s.decimalsOf.Store(c, d)
+	}
+	d, ok := dec[code]
+	if !ok {
+		return 0, fmt.Errorf("hold: asset %s has no decimals", code)
+	}
+	return d, nil
 }
 
 // View renders one hold as the API shows it.
