@@ -135,3 +135,25 @@ func TestIdempotentReplay(t *testing.T) {
 	require.Equal(t, "0.00001000", e.userBalance(t, "hal", "BTC").Available, "paid once")
 	require.Len(t, e.events(t, "hold.captured"), 1)
 }
+
+// TestLimitsAtTheirBounds: what the refusals' bounds still allow: a life of
+// 1 second and of 30 days, a capture into 15 accounts.
+func TestLimitsAtTheirBounds(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "max", "BTC", 10_000)
+	e.holdOf(t, user("max"), "BTC", 100, map[string]any{"expires_in": 1})
+	h := e.holdOf(t, user("max"), "BTC", 1_500, map[string]any{"expires_in": 2592000})
+	legs := make([]leg, 15)
+	for i := range legs {
+		legs[i] = leg{To: user(fmt.Sprintf("m-%d", i)), Amount: "100"}
+	}
+	legs[14] = leg{To: platform("fees"), Amount: "50"}
+	c := view(t, e.capture(h.HoldID, legs...), http.StatusOK)
+	require.Len(t, c.Captures, 15)
+	require.Equal(t, "0.00001450", c.CapturedAmount)
+	require.Equal(t, "0.00000050", c.ReleasedAmount)
+	require.Equal(t, "0.00000100", e.userBalance(t, "m-13", "BTC").Available)
+	require.Equal(t, "0.00000050", e.platformBalance(t, "fees", "BTC").Available)
+	require.Equal(t, "0.00008450", e.userBalance(t, "max", "BTC").Available)
+}
