@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -40,13 +41,11 @@ func TestObligationsCountPlatformAccountsAndEscrow(t *testing.T) {
 	// Inside the platform: 300,000 reserved by an escrow hold, 100,000
 	// transferred to the platform account "revenue". Still 0.01 owed,
 	// 0.001 of it to the platform, all covered.
-	post(func(ctx context.Context, tx bun.Tx) error {
-		if _, err := ledger.PostEscrowHold(ctx, tx, asset.BTC, ledger.UserHolder("ann"), 300_000, "hold-1", ""); err != nil {
-			return err
-		}
-		_, err := ledger.PostTransferLeg(ctx, tx, asset.BTC, ledger.UserHolder("ann"), ledger.PlatformHolder("revenue"), 100_000, "tr-1:0", "")
-		return err
-	})
+	r := e.Post("/v1/holds", map[string]any{"from": map[string]string{"external_user_id": "ann"}, "asset": "BTC", "amount": "300000"})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	r = e.Post("/v1/transfers", map[string]any{"legs": []map[string]any{{"from": map[string]string{"external_user_id": "ann"},
+		"to": map[string]string{"platform_account": "revenue"}, "asset": "BTC", "amount": "100000"}}})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	rep := e.report(t)
 	btc = line(t, rep, asset.BTC)
 	require.Equal(t, "0.01000000", btc.UserObligations, "the escrow and the platform account's balance are owed too")
