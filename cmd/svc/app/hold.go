@@ -8,7 +8,7 @@ import (
 	"svc/modules/hold"
 )
 
-// holdArea holds the escrow holds (docs/holds.md): creation, capture,
+// holdArea holds the escrow holds (docs/transfers.md, "Escrow holds"): creation, capture,
 // void, the reads, and the expiry pass.
 type holdArea struct {
 	Holds *hold.Service
