@@ -218,6 +218,11 @@ func TestHTTPLoadShort(t *testing.T) {
 	if closed.rate <= 0 || closed.all.failed() != 0 {
 		t.Errorf("withdrawals, closed loop: %d/s, %d without a 2xx %s", closed.rate, closed.all.failed(), closed.all.failures())
 	}
+	tr := closedLoop(g, transfers, 4, time.Second)
+	t.Logf("transfers, 4 clients, closed loop: %d/s, p99 %.2f ms", tr.rate, ms(tr.all.quantile(0.99)))
+	if tr.rate <= 0 || tr.all.failed() != 0 {
+		t.Errorf("transfers, closed loop: %d/s, %d without a 2xx %s", tr.rate, tr.all.failed(), tr.all.failures())
+	}
 	h := holdMix(t, c, g, 40, s)
 	r := report{best: map[endpoint]*step{balances: best}, steps: map[endpoint][]*step{balances: steps}, hold: h}
 	r.print(t.Logf)

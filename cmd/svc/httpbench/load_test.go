@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,8 +28,10 @@ const (
 	transactions endpoint = "transaction lists"
 	deposits     endpoint = "deposit creations"
 	withdrawals  endpoint = "withdrawal creations"
+	transfers    endpoint = "transfers"
 )
 
+// endpoints are the kinds of the mix; transfers are measured alone.
 var endpoints = []endpoint{balances, transactions, deposits, withdrawals}
 
 // mixSlots is the mix, 60/15/15/10, as a repeating sequence of 20
@@ -49,6 +52,8 @@ func endpointOf(method, url string) endpoint {
 		return deposits
 	case method == http.MethodPost && strings.HasSuffix(url, "/v1/withdrawals"):
 		return withdrawals
+	case method == http.MethodPost && strings.HasSuffix(url, "/v1/transfers"):
+		return transfers
 	case strings.Contains(url, "/transactions"):
 		return transactions
 	default:
@@ -101,9 +106,24 @@ func (g *targets) targeter(only endpoint) vegeta.Targeter {
 			t.Body = fmt.Appendf(nil, `{"external_user_id":%q,"asset":"BTC","amount":"%d","destination_address":%q}`,
 				user, 20_000+n%1000, destination(fmt.Sprint(g.run, "-", n)))
 			t.Header = g.withKey(n)
+		case transfers:
+			// One leg between two random funded users (never the same).
+			to := userID((rand.IntN(g.users-1) + 1 + mustAtoi(user[len("bench-"):])) % g.users)
+			t.Method, t.URL = http.MethodPost, g.base+"/v1/transfers"
+			t.Body = fmt.Appendf(nil, `{"legs":[{"from":{"external_user_id":%q},"to":{"external_user_id":%q},"asset":"BTC","amount":"%d"}]}`,
+				user, to, 1+n%1000)
+			t.Header = g.withKey(n)
 		}
 		return nil
 	}
+}
+
+func mustAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic(err) // userID makes the ids
+	}
+	return n
 }
 
 func (g *targets) withKey(n int64) http.Header {
@@ -233,7 +253,7 @@ func closedLoop(g *targets, only endpoint, clients int, d time.Duration) *step {
 // for d.
 func run(g *targets, only endpoint, atk *vegeta.Attacker, rate vegeta.Rate, d time.Duration, onResult func(endpoint, *vegeta.Result)) *step {
 	s := &step{rate: rate.Freq, duration: d, by: map[endpoint]*stats{}}
-	for _, e := range endpoints {
+	for _, e := range append(endpoints, only) {
 		s.by[e] = &stats{}
 	}
 	for r := range atk.Attack(g.targeter(only), rate, d, string(only)) {
