@@ -143,10 +143,21 @@ VALUES (?, 2, 'BTC', false, 'a', false, 'b', 7)`, v.TransferID)
 	require.NoError(t, err)
 	found, err = transfer.CheckLegs(ctx, e.App.DB.Bun)
 	require.NoError(t, err)
-	require.Len(t, found, 3, "%q", found)
+	require.Len(t, found, 4, "%q", found)
 	all := strings.Join(found, "\n")
+	require.Contains(t, all, "BTC transfer "+v.TransferID+" has 2 legs numbered up to 2, not its 1 legs 0 to 0",
+		"a leg written beside a transfer the platform was answered")
 	require.Contains(t, all, "BTC transfer leg "+v.TransferID+":2 (7 units from user_available(a) to user_available(b)) has no transfer entry")
 	require.Contains(t, all, "BTC transfer entry "+v.TransferID+":1 (1 units from user_available(a) to user_available(b)) is the entry of no transfer leg")
+
+	// A party that is no leg's account: the account's list would show a
+	// transfer it has no part in.
+	_, err = e.App.DB.Bun.ExecContext(ctx, `INSERT INTO transfer_parties (platform, owner, created_at, transfer_id)
+SELECT false, 'bystander', created_at, id FROM transfers WHERE id = ?`, v.TransferID)
+	require.NoError(t, err)
+	found, err = transfer.CheckLegs(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(found, "\n"), "BTC transfer "+v.TransferID+" lists as a party user bystander")
 }
 
 // setupWithoutBooks is setup for a test that breaks the books on purpose.

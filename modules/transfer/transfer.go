@@ -14,11 +14,13 @@
 //
 // One transaction does everything: it writes the transfer, its legs and
 // its parties, emits transfer.completed and stores the Idempotency-Key's
-// response; then, when there is more than one leg, it locks every
-// available account the legs touch, in one global order
+// response; then it locks every available account the legs touch,
+// creating those that do not exist yet, in one global order
 // (ledger.LockAccounts), so two transfers over the same accounts in
 // opposite directions (a trade and its reverse) queue instead of
-// deadlocking; and last it posts each leg (ledger.PostTransferLeg, entry
+// deadlocking (a one-leg transfer too: its posting alone would create a
+// new payee's account outside that order, and deadlock with a transfer of
+// several legs that had created it first); and last it posts each leg (ledger.PostTransferLeg, entry
 // kind transfer), so that a busy account's balance row is locked only from
 // its posting to the commit. A leg whose from is short (402, naming the
 // leg) or any other failure rolls all of it back: no leg moves.

@@ -13,7 +13,11 @@ import (
 // leg has its entry of kind transfer (source_ref "<transfer_id>:<leg>",
 // SourceRef) with exactly two postings, the leg's amount debited from its
 // from's available account and credited to its to's, in its asset; and
-// every transfer entry is the entry of a leg. It is a
+// every transfer entry is the entry of a leg. Each transfer has exactly
+// its leg_count legs, numbered from 0, and its parties are exactly the
+// accounts of its legs: a leg or a party written later, beside the
+// transfer the platform was answered (the runtime role may insert into
+// these tables), is a finding too. It is a
 // ledger.WithdrawalCheck (run in the ledger check's snapshot by
 // svc admin ledger check and by reconciliation): each finding starts with
 // the asset it concerns.
@@ -73,6 +77,54 @@ SELECT coalesce(l.ref, e.ref) AS ref, coalesce(l.asset, e.asset) AS asset,
 			out = append(out, fmt.Sprintf("%s transfer leg %s is %d units from %s to %s, but its entry (%s, %d postings) debits %d from %s and credits %d to %s",
 				r.Asset, r.Ref, r.LegAmount, r.LegFrom, r.LegTo, r.EntryAsset, r.Postings, r.Debited, r.EntryFrom, r.Credited, r.EntryTo))
 		}
+	}
+	shape, err := checkShape(ctx, idb)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, shape...), nil
+}
+
+// checkShape finds the transfers whose legs are not their leg_count legs
+// 0 to leg_count-1, and the parties that are not exactly their legs'
+// accounts. A finding starts with the asset of the transfer's first leg
+// (none when it has no leg: it then concerns every asset).
+func checkShape(ctx context.Context, idb bun.IDB) ([]string, error) {
+	var rows []struct {
+		Asset  string `bun:"asset"`
+		Detail string `bun:"detail"`
+	}
+	err := idb.NewRaw(`
+WITH counted AS (
+SELECT t.id, t.leg_count, count(l.leg) AS n, coalesce(max(l.leg), -1) AS top, coalesce(min(l.asset), '') AS asset
+  FROM transfers t LEFT JOIN transfer_legs l ON l.transfer_id = t.id
+ GROUP BY t.id, t.leg_count),
+want AS (
+SELECT transfer_id, from_platform AS platform, from_owner AS owner, asset FROM transfer_legs
+ UNION
+SELECT transfer_id, to_platform, to_owner, asset FROM transfer_legs),
+want1 AS (SELECT transfer_id, platform, owner, min(asset) AS asset FROM want GROUP BY transfer_id, platform, owner),
+have AS (SELECT DISTINCT transfer_id, platform, owner FROM transfer_parties)
+SELECT c.asset, format('transfer %s has %s legs numbered up to %s, not its %s legs 0 to %s', c.id, c.n, c.top, c.leg_count, c.leg_count - 1) AS detail
+  FROM counted c WHERE c.n <> c.leg_count OR c.top <> c.leg_count - 1
+ UNION ALL
+SELECT coalesce(w.asset, (SELECT min(asset) FROM transfer_legs WHERE transfer_id = h.transfer_id), ''),
+       format('transfer %s %s %s %s', coalesce(w.transfer_id, h.transfer_id),
+              CASE WHEN w.transfer_id IS NULL THEN 'lists as a party' ELSE 'does not list as a party' END,
+              CASE WHEN coalesce(w.platform, h.platform) THEN 'platform account' ELSE 'user' END, coalesce(w.owner, h.owner))
+  FROM want1 w FULL JOIN have h ON h.transfer_id = w.transfer_id AND h.platform = w.platform AND h.owner = w.owner
+ WHERE w.transfer_id IS NULL OR h.transfer_id IS NULL
+ ORDER BY 2`).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("transfer: check the transfers' legs and parties: %w", err)
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if r.Asset == "" {
+			out = append(out, r.Detail)
+			continue
+		}
+		out = append(out, r.Asset+" "+r.Detail)
 	}
 	return out, nil
 }

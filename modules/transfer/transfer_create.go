@@ -200,7 +200,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 // their own tables, so a transaction waits for another's account rows
 // only once it holds no row anyone else waits for, and
 // ledger.LockAccounts, first among the ledger's statements, still orders
-// every account lock of a transfer with several legs.
+// every account lock of a transfer, one leg or many.
 func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec map[string]int, rec Completer, body []byte) error {
 	if err := insert(ctx, tx, t); err != nil {
 		return err
@@ -213,10 +213,8 @@ func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec
 			return err
 		}
 	}
-	if len(t.Legs) > 1 {
-		if err := ledger.LockAccounts(ctx, tx, lockRefs(t.Legs)); err != nil {
-			return err
-		}
+	if err := ledger.LockAccounts(ctx, tx, lockRefs(t.Legs)); err != nil {
+		return err
 	}
 	for i, l := range t.Legs {
 		memo := fmt.Sprintf("transfer leg %d of %d", i+1, len(t.Legs))
