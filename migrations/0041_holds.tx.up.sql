@@ -91,6 +91,22 @@ END $$;
 CREATE TRIGGER holds_guard BEFORE UPDATE OR DELETE ON public.holds
     FOR EACH ROW EXECUTE FUNCTION public.holds_guard();
 
+-- holds_born_open: a hold is written open, with nothing captured or
+-- released; only holds_guard's steps move it on. A row inserted captured
+-- or voided would claim money paid or returned that no step moved.
+CREATE FUNCTION public.holds_born_open() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF NEW.status <> 'open' OR NEW.captured_amount <> 0 OR NEW.released_amount <> 0 THEN
+        RAISE EXCEPTION 'holds: hold % refused: a hold is created open, not %', NEW.id, NEW.status
+            USING ERRCODE = 'restrict_violation', CONSTRAINT = 'holds_born_open';
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER holds_born_open BEFORE INSERT ON public.holds
+    FOR EACH ROW EXECUTE FUNCTION public.holds_born_open();
+
 -- hold_captures_check: a capture belongs to a captured hold and the
 -- captures never exceed its captured_amount.
 CREATE FUNCTION public.hold_captures_check() RETURNS trigger LANGUAGE plpgsql

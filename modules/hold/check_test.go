@@ -2,6 +2,7 @@ package hold_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,10 +93,54 @@ func TestRuntimeRoleCannotRewriteAHold(t *testing.T) {
 		"capture of open":   "INSERT INTO hold_captures (hold_id, seq, to_platform, to_id, amount) VALUES ('" + open.HoldID + "', 1, false, 'kim', 1)",
 		"capture beyond":    "INSERT INTO hold_captures (hold_id, seq, to_platform, to_id, amount) VALUES ('" + done.HoldID + "', 2, false, 'lee', 1)",
 		"amounts when open": "UPDATE holds SET status = 'voided', released_amount = 1 WHERE id = '" + open.HoldID + "'",
+		"born captured": `INSERT INTO holds (id, payer_platform, payer, asset, amount, status, captured_amount, released_amount, expires_at, created_at, updated_at)
+VALUES (gen_random_uuid(), false, 'ann', 'BTC', 1000, 'captured', 1000, 0, now() + interval '1 day', now(), now())`,
 	} {
 		_, err := d.ExecContext(ctx, stmt)
 		require.Error(t, err, name)
+		if name == "born captured" {
+			require.ErrorContains(t, err, "a hold is created open", "refused by holds_born_open, not by a missing column")
+		}
 	}
 	require.Equal(t, hold.StatusOpen, e.get(t, open.HoldID).Status)
 	require.Equal(t, "0.00001500", e.get(t, done.HoldID).CapturedAmount)
+}
+
+// TestEscrowCheckFindsForgedEscrowEntries: the runtime role posts escrow
+// entries that keep every escrow balance equal to the open holds (a hold
+// and its capture under a reference no hold has; a real hold's capture
+// paid to an account its captures do not name): the check compares each
+// escrow entry's lines with its hold and finds both.
+func TestEscrowCheckFindsForgedEscrowEntries(t *testing.T) {
+	t.Parallel()
+	e := setup(t, forged())
+	ctx := context.Background()
+	e.fund(t, "bob", "BTC", 10_000)
+	h := e.holdOf(t, user("bob"), "BTC", 1_000)
+	found, err := hold.CheckEscrow(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	require.Empty(t, found, "clean before the forgery")
+
+	// (a) A hold and its capture to mallory under a reference of no hold.
+	bob, mallory := ledger.UserHolder("bob"), ledger.UserHolder("mallory")
+	ghost := uuid.NewString()
+	_, err = ledger.PostEscrowHold(ctx, e.App.DB.Bun, "BTC", bob, 500, ghost, "")
+	require.NoError(t, err)
+	_, err = ledger.PostEscrowCapture(ctx, e.App.DB.Bun, "BTC", bob, []ledger.CaptureLeg{{To: mallory, Amount: 500}}, ghost, "")
+	require.NoError(t, err)
+	// (b) The real hold's capture paid to mallory, its rest released.
+	_, err = ledger.PostEscrowCapture(ctx, e.App.DB.Bun, "BTC", bob, []ledger.CaptureLeg{{To: mallory, Amount: 900}}, h.HoldID, "")
+	require.NoError(t, err)
+	_, err = ledger.PostEscrowRelease(ctx, e.App.DB.Bun, "BTC", bob, 100, h.HoldID, "")
+	require.NoError(t, err)
+
+	found, err = hold.CheckEscrow(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	all := strings.Join(found, "\n")
+	require.Contains(t, all, "BTC hold "+ghost+" does not exist, but an escrow_hold entry under its reference posts user_available(bob)-500 user_escrow(bob)500")
+	require.Contains(t, all, "BTC hold "+ghost+" does not exist, but an escrow_capture entry under its reference posts user_available(mallory)500 user_escrow(bob)-500")
+	require.Contains(t, all, "BTC hold "+h.HoldID+": its escrow_capture entry posts user_available(mallory)900 user_escrow(bob)-900, not user_escrow(bob)0")
+	for _, f := range found {
+		require.True(t, hold.IsEscrowFinding(f), f)
+	}
 }

@@ -84,6 +84,70 @@ SELECT id, asset, status, holds, captures, releases, right_amount FROM per
 		out = append(out, fmt.Sprintf("%s hold %s (%s): %d hold entries (amount right: %v), %d captures, %d releases",
 			r.Asset, r.ID, r.Status, r.Holds, r.Right, r.Captures, r.Releases))
 	}
+	lines, err := checkLines(ctx, idb)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, lines...), nil
+}
+
+// checkLines compares every escrow entry's postings with what its hold
+// says, line by line: an escrow_hold moves the amount from the payer's
+// available to its escrow; an escrow_capture takes captured_amount from
+// the escrow and pays each of the hold's captures to its recipient's
+// available; an escrow_release moves released_amount back. An escrow entry
+// whose source_ref is no hold is a finding too. Without this, the runtime
+// role could post a hold and its capture to another account under a
+// reference no hold has, or pay a real hold's capture to someone its
+// captures do not name, and every escrow balance would still match the
+// open holds.
+func checkLines(ctx context.Context, idb bun.IDB) ([]string, error) {
+	var rows []struct {
+		Asset    string `bun:"asset"`
+		Ref      string `bun:"ref"`
+		Kind     string `bun:"kind"`
+		Known    bool   `bun:"known"`
+		Actual   string `bun:"actual"`
+		Expected string `bun:"expected"`
+	}
+	err := idb.NewRaw(`
+WITH e AS (
+SELECT e.id, e.kind::text AS kind, e.asset, e.source_ref,
+       (SELECT string_agg(a.kind::text || '(' || a.owner || ')' || p.amount, ' ' ORDER BY a.kind::text, a.owner, p.amount)
+          FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id WHERE p.entry_id = e.id) AS actual
+  FROM ledger_entries e
+ WHERE e.kind IN ('escrow_hold', 'escrow_capture', 'escrow_release')),
+h AS (
+SELECT h.*, CASE WHEN h.payer_platform THEN 'platform_available' ELSE 'user_available' END AS avail,
+       CASE WHEN h.payer_platform THEN 'platform_escrow' ELSE 'user_escrow' END AS esc
+  FROM holds h),
+want AS (
+SELECT e.id, v.k, v.o, v.amt
+  FROM e JOIN h ON h.id::text = e.source_ref
+ CROSS JOIN LATERAL (
+        SELECT h.avail AS k, h.payer AS o, -h.amount AS amt WHERE e.kind = 'escrow_hold'
+        UNION ALL SELECT h.esc, h.payer, h.amount WHERE e.kind = 'escrow_hold'
+        UNION ALL SELECT h.esc, h.payer, -h.captured_amount WHERE e.kind = 'escrow_capture'
+        UNION ALL SELECT CASE WHEN c.to_platform THEN 'platform_available' ELSE 'user_available' END, c.to_id, c.amount
+                    FROM hold_captures c WHERE c.hold_id = h.id AND e.kind = 'escrow_capture'
+        UNION ALL SELECT h.esc, h.payer, -h.released_amount WHERE e.kind = 'escrow_release'
+        UNION ALL SELECT h.avail, h.payer, h.released_amount WHERE e.kind = 'escrow_release') v),
+expected AS (SELECT id, string_agg(k || '(' || o || ')' || amt, ' ' ORDER BY k, o, amt) AS lines FROM want GROUP BY id)
+SELECT e.asset, e.source_ref AS ref, e.kind, h.id IS NOT NULL AS known, coalesce(e.actual, '') AS actual, coalesce(x.lines, '') AS expected
+  FROM e LEFT JOIN h ON h.id::text = e.source_ref LEFT JOIN expected x ON x.id = e.id
+ WHERE h.id IS NULL OR x.lines IS DISTINCT FROM e.actual
+ ORDER BY 1, 2, 3`).Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("hold: check the escrow entries' lines: %w", err)
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if !r.Known {
+			out = append(out, fmt.Sprintf("%s hold %s does not exist, but an %s entry under its reference posts %s", r.Asset, r.Ref, r.Kind, r.Actual))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s hold %s: its %s entry posts %s, not %s", r.Asset, r.Ref, r.Kind, r.Actual, r.Expected))
+	}
 	return out, nil
 }
 
