@@ -71,11 +71,14 @@ func adminLedgerCmd() *cobra.Command {
 func printCheck(out io.Writer, r ledger.Report) {
 	fmt.Fprintf(out, "checked %d accounts, %d entries, %d postings in %s\n", r.Accounts, r.Entries, r.Postings, r.Took.Round(time.Millisecond))
 	fmt.Fprintf(out, "covered: %s\n", r.Coverage)
-	var holds, escrow []string
+	var holds, escrow, legs []string
 	for _, s := range r.HoldMismatches {
-		if hold.IsEscrowFinding(s) {
+		switch {
+		case hold.IsEscrowFinding(s):
 			escrow = append(escrow, s)
-		} else {
+		case transfer.IsLegFinding(s):
+			legs = append(legs, s)
+		default:
 			holds = append(holds, s)
 		}
 	}
@@ -88,6 +91,7 @@ func printCheck(out io.Writer, r ledger.Report) {
 		{"negative balances", r.NegativeBalances},
 		{"holds vs open withdrawals", holds},
 		{"escrow vs open holds", escrow},
+		{"transfers vs their legs", legs},
 		{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
 	} {
 		fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))

@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/uptrace/bun"
 
@@ -130,3 +131,14 @@ SELECT coalesce(w.asset, (SELECT min(asset) FROM transfer_legs WHERE transfer_id
 }
 
 var _ ledger.WithdrawalCheck = CheckLegs
+
+// IsLegFinding reports a finding of CheckLegs among a ledger check's hold
+// mismatches (ledger.Report.HoldMismatches, where every WithdrawalCheck's
+// findings go), so that a report can list "transfers vs their legs" apart.
+func IsLegFinding(s string) bool {
+	if strings.HasPrefix(s, "transfer ") {
+		return true // a transfer with no leg: no asset before it
+	}
+	_, rest, ok := strings.Cut(s, " ")
+	return ok && strings.HasPrefix(rest, "transfer ")
+}
