@@ -68,6 +68,7 @@ package deposit
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -81,6 +82,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/logging"
+	"svc/platform/metadata"
 )
 
 // Processor is what the deposit module asks of the payment processor
@@ -173,8 +175,12 @@ type Deposit struct {
 	FailureReason        *string    `bun:"failure_reason"`
 	ClosedAt             *time.Time `bun:"closed_at"`
 	PolledAt             *time.Time `bun:"polled_at"`
-	CreatedAt            time.Time  `bun:"created_at"`
-	UpdatedAt            time.Time  `bun:"updated_at"`
+	// Metadata and ClientReference are the platform's labels, as it gave
+	// them at creation (migration 0039); never changed afterwards.
+	Metadata        metadata.Metadata `bun:"metadata,type:jsonb"`
+	ClientReference *string           `bun:"client_reference"`
+	CreatedAt       time.Time         `bun:"created_at"`
+	UpdatedAt       time.Time         `bun:"updated_at"`
 }
 
 // Payment is one row of deposit_payments.
@@ -243,3 +249,10 @@ var (
 	// newer attempt, which completes the operation.
 	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 )
+
+// clientReferenceUsed is the 409 of a creation whose client_reference
+// another deposit already has: it names that deposit, which the platform
+// reads instead of creating a second one.
+func clientReferenceUsed(ref string, id uuid.UUID) error {
+	return fault.New(fault.Conflict, fmt.Sprintf("client_reference %q is already used by deposit %s", ref, id))
+}

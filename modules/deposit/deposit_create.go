@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/idempotency"
+	"svc/platform/metadata"
 	"svc/platform/tracing"
 )
 
@@ -24,6 +26,11 @@ type CreateParams struct {
 	ExternalUserID string
 	Asset          string
 	ExpectedAmount *int64 // smallest units; nil when not given
+	// Metadata and ClientReference are the platform's labels (checked by
+	// the caller: metadata.Metadata.Check); a client reference another
+	// deposit has is a 409 naming it.
+	Metadata        metadata.Metadata
+	ClientReference *string
 	// IdempotencyKey is the request's key: a retry with it finds the deposit
 	// it created. Empty for callers without one.
 	IdempotencyKey string
@@ -68,7 +75,11 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	}
 	now := s.now()
 	intent := Deposit{ID: id, ExternalUserID: p.ExternalUserID, Asset: a.Code, Status: StatusCreating,
-		AmountExpected: p.ExpectedAmount, CreatedAt: now, UpdatedAt: now}
+		AmountExpected: p.ExpectedAmount, Metadata: p.Metadata, ClientReference: p.ClientReference,
+		CreatedAt: now, UpdatedAt: now}
+	if intent.Metadata == nil {
+		intent.Metadata = metadata.Metadata{}
+	}
 	if p.IdempotencyKey != "" {
 		intent.IdempotencyKey = &p.IdempotencyKey
 	}
@@ -93,14 +104,32 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 			return s.resume(ctx, prev, rec)
 		}
 	}
+	if db.IsUniqueViolation(err, "deposits_client_reference_key") {
+		return View{}, nil, s.clientReferenceTaken(ctx, *p.ClientReference, err)
+	}
 	if err != nil {
 		return View{}, nil, fmt.Errorf("create deposit: %w", err)
 	}
 	return s.complete(ctx, d, a, rec, true)
 }
 
+// clientReferenceTaken answers a creation whose client reference another
+// deposit has (the unique index refused the insert): 409 naming it.
+func (s *Service) clientReferenceTaken(ctx context.Context, ref string, cause error) error {
+	prev, ok, err := depositByClientReference(ctx, s.DB, ref)
+	if err != nil {
+		return err
+	}
+	if !ok { // the other deposit is gone again: cannot happen (no deletes)
+		return fmt.Errorf("create deposit: %w", cause)
+	}
+	return clientReferenceUsed(ref, prev.ID)
+}
+
 func sameRequest(d Deposit, p CreateParams) bool {
-	if d.ExternalUserID != p.ExternalUserID || d.Asset != p.Asset {
+	if d.ExternalUserID != p.ExternalUserID || d.Asset != p.Asset || !maps.Equal(d.Metadata, p.Metadata) ||
+		(d.ClientReference == nil) != (p.ClientReference == nil) ||
+		(d.ClientReference != nil && *d.ClientReference != *p.ClientReference) {
 		return false
 	}
 	if (d.AmountExpected == nil) != (p.ExpectedAmount == nil) {

@@ -12,6 +12,7 @@ import (
 	"svc/modules/asset"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
+	"svc/platform/metadata"
 	"svc/platform/money"
 )
 
@@ -39,6 +40,7 @@ func MaxExpectedAmount(code string) (int64, bool) {
 // Service.Replica, which may lag the primary; the rest read the primary.
 //
 //	POST /deposits                                   201 Deposit
+//	GET  /deposits?client_reference=                 {deposits, next_cursor}: the one deposit with it, or none
 //	GET  /deposits/{deposit_id}                      Deposit
 //	GET  /deposits/{deposit_id}/address-history      Address history
 //	GET  /users/{external_user_id}/deposits          {deposits, next_cursor} (replica)
@@ -47,6 +49,7 @@ func MaxExpectedAmount(code string) (int64, bool) {
 //	GET  /admin/wallet-alerts?limit=                 {alerts}, newest first (replica)
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	platform.Post("/deposits", idem, s.handleCreate)
+	platform.Get("/deposits", s.handleFind)
 	platform.Get("/deposits/:deposit_id", s.handleGet)
 	platform.Get("/deposits/:deposit_id/address-history", s.handleHistory)
 	platform.Get("/users/:external_user_id/deposits", s.handleList)
@@ -61,6 +64,10 @@ type createRequest struct {
 	ExternalUserID string  `json:"external_user_id"`
 	Asset          string  `json:"asset"`
 	ExpectedAmount *string `json:"expected_amount"`
+	// The schemas Metadata and ClientReference say their shapes; Check
+	// says the rest (the length of the keys, storable text).
+	Metadata        metadata.Metadata `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
 }
 
 func (s *Service) handleCreate(c *fiber.Ctx) error {
@@ -68,7 +75,11 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 	if err := httpapi.Bind(c, &req); err != nil {
 		return err
 	}
-	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset}
+	if err := req.Metadata.Check("body", "metadata"); err != nil {
+		return err
+	}
+	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Metadata: req.Metadata,
+		ClientReference: req.ClientReference}
 	if req.ExpectedAmount != nil {
 		n, err := expectedAmount(*req.ExpectedAmount, req.Asset)
 		if err != nil {
@@ -153,6 +164,26 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Deposit, *uuid.UUID, error) {
 			return list(ctx, idb, ListParams{ExternalUserID: user, Cursor: at.Cursor, Limit: at.Limit})
 		}, s.Views, func(vs []View, next *string) any { return ListView{Deposits: vs, NextCursor: next} })
+}
+
+// handleFind answers GET /deposits?client_reference=: the deposit the
+// platform gave that reference, in the list's shape (one or none, never a
+// next page). The document requires the parameter and refuses any other.
+// It reads the primary, so a deposit just created is found.
+func (s *Service) handleFind(c *fiber.Ctx) error {
+	ref := c.Query("client_reference")
+	ctx := c.UserContext()
+	out := ListView{Deposits: []View{}}
+	d, ok, err := depositByClientReference(ctx, s.DB, ref)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if out.Deposits, err = s.Views(ctx, s.DB, []Deposit{d}); err != nil {
+			return err
+		}
+	}
+	return c.JSON(out)
 }
 
 func (s *Service) handleReview(c *fiber.Ctx) error {

@@ -314,6 +314,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 		first := rows[seen[0]]
 		if err := s.transit(ctx, tx, &d, PaymentSeen, func(d *Deposit) any {
 			return event.DepositDetectedData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), PaymentID: first.PaymentID, Amount: displayAmount(first, a.Decimals)}
 		}); err != nil {
 			return err
@@ -368,6 +369,7 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 	case d.Status == StatusConfirming && valid > 0 && allCredited && credited(rows) > 0:
 		return s.transit(ctx, tx, d, PaymentConfirmed, func(d *Deposit) any {
 			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
 		})
 	case d.Status == StatusPending && valid == 0 && closed:
@@ -381,6 +383,7 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 		}
 		return s.transit(ctx, tx, d, WindowClosed, func(d *Deposit) any {
 			return event.DepositExpiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status)}
 		})
 	case d.Status == StatusConfirming && valid == 0 && closed:
@@ -398,6 +401,7 @@ func (s *Service) toReview(ctx context.Context, tx bun.Tx, d *Deposit, item revi
 	s.log().WarnContext(ctx, "deposit: needs an operator", "deposit_id", d.ID, "reason", item.reason)
 	return s.transit(ctx, tx, d, item.trigger, func(d *Deposit) any {
 		data := event.DepositReviewRequiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+			Metadata: d.Metadata, ClientReference: d.ClientReference,
 			Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals), ReviewReason: item.reason}
 		if item.payment >= 0 {
 			p := rows[item.payment]

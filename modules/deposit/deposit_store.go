@@ -50,6 +50,19 @@ func depositByKey(ctx context.Context, idb bun.IDB, key string) (Deposit, bool, 
 	return d, true, nil
 }
 
+// depositByClientReference finds the deposit the platform gave ref.
+func depositByClientReference(ctx context.Context, idb bun.IDB, ref string) (Deposit, bool, error) {
+	var d Deposit
+	err := db.GetModel(ctx, idb, &d, "WHERE client_reference = $1", ref)
+	if db.IsNoRows(err) {
+		return Deposit{}, false, nil
+	}
+	if err != nil {
+		return Deposit{}, false, fmt.Errorf("read deposit by client reference: %w", err)
+	}
+	return d, true, nil
+}
+
 func depositByInvoice(ctx context.Context, idb bun.IDB, invoiceID string) (Deposit, bool, error) {
 	var d Deposit
 	err := idb.NewSelect().Model(&d).Where("invoice_id = ?", invoiceID).Scan(ctx)

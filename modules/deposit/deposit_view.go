@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/metadata"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
@@ -25,6 +26,9 @@ type View struct {
 	AmountCredited       string        `json:"amount_credited"`
 	CreatedAt            string        `json:"created_at"`
 	Payments             []PaymentView `json:"payments"`
+	// The platform's labels: {} and null when it gave none.
+	Metadata        metadata.Metadata `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
 }
 
 // PaymentView is the API's Deposit payment.
@@ -63,7 +67,7 @@ func render(d Deposit, ps []Payment, decimals int) View {
 		DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset, Status: d.Status,
 		Address: d.Address, CheckoutLink: d.CheckoutLink, ExpiresAt: timefmt.Ptr(d.ExpiresAt),
 		AmountCredited: money.Format(credited(ps), decimals), CreatedAt: timefmt.Format(d.CreatedAt),
-		Payments: make([]PaymentView, 0, len(ps)),
+		Payments: make([]PaymentView, 0, len(ps)), Metadata: d.Metadata, ClientReference: d.ClientReference,
 	}
 	if d.AddressReservedFrom != nil && d.Address != nil {
 		// Pooled assets only, and only once the deposit has its address.

@@ -10,13 +10,16 @@ import (
 	"github.com/google/uuid"
 
 	"svc/modules/asset"
+	"svc/platform/metadata"
 )
 
 // Data is the data of one event type. Each type has exactly one Data
 // struct below; docs/events.schema.json describes the same shapes.
 //
 // Amounts are decimal strings in display units (asset.Format), never
-// numbers. Every field is always present; optional values are null.
+// numbers. Every field is always present; optional values are null. The
+// data of an event about a deposit or a withdrawal carries the resource's
+// metadata and client_reference, as its API object shows them.
 type Data interface {
 	// Type is the event type the data belongs to.
 	Type() Type
@@ -26,94 +29,111 @@ type Data interface {
 // DepositDetectedData: a payment to the deposit is visible but not yet
 // credited.
 type DepositDetectedData struct {
-	DepositID      string `json:"deposit_id"`
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Status         string `json:"status"`
-	PaymentID      string `json:"payment_id"`
-	Amount         string `json:"amount"` // the payment's amount
+	DepositID       string            `json:"deposit_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	PaymentID       string            `json:"payment_id"`
+	Amount          string            `json:"amount"`           // the payment's amount
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // DepositSettledData: the deposit was credited to the ledger (the SPEC
-// fixes these five fields).
+// fixes its first five fields; the resource's labels follow, as in every
+// deposit and withdrawal event).
 type DepositSettledData struct {
-	DepositID      string `json:"deposit_id"`
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Status         string `json:"status"`
-	AmountCredited string `json:"amount_credited"` // the sum of the credited payments
+	DepositID       string            `json:"deposit_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountCredited  string            `json:"amount_credited"`  // the sum of the credited payments
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // DepositReviewRequiredData: money arrived that needs an operator (a late
 // payment, a payment after expiry, an amount that does not convert
 // exactly, an invoice marked settled by hand).
 type DepositReviewRequiredData struct {
-	DepositID      string  `json:"deposit_id"`
-	ExternalUserID string  `json:"external_user_id"`
-	Asset          string  `json:"asset"`
-	Status         string  `json:"status"`
-	AmountCredited string  `json:"amount_credited"`
-	PaymentID      *string `json:"payment_id"` // the payment in question, when there is one
-	Amount         *string `json:"amount"`     // its amount, when known
-	ReviewReason   string  `json:"review_reason"`
+	DepositID       string            `json:"deposit_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountCredited  string            `json:"amount_credited"`
+	PaymentID       *string           `json:"payment_id"` // the payment in question, when there is one
+	Amount          *string           `json:"amount"`     // its amount, when known
+	ReviewReason    string            `json:"review_reason"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // DepositExpiredData: the deposit's window closed with nothing received.
 type DepositExpiredData struct {
-	DepositID      string `json:"deposit_id"`
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Status         string `json:"status"`
+	DepositID       string            `json:"deposit_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // WithdrawalPendingApprovalData: a gate sent the withdrawal to an operator.
 type WithdrawalPendingApprovalData struct {
-	WithdrawalID   string `json:"withdrawal_id"`
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Status         string `json:"status"`
-	AmountGross    string `json:"amount_gross"`
-	ApprovalReason string `json:"approval_reason"`
+	WithdrawalID    string            `json:"withdrawal_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountGross     string            `json:"amount_gross"`
+	ApprovalReason  string            `json:"approval_reason"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // WithdrawalBroadcastData: the payout is on chain and its txid is known.
 type WithdrawalBroadcastData struct {
-	WithdrawalID   string `json:"withdrawal_id"`
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Status         string `json:"status"`
-	AmountGross    string `json:"amount_gross"`
-	Fee            string `json:"fee"`
-	AmountNet      string `json:"amount_net"`
-	Txid           string `json:"txid"`
+	WithdrawalID    string            `json:"withdrawal_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountGross     string            `json:"amount_gross"`
+	Fee             string            `json:"fee"`
+	AmountNet       string            `json:"amount_net"`
+	Txid            string            `json:"txid"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // WithdrawalCompletedData: the payout is confirmed. A Lightning payout has
 // no txid.
 type WithdrawalCompletedData struct {
-	WithdrawalID   string  `json:"withdrawal_id"`
-	ExternalUserID string  `json:"external_user_id"`
-	Asset          string  `json:"asset"`
-	Status         string  `json:"status"`
-	AmountGross    string  `json:"amount_gross"`
-	Fee            string  `json:"fee"`
-	AmountNet      string  `json:"amount_net"`
-	Txid           *string `json:"txid"`
+	WithdrawalID    string            `json:"withdrawal_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountGross     string            `json:"amount_gross"`
+	Fee             string            `json:"fee"`
+	AmountNet       string            `json:"amount_net"`
+	Txid            *string           `json:"txid"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // WithdrawalFailedData: the withdrawal will not proceed; the money is still
 // held until an operator releases it. Fee and net are null when it failed
 // before submission fixed them; txid is set when a transaction was seen.
 type WithdrawalFailedData struct {
-	WithdrawalID   string  `json:"withdrawal_id"`
-	ExternalUserID string  `json:"external_user_id"`
-	Asset          string  `json:"asset"`
-	Status         string  `json:"status"`
-	AmountGross    string  `json:"amount_gross"`
-	Fee            *string `json:"fee"`
-	AmountNet      *string `json:"amount_net"`
-	Txid           *string `json:"txid"`
-	FailureReason  string  `json:"failure_reason"`
+	WithdrawalID    string            `json:"withdrawal_id"`
+	ExternalUserID  string            `json:"external_user_id"`
+	Asset           string            `json:"asset"`
+	Status          string            `json:"status"`
+	AmountGross     string            `json:"amount_gross"`
+	Fee             *string           `json:"fee"`
+	AmountNet       *string           `json:"amount_net"`
+	Txid            *string           `json:"txid"`
+	FailureReason   string            `json:"failure_reason"`
+	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
+	ClientReference *string           `json:"client_reference"` // the platform's id of the resource, when given
 }
 
 // TransferCompletedData: a transfer committed, every leg moved; the

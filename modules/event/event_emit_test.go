@@ -51,7 +51,8 @@ func TestEmitWritesTheEventAndItsJobInTheCallersTransaction(t *testing.T) {
 
 	// The payload is exactly {id, type, created_at, data}, in that order.
 	want := `{"id":"` + e.PublicID() + `","type":"deposit.settled","created_at":"2026-05-04T10:00:00.123456+00:00",` +
-		`"data":{"deposit_id":"0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b","external_user_id":"user-1","asset":"BTC","status":"settled","amount_credited":"0.00012345"}}`
+		`"data":{"deposit_id":"0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b","external_user_id":"user-1","asset":"BTC","status":"settled","amount_credited":"0.00012345",` +
+		`"metadata":{},"client_reference":null}}`
 	require.Equal(t, want, string(got.Payload))
 	require.Equal(t, want, string(e.Payload))
 	eventtest.RequireValid(t, got.Payload)
@@ -195,9 +196,11 @@ func TestSchemaDescribesTheDataStructs(t *testing.T) {
 		require.Equal(t, fields, required, "%s: every field is required", typ)
 		require.Len(t, props, len(fields), "%s: no field only in the schema", typ)
 	}
-	// deposit.settled is fixed by the SPEC.
+	// deposit.settled is fixed by the SPEC; version 1.2.0 added the
+	// resource's labels to every deposit and withdrawal event.
 	settled := defs["deposit_settled_data"].(map[string]any)["required"].([]any)
-	require.ElementsMatch(t, []any{"deposit_id", "external_user_id", "asset", "status", "amount_credited"}, settled)
+	require.ElementsMatch(t, []any{"deposit_id", "external_user_id", "asset", "status", "amount_credited",
+		"metadata", "client_reference"}, settled)
 }
 
 func TestPublicIDRoundTrip(t *testing.T) {

@@ -68,6 +68,7 @@ package withdrawal
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/logging"
+	"svc/platform/metadata"
 )
 
 // FeeRater gives the processor's live BTC fee-rate estimate in sat/vB
@@ -217,8 +219,12 @@ type Withdrawal struct {
 	// the watch for its confirmation or a late payout
 	// (withdrawal.paid_after_refund).
 	RefundWatchUntil *time.Time `bun:"refund_watch_until"`
-	CreatedAt        time.Time  `bun:"created_at"`
-	UpdatedAt        time.Time  `bun:"updated_at"`
+	// Metadata and ClientReference are the platform's labels, as it gave
+	// them at creation (migration 0039); never changed afterwards.
+	Metadata        metadata.Metadata `bun:"metadata,type:jsonb"`
+	ClientReference *string           `bun:"client_reference"`
+	CreatedAt       time.Time         `bun:"created_at"`
+	UpdatedAt       time.Time         `bun:"updated_at"`
 }
 
 // Approval is one row of withdrawal_approvals.
@@ -257,3 +263,10 @@ var (
 	// attempt, which completes the operation.
 	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 )
+
+// clientReferenceUsed is the 409 of a creation whose client_reference
+// another withdrawal already has: it names that withdrawal, which the
+// platform reads instead of creating a second one.
+func clientReferenceUsed(ref string, id uuid.UUID) error {
+	return fault.New(fault.Conflict, fmt.Sprintf("client_reference %q is already used by withdrawal %s", ref, id))
+}

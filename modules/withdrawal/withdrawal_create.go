@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/idempotency"
+	"svc/platform/metadata"
 )
 
 // DustLimit is the SPEC's BTC dust limit: a net at or below it is refused.
@@ -39,6 +41,11 @@ type CreateParams struct {
 	Destination    string
 	// IdempotencyKey is the request's key; empty for callers without one.
 	IdempotencyKey string
+	// Metadata and ClientReference are the platform's labels (checked by
+	// the caller: metadata.Metadata.Check); a client reference another
+	// withdrawal has is a 409 naming it.
+	Metadata        metadata.Metadata
+	ClientReference *string
 }
 
 // Create checks a withdrawal request, then places the hold, evaluates the
@@ -58,6 +65,17 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Cr
 	if err != nil && p.IdempotencyKey != "" && !errors.Is(err, ErrTakenOver) && !errors.Is(err, idempotency.ErrNotClaimed) {
 		if w, ok, lerr := withdrawalByKey(ctx, s.DB, p.IdempotencyKey); lerr == nil && ok {
 			return s.replay(ctx, w, p)
+		}
+	}
+	if p.ClientReference != nil && db.IsUniqueViolation(err, "withdrawals_client_reference_key") {
+		// Another withdrawal has the reference (the insert rolled back,
+		// and with it the hold): 409 naming it.
+		w, ok, lerr := withdrawalByClientReference(ctx, s.DB, *p.ClientReference)
+		switch {
+		case lerr != nil:
+			return CreatedView{}, nil, lerr
+		case ok:
+			return CreatedView{}, nil, clientReferenceUsed(*p.ClientReference, w.ID)
 		}
 	}
 	return v, body, err
@@ -344,7 +362,11 @@ func (s *Service) newIntent(p CreateParams, code string, dest Destination, est E
 	}
 	w := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, Asset: code, Destination: dest.Canonical,
 		AmountGross: p.Amount, FeeMode: string(s.Config.FeeMode), FeeEstimate: est.Fee,
-		VolumeMinute: now.Truncate(time.Minute), CreatedAt: now, UpdatedAt: now}
+		VolumeMinute: now.Truncate(time.Minute), Metadata: p.Metadata, ClientReference: p.ClientReference,
+		CreatedAt: now, UpdatedAt: now}
+	if w.Metadata == nil {
+		w.Metadata = metadata.Metadata{}
+	}
 	if p.IdempotencyKey != "" {
 		w.IdempotencyKey = &p.IdempotencyKey
 	}
@@ -402,6 +424,7 @@ func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a as
 	_, err := s.Events.Emit(ctx, tx, event.WithdrawalPendingApproval, event.WithdrawalPendingApprovalData{
 		WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset, Status: string(w.Status),
 		AmountGross: a.Format(w.AmountGross), ApprovalReason: *w.ApprovalReason,
+		Metadata: w.Metadata, ClientReference: w.ClientReference,
 	})
 	if err != nil {
 		return fmt.Errorf("withdrawal %s: emit %s: %w", w.ID, event.WithdrawalPendingApproval, err)
@@ -414,7 +437,9 @@ func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a as
 // withdrawal as it is now.
 func (s *Service) replay(ctx context.Context, w Withdrawal, p CreateParams) (CreatedView, []byte, error) {
 	if w.ExternalUserID != p.ExternalUserID || w.Asset != p.Asset || w.AmountGross != p.Amount ||
-		w.Destination != s.canonical(w.Asset, p.Destination) {
+		w.Destination != s.canonical(w.Asset, p.Destination) || !maps.Equal(w.Metadata, p.Metadata) ||
+		(w.ClientReference == nil) != (p.ClientReference == nil) ||
+		(w.ClientReference != nil && *w.ClientReference != *p.ClientReference) {
 		return CreatedView{}, nil, ErrKeyReused
 	}
 	dec, err := decimals(ctx, s.DB)

@@ -12,6 +12,7 @@ import (
 	"svc/modules/apikey"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
+	"svc/platform/metadata"
 	"svc/platform/money"
 )
 
@@ -23,6 +24,7 @@ import (
 // single withdrawal and every decision read the primary.
 //
 //	POST /withdrawals                               201 Withdrawal (+ approval_reason)
+//	GET  /withdrawals?client_reference=             {withdrawals, next_cursor}: the one withdrawal with it, or none
 //	GET  /withdrawals/{withdrawal_id}               Withdrawal
 //	GET  /users/{external_user_id}/withdrawals      {withdrawals, next_cursor}, newest first (replica)
 //	GET  /admin/withdrawals?status=&limit=&cursor=  {withdrawals, next_cursor}, oldest first (replica)
@@ -32,6 +34,7 @@ import (
 //	POST /admin/withdrawals/{id}/mark-broadcast     admin withdrawal, broadcast (USDT_TRC20)
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claimIn func(fiber.Handler) fiber.Handler) {
 	platform.Post("/withdrawals", claimIn(s.handleCreate))
+	platform.Get("/withdrawals", s.handleFind)
 	platform.Get("/withdrawals/:withdrawal_id", s.handleGet)
 	platform.Get("/users/:external_user_id/withdrawals", s.handleList)
 	admin.Get("/withdrawals", s.handleAdminList)
@@ -48,6 +51,10 @@ type createRequest struct {
 	Asset          string `json:"asset"`
 	Amount         string `json:"amount"`
 	Destination    string `json:"destination_address"`
+	// The schemas Metadata and ClientReference say their shapes; Check
+	// says the rest (the length of the keys, storable text).
+	Metadata        metadata.Metadata `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
 }
 
 func (s *Service) handleCreate(c *fiber.Ctx) error {
@@ -63,7 +70,11 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		return fault.Validation(fault.FieldError{Loc: []any{"body", "amount"}, Type: "less_than_equal",
 			Msg: fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), Input: req.Amount})
 	}
-	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Amount: n, Destination: req.Destination}
+	if err := req.Metadata.Check("body", "metadata"); err != nil {
+		return err
+	}
+	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Amount: n, Destination: req.Destination,
+		Metadata: req.Metadata, ClientReference: req.ClientReference}
 	return httpapi.Mutate(c, fiber.StatusCreated, func(ctx context.Context, rec httpapi.Completer, key string) ([]byte, error) {
 		p.IdempotencyKey = key
 		_, body, err := s.Create(ctx, p, rec)
@@ -96,6 +107,25 @@ func (s *Service) handleGet(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(vs[0])
+}
+
+// handleFind answers GET /withdrawals?client_reference=: the withdrawal
+// the platform gave that reference, in the list's shape (one or none,
+// never a next page). The document requires the parameter and refuses any
+// other. It reads the primary, so a withdrawal just created is found.
+func (s *Service) handleFind(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	out := ListView{Withdrawals: []View{}}
+	w, ok, err := withdrawalByClientReference(ctx, s.DB, c.Query("client_reference"))
+	if err != nil {
+		return err
+	}
+	if ok {
+		if out.Withdrawals, err = s.Views(ctx, []Withdrawal{w}); err != nil {
+			return err
+		}
+	}
+	return c.JSON(out)
 }
 
 // ListView is the API's withdrawal list.

@@ -10,6 +10,7 @@ import (
 
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/metadata"
 )
 
 // Get returns one withdrawal; ErrNotFound when there is none.
@@ -77,13 +78,36 @@ func insertNew(ctx context.Context, idb bun.IDB, w Withdrawal) error {
 // rules it prepared once.
 const insertNewSQL = `INSERT INTO withdrawals (id, external_user_id, asset, status, destination, amount_gross,
     fee_mode, fee_estimate, approval_mode, approval_reason, volume_minute, payment_hash, invoice_expires_at,
-    idempotency_key, created_at, updated_at)
-VALUES ($1, $2::text, $3, $4::text, $5::text, $6::bigint, $7::text, $8::bigint, $9::text, $10, $11, $12, $13, $14, $15, $16)`
+    idempotency_key, created_at, updated_at, metadata, client_reference)
+VALUES ($1, $2::text, $3, $4::text, $5::text, $6::bigint, $7::text, $8::bigint, $9::text, $10, $11, $12, $13, $14, $15, $16,
+    $17::text::jsonb, $18::text)`
 
 func insertNewArgs(w Withdrawal) []any {
 	return []any{w.ID, w.ExternalUserID, w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,
 		w.ApprovalMode, w.ApprovalReason, w.VolumeMinute, w.PaymentHash, w.InvoiceExpiresAt, w.IdempotencyKey,
-		w.CreatedAt, w.UpdatedAt}
+		w.CreatedAt, w.UpdatedAt, metadataText(w.Metadata), w.ClientReference}
+}
+
+// metadataText is m as the JSON text insertNewSQL stores ({} for none).
+func metadataText(m metadata.Metadata) string {
+	b, err := m.MarshalJSON()
+	if err != nil { // a map of strings always marshals
+		return "{}"
+	}
+	return string(b)
+}
+
+// withdrawalByClientReference finds the withdrawal the platform gave ref.
+func withdrawalByClientReference(ctx context.Context, idb bun.IDB, ref string) (Withdrawal, bool, error) {
+	var w Withdrawal
+	err := db.GetModel(ctx, idb, &w, "WHERE client_reference = $1", ref)
+	if db.IsNoRows(err) {
+		return Withdrawal{}, false, nil
+	}
+	if err != nil {
+		return Withdrawal{}, false, fmt.Errorf("read withdrawal by client reference: %w", err)
+	}
+	return w, true, nil
 }
 
 // Page limits of the user list (openapi.json WithdrawalsLimit) and of the

@@ -201,17 +201,20 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 	switch typ {
 	case event.WithdrawalBroadcast:
 		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
-			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid)}
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid),
+			Metadata: w.Metadata, ClientReference: w.ClientReference}
 	case event.WithdrawalCompleted:
 		d := event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
-			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid}
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid,
+			Metadata: w.Metadata, ClientReference: w.ClientReference}
 		if w.Asset == asset.BTCLN {
 			d.Txid = nil // no transaction: the published schema's null for Lightning
 		}
 		data = d
 	case event.WithdrawalFailed:
 		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
-			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason)}
+			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason),
+			Metadata: w.Metadata, ClientReference: w.ClientReference}
 		if w.Fee != nil && w.AmountNet != nil {
 			d.Fee, d.AmountNet = &fee, &net
 		}

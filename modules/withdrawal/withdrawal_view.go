@@ -6,6 +6,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/platform/metadata"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
@@ -25,6 +26,9 @@ type View struct {
 	FailureReason      *string `json:"failure_reason"`
 	CreatedAt          string  `json:"created_at"`
 	UpdatedAt          string  `json:"updated_at"`
+	// The platform's labels: {} and null when it gave none.
+	Metadata        metadata.Metadata `json:"metadata"`
+	ClientReference *string           `json:"client_reference"`
 }
 
 // CreatedView is the 201 body of creation: approval_reason is present only
@@ -75,6 +79,7 @@ func render(w Withdrawal, decimals int) View {
 		Fee: fmtPtr(w.Fee, decimals), AmountNet: fmtPtr(w.AmountNet, decimals), ApprovalMode: w.ApprovalMode,
 		Txid: w.Txid, FailureReason: w.FailureReason,
 		CreatedAt: timefmt.Format(w.CreatedAt), UpdatedAt: timefmt.Format(w.UpdatedAt),
+		Metadata: w.Metadata, ClientReference: w.ClientReference,
 	}
 }
 
