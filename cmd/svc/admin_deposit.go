@@ -151,7 +151,7 @@ func reviewListCmd[T any](use, short, what string, read func(s *deposit.Service,
 // reviewRows is a deposit in review's row, with its invoice's and its
 // payments' reasons under it.
 func reviewRows(tw io.Writer, it deposit.ReviewDetail) {
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.DepositID, it.ExternalUserID, it.Asset, dashIfNil(it.ReviewSince),
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.DepositID, holderName(it.ExternalUserID, it.PlatformAccount), it.Asset, dashIfNil(it.ReviewSince),
 		it.AmountCredited, dashIfNil(it.ReviewReason))
 	if it.InvoiceReview != nil {
 		fmt.Fprintf(tw, "\t\t\t\t\tinvoice: %s\n", *it.InvoiceReview)

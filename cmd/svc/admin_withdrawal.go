@@ -56,7 +56,7 @@ func adminWithdrawalsCmd() *cobra.Command {
 				}
 				return show(cmd, lv, func(out io.Writer) error {
 					return printPage(out, "no withdrawals", "WITHDRAWAL\tCREATED\tUSER\tASSET\tGROSS\tSTATUS\tREASON", views, next, func(tw io.Writer, v withdrawal.AdminView) {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.WithdrawalID, v.CreatedAt, v.ExternalUserID, v.Asset, v.AmountGross,
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.WithdrawalID, v.CreatedAt, holderName(v.ExternalUserID, v.PlatformAccount), v.Asset, v.AmountGross,
 							v.Status, dashIfNil(v.ApprovalReason))
 					})
 				})
@@ -89,7 +89,7 @@ func adminWithdrawalsCmd() *cobra.Command {
 				return show(cmd, v, func(out io.Writer) error {
 					tw := table(out)
 					for _, f := range []struct{ k, v string }{
-						{"withdrawal", v.WithdrawalID}, {"user", v.ExternalUserID}, {"asset", v.Asset}, {"status", string(v.Status)},
+						{"withdrawal", v.WithdrawalID}, {"user", dashIfNil(v.ExternalUserID)}, {"platform account", dashIfNil(v.PlatformAccount)}, {"asset", v.Asset}, {"status", string(v.Status)},
 						{"destination", v.DestinationAddress}, {"gross", v.AmountGross}, {"fee", dashIfNil(v.Fee)}, {"net", dashIfNil(v.AmountNet)},
 						{"approval mode", dashIfNil(v.ApprovalMode)}, {"approval reason", dashIfNil(v.ApprovalReason)},
 						{"approved by", dashIfNil(v.ApprovedBy)}, {"rejected by", dashIfNil(v.RejectedBy)}, {"released by", dashIfNil(v.ReleasedBy)},
@@ -168,7 +168,7 @@ Above the asset's four-eyes threshold a second, different operator must approve 
 				return nil, "", err
 			}
 			return v, fmt.Sprintf("withdrawal %s is %s: %s %s returned to %s (%s)", v.WithdrawalID, v.Status, v.AmountGross, v.Asset,
-				v.ExternalUserID, dashIfNil(v.FailureReason)), nil
+				holderName(v.ExternalUserID, v.PlatformAccount), dashIfNil(v.FailureReason)), nil
 		})
 	reject.Flags().StringVar(&reason, "reason", "", "why, shown to the platform as failure_reason")
 	release := decide("release ID --as NAME --attestation TEXT", "Return the hold of a withdrawal whose payout did not and will not complete",
@@ -182,7 +182,7 @@ complete. The attestation is stored on the withdrawal, which reads refunded.`,
 				return nil, "", err
 			}
 			return v, fmt.Sprintf("withdrawal %s is %s: %s %s returned to %s (released by %s)", v.WithdrawalID, v.Status, v.AmountGross,
-				v.Asset, v.ExternalUserID, dashIfNil(v.ReleasedBy)), nil
+				v.Asset, holderName(v.ExternalUserID, v.PlatformAccount), dashIfNil(v.ReleasedBy)), nil
 		})
 	release.Flags().StringVar(&attestation, "attestation", "", "what you checked: no payout exists or can still complete (10 to 2000 characters)")
 	_ = release.MarkFlagRequired("attestation")

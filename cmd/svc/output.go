@@ -131,6 +131,15 @@ func orDash(t *time.Time) string {
 	return "-"
 }
 
+// holderName says whose a deposit or a withdrawal is: the user's id, or
+// "platform:" and the platform account's name.
+func holderName(user, platform *string) string {
+	if platform != nil {
+		return "platform:" + *platform
+	}
+	return dashIfNil(user)
+}
+
 func dashIfNil(s *string) string {
 	if s == nil {
 		return "-"

@@ -344,10 +344,11 @@ func TestRedeliverIsAudited(t *testing.T) {
 	e := apptest.New(t)
 	ctx := context.Background()
 	var ev event.Event
+	user := "ada"
 	require.NoError(t, db.RunInTx(ctx, e.App.DB.Bun, func(ctx context.Context, tx bun.Tx) error {
 		var err error
 		ev, err = e.App.Events.Emit(ctx, tx, event.DepositExpired, event.DepositExpiredData{
-			DepositID: uuid.NewString(), ExternalUserID: "ada", Asset: "BTC", Status: "expired"})
+			DepositID: uuid.NewString(), ExternalUserID: &user, Asset: "BTC", Status: "expired"})
 		return err
 	}))
 	path := "/v1/admin/events/" + ev.ID.String() + "/redeliver"

@@ -78,6 +78,7 @@ import (
 	"svc/modules/alert"
 	"svc/modules/asset"
 	"svc/modules/event"
+	"svc/modules/ledger"
 	"svc/platform/btcpay"
 	"svc/platform/db"
 	"svc/platform/fault"
@@ -154,8 +155,12 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 type Deposit struct {
 	bun.BaseModel `bun:"table:deposits"`
 
-	ID                   uuid.UUID  `bun:"id,pk,type:uuid"`
-	ExternalUserID       string     `bun:"external_user_id"`
+	ID uuid.UUID `bun:"id,pk,type:uuid"`
+	// ExternalUserID is the user's, or PlatformAccount the platform
+	// account's, whose balance the deposit credits: exactly one is set
+	// (migration 0042); "" is NULL.
+	ExternalUserID       string     `bun:"external_user_id,nullzero"`
+	PlatformAccount      string     `bun:"platform_account,nullzero"`
 	Asset                string     `bun:"asset"`
 	Status               Status     `bun:"status"`
 	IdempotencyKey       *string    `bun:"idempotency_key"`
@@ -249,6 +254,22 @@ var (
 	// newer attempt, which completes the operation.
 	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 )
+
+// holder is who the deposit credits: its user or its platform account.
+func (d Deposit) holder() ledger.Holder {
+	if d.PlatformAccount != "" {
+		return ledger.PlatformHolder(d.PlatformAccount)
+	}
+	return ledger.UserHolder(d.ExternalUserID)
+}
+
+// optional is s, or nil when it is empty: the API's null.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
 
 // clientReferenceUsed is the 409 of a creation whose client_reference
 // another deposit already has: it names that deposit, which the platform

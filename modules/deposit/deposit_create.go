@@ -23,9 +23,12 @@ import (
 
 // CreateParams describe a deposit request.
 type CreateParams struct {
-	ExternalUserID string
-	Asset          string
-	ExpectedAmount *int64 // smallest units; nil when not given
+	// ExternalUserID or PlatformAccount: exactly one is set (the caller
+	// checks it: ownerOf).
+	ExternalUserID  string
+	PlatformAccount string
+	Asset           string
+	ExpectedAmount  *int64 // smallest units; nil when not given
 	// Metadata and ClientReference are the platform's labels (checked by
 	// the caller: metadata.Metadata.Check); a client reference another
 	// deposit has is a 409 naming it.
@@ -74,7 +77,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 		return View{}, nil, fmt.Errorf("new deposit id: %w", err)
 	}
 	now := s.now()
-	intent := Deposit{ID: id, ExternalUserID: p.ExternalUserID, Asset: a.Code, Status: StatusCreating,
+	intent := Deposit{ID: id, ExternalUserID: p.ExternalUserID, PlatformAccount: p.PlatformAccount, Asset: a.Code, Status: StatusCreating,
 		AmountExpected: p.ExpectedAmount, Metadata: p.Metadata, ClientReference: p.ClientReference,
 		CreatedAt: now, UpdatedAt: now}
 	if intent.Metadata == nil {
@@ -127,7 +130,7 @@ func (s *Service) clientReferenceTaken(ctx context.Context, ref string, cause er
 }
 
 func sameRequest(d Deposit, p CreateParams) bool {
-	if d.ExternalUserID != p.ExternalUserID || d.Asset != p.Asset || !maps.Equal(d.Metadata, p.Metadata) ||
+	if d.ExternalUserID != p.ExternalUserID || d.PlatformAccount != p.PlatformAccount || d.Asset != p.Asset || !maps.Equal(d.Metadata, p.Metadata) ||
 		(d.ClientReference == nil) != (p.ClientReference == nil) ||
 		(d.ClientReference != nil && *d.ClientReference != *p.ClientReference) {
 		return false

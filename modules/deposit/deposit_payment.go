@@ -210,7 +210,7 @@ func sourceRef(d Deposit, paymentID string) string {
 // credit posts units of payment p to the user's available balance and
 // marks the payment credited by resolvedBy, in tx.
 func (s *Service) credit(ctx context.Context, tx bun.Tx, d Deposit, p *Payment, units int64, decimals int, resolvedBy string, now time.Time) error {
-	posted, err := ledger.CreditDeposit(ctx, tx, d.Asset, ledger.UserHolder(d.ExternalUserID), units, sourceRef(d, p.PaymentID),
+	posted, err := ledger.CreditDeposit(ctx, tx, d.Asset, d.holder(), units, sourceRef(d, p.PaymentID),
 		fmt.Sprintf("deposit %s payment %s", d.ID, p.PaymentID))
 
 	if err != nil {

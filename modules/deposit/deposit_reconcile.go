@@ -313,7 +313,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	if d.Status == StatusPending && len(seen) > 0 {
 		first := rows[seen[0]]
 		if err := s.transit(ctx, tx, &d, PaymentSeen, func(d *Deposit) any {
-			return event.DepositDetectedData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+			return event.DepositDetectedData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), PaymentID: first.PaymentID, Amount: displayAmount(first, a.Decimals)}
 		}); err != nil {
@@ -368,7 +368,7 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 	switch {
 	case d.Status == StatusConfirming && valid > 0 && allCredited && credited(rows) > 0:
 		return s.transit(ctx, tx, d, PaymentConfirmed, func(d *Deposit) any {
-			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
 		})
@@ -382,7 +382,7 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 			d.ExpiresAt = &now
 		}
 		return s.transit(ctx, tx, d, WindowClosed, func(d *Deposit) any {
-			return event.DepositExpiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+			return event.DepositExpiredData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status)}
 		})
@@ -400,7 +400,7 @@ func (s *Service) toReview(ctx context.Context, tx bun.Tx, d *Deposit, item revi
 	d.ReviewReason = &item.reason
 	s.log().WarnContext(ctx, "deposit: needs an operator", "deposit_id", d.ID, "reason", item.reason)
 	return s.transit(ctx, tx, d, item.trigger, func(d *Deposit) any {
-		data := event.DepositReviewRequiredData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+		data := event.DepositReviewRequiredData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 			Metadata: d.Metadata, ClientReference: d.ClientReference,
 			Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals), ReviewReason: item.reason}
 		if item.payment >= 0 {

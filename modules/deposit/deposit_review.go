@@ -173,7 +173,7 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 			}
 		}
 		return units, s.transit(ctx, tx, d, trigger, func(d *Deposit) any {
-			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset,
+			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
 		})

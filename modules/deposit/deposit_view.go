@@ -15,7 +15,8 @@ import (
 // View is the API's Deposit.
 type View struct {
 	DepositID            string        `json:"deposit_id"`
-	ExternalUserID       string        `json:"external_user_id"`
+	ExternalUserID       *string       `json:"external_user_id"` // null for a platform account's
+	PlatformAccount      *string       `json:"platform_account"` // null for a user's
 	Asset                string        `json:"asset"`
 	Status               Status        `json:"status"`
 	Address              *string       `json:"address"`
@@ -49,11 +50,12 @@ type AddressHistoryView struct {
 
 // ReservationView is one deposit that held an address.
 type ReservationView struct {
-	DepositID      string  `json:"deposit_id"`
-	ExternalUserID string  `json:"external_user_id"`
-	Status         Status  `json:"status"`
-	ReservedFrom   *string `json:"reserved_from"`
-	ReservedUntil  *string `json:"reserved_until"`
+	DepositID       string  `json:"deposit_id"`
+	ExternalUserID  *string `json:"external_user_id"`
+	PlatformAccount *string `json:"platform_account"`
+	Status          Status  `json:"status"`
+	ReservedFrom    *string `json:"reserved_from"`
+	ReservedUntil   *string `json:"reserved_until"`
 }
 
 // decimalsOf returns every asset's decimals by code.
@@ -64,7 +66,8 @@ func decimalsOf(ctx context.Context, idb bun.IDB) (map[string]int, error) {
 // render builds the API view of d with its payments.
 func render(d Deposit, ps []Payment, decimals int) View {
 	v := View{
-		DepositID: d.ID.String(), ExternalUserID: d.ExternalUserID, Asset: d.Asset, Status: d.Status,
+		DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount),
+		Asset: d.Asset, Status: d.Status,
 		Address: d.Address, CheckoutLink: d.CheckoutLink, ExpiresAt: timefmt.Ptr(d.ExpiresAt),
 		AmountCredited: money.Format(credited(ps), decimals), CreatedAt: timefmt.Format(d.CreatedAt),
 		Payments: make([]PaymentView, 0, len(ps)), Metadata: d.Metadata, ClientReference: d.ClientReference,
@@ -122,7 +125,8 @@ func (s *Service) ViewOf(ctx context.Context, idb bun.IDB, d Deposit) (View, err
 func HistoryView(d Deposit, held []Deposit) AddressHistoryView {
 	out := AddressHistoryView{Address: d.Address, Reservations: make([]ReservationView, 0, len(held))}
 	for _, h := range held {
-		r := ReservationView{DepositID: h.ID.String(), ExternalUserID: h.ExternalUserID, Status: h.Status}
+		r := ReservationView{DepositID: h.ID.String(), ExternalUserID: optional(h.ExternalUserID),
+			PlatformAccount: optional(h.PlatformAccount), Status: h.Status}
 		if h.AddressReservedFrom != nil {
 			r.ReservedFrom = timefmt.Ptr(h.AddressReservedFrom)
 			until := h.AddressReservedUntil

@@ -102,7 +102,7 @@ func (e *env) requireBooks(t testing.TB) {
 		Sum   int64  `bun:"sum"`
 	}
 	require.NoError(t, e.App.DB.Bun.NewSelect().TableExpr("deposit_payments AS p").Join("JOIN deposits AS d ON d.id = p.deposit_id").
-		ColumnExpr("d.external_user_id, d.asset, sum(p.units) AS sum").Where("p.credited").
+		ColumnExpr("d.external_user_id, d.asset, sum(p.units) AS sum").Where("p.credited AND d.platform_account IS NULL").
 		GroupExpr("d.external_user_id, d.asset").Scan(ctx, &credited))
 	want := map[key]int64{}
 	for _, c := range credited {
@@ -138,6 +138,34 @@ func (e *env) requireBooks(t testing.TB) {
 			}
 		}
 		require.True(t, found, "balance of %s in %s", k.user, k.asset)
+	}
+	// A platform account's balance is its credited deposits, through the
+	// API too.
+	var platform []struct {
+		Name  string `bun:"platform_account"`
+		Asset string `bun:"asset"`
+		Sum   int64  `bun:"sum"`
+	}
+	require.NoError(t, e.App.DB.Bun.NewSelect().TableExpr("deposit_payments AS p").Join("JOIN deposits AS d ON d.id = p.deposit_id").
+		ColumnExpr("d.platform_account, d.asset, sum(p.units) AS sum").Where("p.credited AND d.platform_account IS NOT NULL").
+		GroupExpr("d.platform_account, d.asset").Scan(ctx, &platform))
+	for _, p := range platform {
+		r := e.Get("/v1/platform-accounts/" + url.PathEscape(p.Name) + "/balances")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var b struct {
+			Balances []struct {
+				Asset, Available string
+			} `json:"balances"`
+		}
+		r.JSON(t, &b)
+		found := false
+		for _, x := range b.Balances {
+			if x.Asset == p.Asset {
+				found = true
+				require.Equal(t, money.Format(p.Sum, decimals[p.Asset]), x.Available, "platform account %s %s", p.Name, p.Asset)
+			}
+		}
+		require.True(t, found, "balance of platform account %s in %s", p.Name, p.Asset)
 	}
 	eventtest.RequireAllValid(t, e.App.DB.Bun)
 }

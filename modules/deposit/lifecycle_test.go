@@ -87,7 +87,8 @@ func TestOnChainPaymentIsDetectedConfirmedAndCreditedOnce(t *testing.T) {
 	settled := e.events(t, "deposit.settled", v.DepositID)
 	require.Len(t, settled, 1)
 	require.Equal(t, map[string]any{"deposit_id": v.DepositID, "external_user_id": "bob", "asset": "BTC",
-		"status": "settled", "amount_credited": "0.00100000", "metadata": map[string]any{}, "client_reference": nil}, settled[0])
+		"status": "settled", "amount_credited": "0.00100000", "metadata": map[string]any{}, "client_reference": nil,
+		"platform_account": nil}, settled[0])
 	require.Len(t, e.events(t, "deposit.detected", v.DepositID), 1)
 
 	r := e.Get("/v1/users/bob/transactions")
@@ -169,7 +170,7 @@ func TestDepositExpiresWithNothingReceived(t *testing.T) {
 	e.advance(61 * time.Minute)
 	v = e.reconcileTo(t, v.DepositID, deposit.StatusExpired)
 	require.Equal(t, []map[string]any{{"deposit_id": v.DepositID, "external_user_id": "erin", "asset": "BTC", "status": "expired",
-		"metadata": map[string]any{}, "client_reference": nil}},
+		"metadata": map[string]any{}, "client_reference": nil, "platform_account": nil}},
 		e.events(t, "deposit.expired", v.DepositID))
 	v = e.reconcile(t, v.DepositID)
 	require.Len(t, e.events(t, "deposit.expired", v.DepositID), 1)

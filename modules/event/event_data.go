@@ -30,7 +30,8 @@ type Data interface {
 // credited.
 type DepositDetectedData struct {
 	DepositID       string            `json:"deposit_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	PaymentID       string            `json:"payment_id"`
@@ -44,7 +45,8 @@ type DepositDetectedData struct {
 // deposit and withdrawal event).
 type DepositSettledData struct {
 	DepositID       string            `json:"deposit_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountCredited  string            `json:"amount_credited"`  // the sum of the credited payments
@@ -57,7 +59,8 @@ type DepositSettledData struct {
 // exactly, an invoice marked settled by hand).
 type DepositReviewRequiredData struct {
 	DepositID       string            `json:"deposit_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountCredited  string            `json:"amount_credited"`
@@ -71,7 +74,8 @@ type DepositReviewRequiredData struct {
 // DepositExpiredData: the deposit's window closed with nothing received.
 type DepositExpiredData struct {
 	DepositID       string            `json:"deposit_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	Metadata        metadata.Metadata `json:"metadata"`         // the resource's labels ({} when none)
@@ -81,7 +85,8 @@ type DepositExpiredData struct {
 // WithdrawalPendingApprovalData: a gate sent the withdrawal to an operator.
 type WithdrawalPendingApprovalData struct {
 	WithdrawalID    string            `json:"withdrawal_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountGross     string            `json:"amount_gross"`
@@ -93,7 +98,8 @@ type WithdrawalPendingApprovalData struct {
 // WithdrawalBroadcastData: the payout is on chain and its txid is known.
 type WithdrawalBroadcastData struct {
 	WithdrawalID    string            `json:"withdrawal_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountGross     string            `json:"amount_gross"`
@@ -108,7 +114,8 @@ type WithdrawalBroadcastData struct {
 // no txid.
 type WithdrawalCompletedData struct {
 	WithdrawalID    string            `json:"withdrawal_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountGross     string            `json:"amount_gross"`
@@ -124,7 +131,8 @@ type WithdrawalCompletedData struct {
 // before submission fixed them; txid is set when a transaction was seen.
 type WithdrawalFailedData struct {
 	WithdrawalID    string            `json:"withdrawal_id"`
-	ExternalUserID  string            `json:"external_user_id"`
+	ExternalUserID  *string           `json:"external_user_id"` // the user's; null for a platform account's
+	PlatformAccount *string           `json:"platform_account"` // the platform account's; null for a user's
 	Asset           string            `json:"asset"`
 	Status          string            `json:"status"`
 	AmountGross     string            `json:"amount_gross"`
@@ -278,18 +286,18 @@ var (
 )
 
 func (d DepositDetectedData) validate(c *checker) {
-	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.deposit(d.DepositID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status)
 	c.text("payment_id", d.PaymentID)
 	c.decimal("amount", d.Amount)
 }
 
 func (d DepositSettledData) validate(c *checker) {
-	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.deposit(d.DepositID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status)
 	c.decimal("amount_credited", d.AmountCredited)
 }
 
 func (d DepositReviewRequiredData) validate(c *checker) {
-	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.deposit(d.DepositID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status)
 	c.decimal("amount_credited", d.AmountCredited)
 	c.optText("payment_id", d.PaymentID)
 	c.optDecimal("amount", d.Amount)
@@ -297,30 +305,30 @@ func (d DepositReviewRequiredData) validate(c *checker) {
 }
 
 func (d DepositExpiredData) validate(c *checker) {
-	c.deposit(d.DepositID, d.ExternalUserID, d.Asset, d.Status)
+	c.deposit(d.DepositID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status)
 }
 
 func (d WithdrawalPendingApprovalData) validate(c *checker) {
-	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status, d.AmountGross)
 	c.text("approval_reason", d.ApprovalReason)
 }
 
 func (d WithdrawalBroadcastData) validate(c *checker) {
-	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status, d.AmountGross)
 	c.decimal("fee", d.Fee)
 	c.decimal("amount_net", d.AmountNet)
 	c.text("txid", d.Txid)
 }
 
 func (d WithdrawalCompletedData) validate(c *checker) {
-	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status, d.AmountGross)
 	c.decimal("fee", d.Fee)
 	c.decimal("amount_net", d.AmountNet)
 	c.optText("txid", d.Txid)
 }
 
 func (d WithdrawalFailedData) validate(c *checker) {
-	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.Asset, d.Status, d.AmountGross)
+	c.withdrawal(d.WithdrawalID, d.ExternalUserID, d.PlatformAccount, d.Asset, d.Status, d.AmountGross)
 	c.optDecimal("fee", d.Fee)
 	c.optDecimal("amount_net", d.AmountNet)
 	c.optText("txid", d.Txid)
@@ -458,26 +466,37 @@ func (c *checker) oneOf(name, v string, allowed []string) {
 	}
 }
 
-func (c *checker) user(externalUserID, assetCode string) {
-	if n := len([]rune(externalUserID)); n < 1 || n > 255 {
-		c.add("external_user_id must have 1 to 255 characters")
+// owner checks that exactly one of a user and a platform account owns the
+// resource.
+func (c *checker) owner(externalUserID, platformAccount *string, assetCode string) {
+	switch {
+	case (externalUserID == nil) == (platformAccount == nil):
+		c.add("exactly one of external_user_id and platform_account must be set")
+	case externalUserID != nil:
+		if n := len([]rune(*externalUserID)); n < 1 || n > 255 {
+			c.add("external_user_id must have 1 to 255 characters")
+		}
+	case !platformName.MatchString(*platformAccount):
+		c.add("platform_account %q is not a platform account name", *platformAccount)
 	}
 	c.oneOf("asset", assetCode, assets)
 }
 
-func (c *checker) deposit(id, user, assetCode, status string) {
+var platformName = regexp.MustCompile(`^[a-z0-9_.:-]{1,64}$`)
+
+func (c *checker) deposit(id string, user, platform *string, assetCode, status string) {
 	if u, err := uuid.Parse(id); err != nil || u.String() != id {
 		c.add("deposit_id %q is not a lowercase uuid", id)
 	}
-	c.user(user, assetCode)
+	c.owner(user, platform, assetCode)
 	c.oneOf("status", status, depositStatuses)
 }
 
-func (c *checker) withdrawal(id, user, assetCode, status, gross string) {
+func (c *checker) withdrawal(id string, user, platform *string, assetCode, status, gross string) {
 	if n := len(id); n < 1 || n > 255 {
 		c.add("withdrawal_id must have 1 to 255 characters")
 	}
-	c.user(user, assetCode)
+	c.owner(user, platform, assetCode)
 	c.oneOf("status", status, withdrawalStatuses)
 	c.decimal("amount_gross", gross)
 }

@@ -24,7 +24,7 @@ func TestEmitWritesTheEventAndItsJobInTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	data := event.DepositSettledData{DepositID: "0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b", ExternalUserID: "user-1",
+	data := event.DepositSettledData{DepositID: "0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b", ExternalUserID: ptr("user-1"),
 		Asset: "BTC", Status: "settled", AmountCredited: "0.00012345"}
 
 	var e event.Event
@@ -51,7 +51,7 @@ func TestEmitWritesTheEventAndItsJobInTheCallersTransaction(t *testing.T) {
 
 	// The payload is exactly {id, type, created_at, data}, in that order.
 	want := `{"id":"` + e.PublicID() + `","type":"deposit.settled","created_at":"2026-05-04T10:00:00.123456+00:00",` +
-		`"data":{"deposit_id":"0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b","external_user_id":"user-1","asset":"BTC","status":"settled","amount_credited":"0.00012345",` +
+		`"data":{"deposit_id":"0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b","external_user_id":"user-1","platform_account":null,"asset":"BTC","status":"settled","amount_credited":"0.00012345",` +
 		`"metadata":{},"client_reference":null}}`
 	require.Equal(t, want, string(got.Payload))
 	require.Equal(t, want, string(e.Payload))
@@ -82,13 +82,13 @@ func TestEmitRolledBackLeavesNoEventAndNoJob(t *testing.T) {
 func TestEmitRefusesDataThatDoesNotFit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	good := event.DepositSettledData{DepositID: "0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b", ExternalUserID: "u", Asset: "BTC", Status: "settled", AmountCredited: "1"}
+	good := event.DepositSettledData{DepositID: "0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b", ExternalUserID: ptr("u"), Asset: "BTC", Status: "settled", AmountCredited: "1"}
 	for _, tc := range []struct {
 		name string
 		typ  event.Type
 		data any
 	}{
-		{"WrongStruct", event.DepositSettled, event.DepositExpiredData{DepositID: good.DepositID, ExternalUserID: "u", Asset: "BTC", Status: "expired"}},
+		{"WrongStruct", event.DepositSettled, event.DepositExpiredData{DepositID: good.DepositID, ExternalUserID: ptr("u"), Asset: "BTC", Status: "expired"}},
 		{"UnknownType", event.Type("deposit.exploded"), good},
 		{"NotData", event.DepositSettled, map[string]any{"deposit_id": good.DepositID}},
 		{"Nil", event.DepositSettled, nil},
@@ -99,11 +99,14 @@ func TestEmitRefusesDataThatDoesNotFit(t *testing.T) {
 		{"DepositIDNotUUID", event.DepositSettled, func() any { d := good; d.DepositID = "dep-1"; return d }()},
 		{"UnknownAsset", event.DepositSettled, func() any { d := good; d.Asset = "ETH"; return d }()},
 		{"UnknownStatus", event.DepositSettled, func() any { d := good; d.Status = "done"; return d }()},
-		{"NoUser", event.DepositSettled, func() any { d := good; d.ExternalUserID = ""; return d }()},
-		{"NoApprovalReason", event.WithdrawalPendingApproval, event.WithdrawalPendingApprovalData{WithdrawalID: "w", ExternalUserID: "u", Asset: "BTC", Status: "pending_approval", AmountGross: "1"}},
-		{"NoTxid", event.WithdrawalBroadcast, event.WithdrawalBroadcastData{WithdrawalID: "w", ExternalUserID: "u", Asset: "BTC", Status: "broadcast", AmountGross: "1", Fee: "0", AmountNet: "1"}},
-		{"EmptyOptionalTxid", event.WithdrawalCompleted, event.WithdrawalCompletedData{WithdrawalID: "w", ExternalUserID: "u", Asset: "BTC", Status: "confirmed", AmountGross: "1", Fee: "0", AmountNet: "1", Txid: ptr("")}},
-		{"NoFailureReason", event.WithdrawalFailed, event.WithdrawalFailedData{WithdrawalID: "w", ExternalUserID: "u", Asset: "BTC", Status: "failed", AmountGross: "1"}},
+		{"NoUser", event.DepositSettled, func() any { d := good; d.ExternalUserID = nil; return d }()},
+		{"EmptyUser", event.DepositSettled, func() any { d := good; d.ExternalUserID = ptr(""); return d }()},
+		{"UserAndPlatform", event.DepositSettled, func() any { d := good; d.PlatformAccount = ptr("revenue"); return d }()},
+		{"BadPlatformName", event.DepositSettled, func() any { d := good; d.ExternalUserID, d.PlatformAccount = nil, ptr("Revenue"); return d }()},
+		{"NoApprovalReason", event.WithdrawalPendingApproval, event.WithdrawalPendingApprovalData{WithdrawalID: "w", ExternalUserID: ptr("u"), Asset: "BTC", Status: "pending_approval", AmountGross: "1"}},
+		{"NoTxid", event.WithdrawalBroadcast, event.WithdrawalBroadcastData{WithdrawalID: "w", ExternalUserID: ptr("u"), Asset: "BTC", Status: "broadcast", AmountGross: "1", Fee: "0", AmountNet: "1"}},
+		{"EmptyOptionalTxid", event.WithdrawalCompleted, event.WithdrawalCompletedData{WithdrawalID: "w", ExternalUserID: ptr("u"), Asset: "BTC", Status: "confirmed", AmountGross: "1", Fee: "0", AmountNet: "1", Txid: ptr("")}},
+		{"NoFailureReason", event.WithdrawalFailed, event.WithdrawalFailedData{WithdrawalID: "w", ExternalUserID: ptr("u"), Asset: "BTC", Status: "failed", AmountGross: "1"}},
 	} {
 		err := db.RunInTx(context.Background(), b.db.Bun, func(ctx context.Context, tx bun.Tx) error {
 			_, err := b.events.Emit(ctx, tx, tc.typ, tc.data)
@@ -197,10 +200,11 @@ func TestSchemaDescribesTheDataStructs(t *testing.T) {
 		require.Len(t, props, len(fields), "%s: no field only in the schema", typ)
 	}
 	// deposit.settled is fixed by the SPEC; version 1.2.0 added the
-	// resource's labels to every deposit and withdrawal event.
+	// resource's labels to every deposit and withdrawal event, and 1.3.0 its
+	// platform_account (external_user_id is null for a platform account's).
 	settled := defs["deposit_settled_data"].(map[string]any)["required"].([]any)
 	require.ElementsMatch(t, []any{"deposit_id", "external_user_id", "asset", "status", "amount_credited",
-		"metadata", "client_reference"}, settled)
+		"metadata", "client_reference", "platform_account"}, settled)
 }
 
 func TestPublicIDRoundTrip(t *testing.T) {

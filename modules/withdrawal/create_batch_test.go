@@ -74,7 +74,7 @@ func TestSharedPipelineCreatesEach(t *testing.T) {
 		var w created
 		r.JSON(t, &w)
 		require.Equal(t, withdrawal.StatusApproved, w.Status)
-		require.Equal(t, bodies[i].ExternalUserID, w.ExternalUserID, "each answer is its own request's")
+		require.Equal(t, bodies[i].ExternalUserID, *w.ExternalUserID, "each answer is its own request's")
 		require.Equal(t, bodies[i].Destination, w.DestinationAddress)
 		require.Equal(t, w.View, e.get(t, w.WithdrawalID))
 	}

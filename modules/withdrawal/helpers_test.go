@@ -40,7 +40,10 @@ type env struct {
 	Clock  *clock.Fake
 	Svc    *withdrawal.Service
 	funded map[[2]string]int64 // (user, asset) -> credited in the test
-	fundMu sync.Mutex
+	// platformFunded is, per (platform account, asset), what deposits
+	// credited to platform accounts in the test.
+	platformFunded map[[2]string]int64
+	fundMu         sync.Mutex
 }
 
 func setup(t testing.TB, cfg ...func(*config.Config)) *env {
@@ -53,7 +56,7 @@ func setup(t testing.TB, cfg ...func(*config.Config)) *env {
 func setupSim(t testing.TB, o btcpaysim.Options, cfg ...func(*config.Config)) *env {
 	t.Helper()
 	sim, fake := apptest.StartProcessor(t, o)
-	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}}
+	e := &env{Sim: sim, Clock: fake, funded: map[[2]string]int64{}, platformFunded: map[[2]string]int64{}}
 	e.Env = apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
 		c.Deposits.USDTPool = sim.TronPool()
 		for _, fn := range cfg {
@@ -112,6 +115,19 @@ func (e *env) requireBooks(t testing.TB) {
 		require.Equal(t, money.Format(units-open-spent, dec), b.Available, "%s %s available", user, code)
 		require.Equal(t, money.Format(open, dec), b.Held, "%s %s held", user, code)
 	}
+	for k, units := range e.platformFunded {
+		name, code := k[0], k[1]
+		funded[code] += units
+		var open, spent int64
+		require.NoError(t, e.App.DB.Bun.NewSelect().Table("withdrawals").
+			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status NOT IN ('refunded', 'confirmed')), 0)").
+			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status = 'confirmed'), 0)").
+			Where("platform_account = ? AND asset = ?", name, code).Scan(ctx, &open, &spent))
+		b := e.platformBalance(t, name, code)
+		dec := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}[code]
+		require.Equal(t, money.Format(units-open-spent, dec), b.Available, "platform account %s %s available", name, code)
+		require.Equal(t, money.Format(open, dec), b.Held, "platform account %s %s held", name, code)
+	}
 	totals, err := ledger.AssetTotals(ctx, e.App.DB.Bun)
 	require.NoError(t, err)
 	for _, tot := range totals {
@@ -143,6 +159,21 @@ type balance struct{ Asset, Available, Held, Total string }
 func (e *env) balance(t testing.TB, user, code string) balance {
 	t.Helper()
 	r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var b struct{ Balances []balance }
+	r.JSON(t, &b)
+	for _, x := range b.Balances {
+		if x.Asset == code {
+			return x
+		}
+	}
+	return balance{Asset: code, Available: "0", Held: "0", Total: "0"}
+}
+
+// platformBalance reads a platform account's balance in one asset.
+func (e *env) platformBalance(t testing.TB, name, code string) balance {
+	t.Helper()
+	r := e.Get("/v1/platform-accounts/" + url.PathEscape(name) + "/balances")
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	var b struct{ Balances []balance }
 	r.JSON(t, &b)

@@ -36,7 +36,7 @@ func TestUserList(t *testing.T) {
 		var l withdrawal.ListView
 		r.JSON(t, &l)
 		for _, w := range l.Withdrawals {
-			require.Equal(t, "lister", w.ExternalUserID)
+			require.Equal(t, "lister", *w.ExternalUserID)
 			seen = append(seen, w.WithdrawalID)
 		}
 		if page == 0 {

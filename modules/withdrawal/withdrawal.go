@@ -181,8 +181,12 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 type Withdrawal struct {
 	bun.BaseModel `bun:"table:withdrawals"`
 
-	ID                 uuid.UUID  `bun:"id,pk,type:uuid"`
-	ExternalUserID     string     `bun:"external_user_id"`
+	ID uuid.UUID `bun:"id,pk,type:uuid"`
+	// ExternalUserID is the user's, or PlatformAccount the platform
+	// account's, whose balance the withdrawal holds and spends: exactly
+	// one is set (migration 0042); "" is NULL.
+	ExternalUserID     string     `bun:"external_user_id,nullzero"`
+	PlatformAccount    string     `bun:"platform_account,nullzero"`
 	Asset              string     `bun:"asset"`
 	Status             Status     `bun:"status"`
 	Destination        string     `bun:"destination"`
@@ -263,6 +267,23 @@ var (
 	// attempt, which completes the operation.
 	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 )
+
+// holder is whose money the withdrawal holds: its user's or its platform
+// account's.
+func (w Withdrawal) holder() ledger.Holder {
+	if w.PlatformAccount != "" {
+		return ledger.PlatformHolder(w.PlatformAccount)
+	}
+	return ledger.UserHolder(w.ExternalUserID)
+}
+
+// optional is s, or nil when it is empty: the API's null.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
 
 // clientReferenceUsed is the 409 of a creation whose client_reference
 // another withdrawal already has: it names that withdrawal, which the

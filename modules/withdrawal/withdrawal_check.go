@@ -11,32 +11,36 @@ import (
 )
 
 // CheckHolds compares the ledger's holds with the withdrawals that own
-// them: every user's user_hold balance equals the gross of their
-// withdrawals whose money is still held, and every withdrawal's ledger
+// them: every user's user_hold balance, and every platform account's
+// platform_hold balance, equals the gross of their withdrawals whose money
+// is still held, and every withdrawal's ledger
 // entries fit its status (a hold always; a release exactly when refunded; a
 // settlement exactly when confirmed). It is a ledger.WithdrawalCheck: each
 // finding starts with the asset it concerns.
 func CheckHolds(ctx context.Context, idb bun.IDB) ([]string, error) {
 	var out []string
 	var sums []struct {
+		Kind  string `bun:"k"`
 		User  string `bun:"u"`
 		Asset string `bun:"a"`
 		Open  int64  `bun:"open"`
 		Held  int64  `bun:"held"`
 	}
 	err := idb.NewRaw(`
-WITH open AS (SELECT external_user_id AS u, asset AS a, sum(amount_gross) AS g
-                FROM withdrawals WHERE status NOT IN ('confirmed', 'refunded', 'rejected') GROUP BY 1, 2),
-     held AS (SELECT owner AS u, asset AS a, balance AS b FROM ledger_accounts WHERE kind = 'user_hold' AND balance <> 0)
-SELECT coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS open, coalesce(h.b, 0) AS held
-  FROM open o FULL JOIN held h ON h.u = o.u AND h.a = o.a
+WITH open AS (SELECT CASE WHEN platform_account IS NULL THEN 'user_hold' ELSE 'platform_hold' END AS k,
+                     coalesce(external_user_id, platform_account) AS u, asset AS a, sum(amount_gross) AS g
+                FROM withdrawals WHERE status NOT IN ('confirmed', 'refunded', 'rejected') GROUP BY 1, 2, 3),
+     held AS (SELECT kind::text AS k, owner AS u, asset AS a, balance AS b FROM ledger_accounts
+               WHERE kind IN ('user_hold', 'platform_hold') AND balance <> 0)
+SELECT coalesce(o.k, h.k) AS k, coalesce(o.u, h.u) AS u, coalesce(o.a, h.a) AS a, coalesce(o.g, 0) AS open, coalesce(h.b, 0) AS held
+  FROM open o FULL JOIN held h ON h.k = o.k AND h.u = o.u AND h.a = o.a
  WHERE coalesce(o.g, 0) <> coalesce(h.b, 0)
- ORDER BY 1, 2`).Scan(ctx, &sums)
+ ORDER BY 2, 3, 1`).Scan(ctx, &sums)
 	if err != nil {
 		return nil, fmt.Errorf("withdrawal: check holds: %w", err)
 	}
 	for _, s := range sums {
-		out = append(out, fmt.Sprintf("%s user_hold of %q is %d units, but its open withdrawals hold %d", s.Asset, s.User, s.Held, s.Open))
+		out = append(out, fmt.Sprintf("%s %s of %q is %d units, but its open withdrawals hold %d", s.Asset, s.Kind, s.User, s.Held, s.Open))
 	}
 	var rows []struct {
 		ID       string `bun:"id"`
@@ -55,7 +59,8 @@ SELECT w.id::text AS id, w.asset, w.status,
        count(*) FILTER (WHERE e.kind = 'payout_settle') AS settles,
        coalesce(bool_or(e.kind = 'withdrawal_hold' AND EXISTS (
            SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id
-            WHERE p.entry_id = e.id AND a.kind = 'user_hold' AND a.owner = w.external_user_id
+            WHERE p.entry_id = e.id AND a.owner = coalesce(w.external_user_id, w.platform_account)
+              AND a.kind = CASE WHEN w.platform_account IS NULL THEN 'user_hold' ELSE 'platform_hold' END
               AND a.asset = w.asset AND p.amount = w.amount_gross)), false) AS right_amount
   FROM withdrawals w
   LEFT JOIN ledger_entries e ON e.source_ref = w.id::text

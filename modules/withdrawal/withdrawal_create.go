@@ -35,10 +35,14 @@ const MaxAmount = 1_000_000_000_000_000
 
 // CreateParams describe a withdrawal request.
 type CreateParams struct {
-	ExternalUserID string
-	Asset          string
-	Amount         int64 // gross, smallest units, > 0
-	Destination    string
+	// ExternalUserID or PlatformAccount: exactly one is set (the caller
+	// checks it: ownerOf). A platform account's withdrawal always waits
+	// for an operator.
+	ExternalUserID  string
+	PlatformAccount string
+	Asset           string
+	Amount          int64 // gross, smallest units, > 0
+	Destination     string
 	// IdempotencyKey is the request's key; empty for callers without one.
 	IdempotencyKey string
 	// Metadata and ClientReference are the platform's labels (checked by
@@ -172,7 +176,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 	)
 	// The gates known before the hold; the per-user cap needs the hold's
 	// lock (below), so it is counted inside the transaction.
-	reasons := gates(a, p.Amount, total, "")
+	reasons := ownerGates(p.PlatformAccount, gates(a, p.Amount, total, ""))
 	pc, canPipeline := rec.(pipelineCompleter)
 	if len(reasons) == 0 && a.WithdrawalUserDailyCap == nil && (rec == nil || canPipeline) {
 		// Auto-approved, the common case: one round trip (insertApproved).
@@ -185,11 +189,11 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 		err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 			finished = false
 			w := intent // the function may run again: start from the intent each time
-			if _, err := ledger.PlaceHold(ctx, tx, w.Asset, ledger.UserHolder(w.ExternalUserID), w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
+			if _, err := ledger.PlaceHold(ctx, tx, w.Asset, w.holder(), w.AmountGross, w.ID.String(), "withdrawal hold"); err != nil {
 				return holdError(a, w, err)
 			}
 			userCap := ""
-			if a.WithdrawalUserDailyCap != nil {
+			if a.WithdrawalUserDailyCap != nil && w.PlatformAccount == "" {
 				// After the hold, which locks the user's available balance
 				// until commit: the same user's requests are serialized here.
 				sum, err := userTotal(ctx, tx, w.ExternalUserID, w.Asset, now)
@@ -200,7 +204,7 @@ func (s *Service) create(ctx context.Context, p CreateParams, rec Completer) (_ 
 					userCap = reasonUserCap(a, sum+w.AmountGross)
 				}
 			}
-			s.decide(&w, gates(a, w.AmountGross, total, userCap))
+			s.decide(&w, ownerGates(w.PlatformAccount, gates(a, w.AmountGross, total, userCap)))
 			if err := insertNew(ctx, tx, w); err != nil {
 				return err
 			}
@@ -325,7 +329,7 @@ func (s *Service) queueApproved(b *pgx.Batch, w Withdrawal, a asset.Asset, rec p
 	if t.body, err = json.Marshal(t.view); err != nil {
 		return approvedTx{}, err
 	}
-	e, err := ledger.HoldEntry(w.Asset, ledger.UserHolder(w.ExternalUserID), w.AmountGross, w.ID.String(), "withdrawal hold")
+	e, err := ledger.HoldEntry(w.Asset, w.holder(), w.AmountGross, w.ID.String(), "withdrawal hold")
 	if err != nil {
 		return approvedTx{}, err
 	}
@@ -360,7 +364,7 @@ func (s *Service) newIntent(p CreateParams, code string, dest Destination, est E
 	if err != nil {
 		return Withdrawal{}, fmt.Errorf("new withdrawal id: %w", err)
 	}
-	w := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, Asset: code, Destination: dest.Canonical,
+	w := Withdrawal{ID: id, ExternalUserID: p.ExternalUserID, PlatformAccount: p.PlatformAccount, Asset: code, Destination: dest.Canonical,
 		AmountGross: p.Amount, FeeMode: string(s.Config.FeeMode), FeeEstimate: est.Fee,
 		VolumeMinute: now.Truncate(time.Minute), Metadata: p.Metadata, ClientReference: p.ClientReference,
 		CreatedAt: now, UpdatedAt: now}
@@ -422,7 +426,8 @@ func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a as
 		return nil
 	}
 	_, err := s.Events.Emit(ctx, tx, event.WithdrawalPendingApproval, event.WithdrawalPendingApprovalData{
-		WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset, Status: string(w.Status),
+		WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount),
+		Asset: w.Asset, Status: string(w.Status),
 		AmountGross: a.Format(w.AmountGross), ApprovalReason: *w.ApprovalReason,
 		Metadata: w.Metadata, ClientReference: w.ClientReference,
 	})
@@ -436,7 +441,7 @@ func (s *Service) emitPending(ctx context.Context, tx bun.Tx, w Withdrawal, a as
 // idempotency record was pruned, or a takeover raced): the same
 // withdrawal as it is now.
 func (s *Service) replay(ctx context.Context, w Withdrawal, p CreateParams) (CreatedView, []byte, error) {
-	if w.ExternalUserID != p.ExternalUserID || w.Asset != p.Asset || w.AmountGross != p.Amount ||
+	if w.ExternalUserID != p.ExternalUserID || w.PlatformAccount != p.PlatformAccount || w.Asset != p.Asset || w.AmountGross != p.Amount ||
 		w.Destination != s.canonical(w.Asset, p.Destination) || !maps.Equal(w.Metadata, p.Metadata) ||
 		(w.ClientReference == nil) != (p.ClientReference == nil) ||
 		(w.ClientReference != nil && *w.ClientReference != *p.ClientReference) {

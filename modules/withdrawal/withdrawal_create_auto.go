@@ -104,7 +104,7 @@ func (c claimCompleting) ReadComplete(br pgx.BatchResults) error { return c.Read
 // key another attempt holds.
 func (s *Service) createAuto(ctx context.Context, p CreateParams, rec Completer, dest Destination, spellings []string, now time.Time) (_ CreatedView, _ []byte, handled bool, _ error) {
 	a, ok := s.assets.get(p.Asset)
-	if !ok || !a.Enabled || p.Amount < a.WithdrawalMin || a.WithdrawalUserDailyCap != nil ||
+	if !ok || p.PlatformAccount != "" || !a.Enabled || p.Amount < a.WithdrawalMin || a.WithdrawalUserDailyCap != nil ||
 		len(gates(a, p.Amount, 0, "")) > 0 { // the daily cap: in withdrawal_reserve_auto
 		return CreatedView{}, nil, false, nil
 	}

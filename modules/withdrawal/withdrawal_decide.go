@@ -222,7 +222,7 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	if _, err := Next(w.Status, t); err != nil {
 		return Withdrawal{}, err
 	}
-	if _, err := ledger.ReleaseHold(ctx, tx, w.Asset, ledger.UserHolder(w.ExternalUserID), w.AmountGross, w.ID.String(), memo); err != nil {
+	if _, err := ledger.ReleaseHold(ctx, tx, w.Asset, w.holder(), w.AmountGross, w.ID.String(), memo); err != nil {
 		if errors.Is(err, ledger.ErrHoldSettled) {
 			return Withdrawal{}, fault.Wrap(fault.Conflict, "the payout is confirmed and the money has left: its hold cannot be released", ErrIllegalTransition)
 		}

@@ -41,6 +41,19 @@ func gates(a asset.Asset, gross, total int64, userCap string) []string {
 	return reasons
 }
 
+// ownerGates adds to a withdrawal's reasons the one every platform
+// account's withdrawal has: an operator approves it, whatever the limits.
+func ownerGates(platformAccount string, reasons []string) []string {
+	if platformAccount == "" {
+		return reasons
+	}
+	return append([]string{reasonPlatform(platformAccount)}, reasons...)
+}
+
+func reasonPlatform(name string) string {
+	return fmt.Sprintf("platform_account: every withdrawal from a platform account (%q) is approved by an operator", name)
+}
+
 // The gates' reasons start with the name of the setting that fired, so an
 // integrator can tell them apart; the rest is for people.
 func reasonUSDT() string {

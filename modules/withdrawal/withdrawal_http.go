@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
+	"svc/modules/ledger"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/metadata"
@@ -47,10 +48,12 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claim
 // The request bodies. openapi.json states their fields, types and lengths
 // (httpapi.Validator); the handlers check only what it cannot say.
 type createRequest struct {
-	ExternalUserID string `json:"external_user_id"`
-	Asset          string `json:"asset"`
-	Amount         string `json:"amount"`
-	Destination    string `json:"destination_address"`
+	// Exactly one of the two (ownerOf); the schema says each one's form.
+	ExternalUserID  *string `json:"external_user_id"`
+	PlatformAccount *string `json:"platform_account"`
+	Asset           string  `json:"asset"`
+	Amount          string  `json:"amount"`
+	Destination     string  `json:"destination_address"`
 	// The schemas Metadata and ClientReference say their shapes; Check
 	// says the rest (the length of the keys, storable text).
 	Metadata        metadata.Metadata `json:"metadata"`
@@ -70,16 +73,42 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		return fault.Validation(fault.FieldError{Loc: []any{"body", "amount"}, Type: "less_than_equal",
 			Msg: fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), Input: req.Amount})
 	}
+	user, platform, err := ownerOf(req.ExternalUserID, req.PlatformAccount)
+	if err != nil {
+		return err
+	}
 	if err := req.Metadata.Check("body", "metadata"); err != nil {
 		return err
 	}
-	p := CreateParams{ExternalUserID: req.ExternalUserID, Asset: req.Asset, Amount: n, Destination: req.Destination,
+	p := CreateParams{ExternalUserID: user, PlatformAccount: platform, Asset: req.Asset, Amount: n, Destination: req.Destination,
 		Metadata: req.Metadata, ClientReference: req.ClientReference}
 	return httpapi.Mutate(c, fiber.StatusCreated, func(ctx context.Context, rec httpapi.Completer, key string) ([]byte, error) {
 		p.IdempotencyKey = key
 		_, body, err := s.Create(ctx, p, rec)
 		return body, err
 	})
+}
+
+// ownerOf reads whose money a withdrawal spends: exactly one of
+// external_user_id and platform_account, a 422 field error otherwise (the
+// schema checks each one's form, which ledger.ValidPlatformName repeats for
+// other callers).
+func ownerOf(user, platform *string) (string, string, error) {
+	switch {
+	case user != nil && platform != nil:
+		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "value_error", Input: *platform,
+			Msg: "Give either external_user_id or platform_account, not both"})
+	case user == nil && platform == nil:
+		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "external_user_id"}, Type: "missing",
+			Msg: "Field required: external_user_id, or platform_account for a platform account"})
+	case platform != nil:
+		if !ledger.ValidPlatformName(*platform) {
+			return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "string_pattern_mismatch",
+				Input: *platform, Msg: "String should match pattern '^[a-z0-9_.:-]{1,64}$'"})
+		}
+		return "", *platform, nil
+	}
+	return *user, "", nil
 }
 
 // idParam reads a path's withdrawal id; anything that is not one is an

@@ -78,14 +78,14 @@ func insertNew(ctx context.Context, idb bun.IDB, w Withdrawal) error {
 // rules it prepared once.
 const insertNewSQL = `INSERT INTO withdrawals (id, external_user_id, asset, status, destination, amount_gross,
     fee_mode, fee_estimate, approval_mode, approval_reason, volume_minute, payment_hash, invoice_expires_at,
-    idempotency_key, created_at, updated_at, metadata, client_reference)
+    idempotency_key, created_at, updated_at, metadata, client_reference, platform_account)
 VALUES ($1, $2::text, $3, $4::text, $5::text, $6::bigint, $7::text, $8::bigint, $9::text, $10, $11, $12, $13, $14, $15, $16,
-    $17::text::jsonb, $18::text)`
+    $17::text::jsonb, $18::text, $19::text)`
 
 func insertNewArgs(w Withdrawal) []any {
-	return []any{w.ID, w.ExternalUserID, w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,
+	return []any{w.ID, optional(w.ExternalUserID), w.Asset, string(w.Status), w.Destination, w.AmountGross, w.FeeMode, w.FeeEstimate,
 		w.ApprovalMode, w.ApprovalReason, w.VolumeMinute, w.PaymentHash, w.InvoiceExpiresAt, w.IdempotencyKey,
-		w.CreatedAt, w.UpdatedAt, metadataText(w.Metadata), w.ClientReference}
+		w.CreatedAt, w.UpdatedAt, metadataText(w.Metadata), w.ClientReference, optional(w.PlatformAccount)}
 }
 
 // metadataText is m as the JSON text insertNewSQL stores ({} for none).

@@ -200,11 +200,11 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 	var data any
 	switch typ {
 	case event.WithdrawalBroadcast:
-		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid),
 			Metadata: w.Metadata, ClientReference: w.ClientReference}
 	case event.WithdrawalCompleted:
-		d := event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+		d := event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid,
 			Metadata: w.Metadata, ClientReference: w.ClientReference}
 		if w.Asset == asset.BTCLN {
@@ -212,7 +212,7 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 		}
 		data = d
 	case event.WithdrawalFailed:
-		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset,
+		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason),
 			Metadata: w.Metadata, ClientReference: w.ClientReference}
 		if w.Fee != nil && w.AmountNet != nil {
@@ -382,7 +382,7 @@ func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asse
 	if w.Fee == nil || w.AmountNet == nil {
 		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
 	}
-	if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.ExternalUserID,
+	if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.holder().ID, Platform: w.holder().Platform,
 		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
 		ServiceFee: *w.Fee, NetworkFee: derefInt(w.NetworkFee), Memo: memo}); err != nil {
 		return err

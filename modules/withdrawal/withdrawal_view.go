@@ -14,7 +14,8 @@ import (
 // View is the API's Withdrawal (platform view).
 type View struct {
 	WithdrawalID       string  `json:"withdrawal_id"`
-	ExternalUserID     string  `json:"external_user_id"`
+	ExternalUserID     *string `json:"external_user_id"` // null for a platform account's
+	PlatformAccount    *string `json:"platform_account"` // null for a user's
 	Asset              string  `json:"asset"`
 	Status             Status  `json:"status"`
 	DestinationAddress string  `json:"destination_address"`
@@ -74,7 +75,8 @@ func fmtPtr(v *int64, decimals int) *string {
 
 func render(w Withdrawal, decimals int) View {
 	return View{
-		WithdrawalID: w.ID.String(), ExternalUserID: w.ExternalUserID, Asset: w.Asset, Status: w.Status,
+		WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount),
+		Asset: w.Asset, Status: w.Status,
 		DestinationAddress: w.Destination, AmountGross: money.Format(w.AmountGross, decimals),
 		Fee: fmtPtr(w.Fee, decimals), AmountNet: fmtPtr(w.AmountNet, decimals), ApprovalMode: w.ApprovalMode,
 		Txid: w.Txid, FailureReason: w.FailureReason,

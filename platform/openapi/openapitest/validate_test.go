@@ -26,7 +26,7 @@ func deposit(over map[string]string) string {
 		"created_at": `"` + ts + `"`,
 		"payments": `[{"payment_id":"p1","amount":"0.00100000","credited":true,"credited_at":"` + ts +
 			`","after_expiration":false,"resolved_by":"auto"}]`,
-		"metadata": `{}`, "client_reference": `null`,
+		"metadata": `{}`, "client_reference": `null`, "platform_account": `null`,
 	}
 	for k, v := range over {
 		f[k] = v
@@ -53,7 +53,7 @@ func withdrawal(over map[string]string) string {
 		"withdrawal_id": `"9a1f7b8c-2d3e-4f50-8a6b-7c8d9e0f1a2b"`, "external_user_id": `"u1"`, "asset": `"BTC"`,
 		"status": `"pending_approval"`, "destination_address": `"bcrt1qdest"`, "amount_gross": `"0.50000000"`,
 		"fee": `null`, "amount_net": `null`, "approval_mode": `null`, "txid": `null`, "failure_reason": `null`,
-		"created_at": `"` + ts + `"`, "updated_at": `"` + ts + `"`, "metadata": `{"order":"42"}`, "client_reference": `"order-42"`,
+		"created_at": `"` + ts + `"`, "updated_at": `"` + ts + `"`, "metadata": `{"order":"42"}`, "client_reference": `"order-42"`, "platform_account": `null`,
 	}
 	for k, v := range over {
 		f[k] = v
