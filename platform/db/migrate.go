@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/uptrace/bun/migrate"
@@ -85,8 +87,8 @@ func Migrate(ctx context.Context, d *DB, set MigrationSet, log *slog.Logger) err
 		return fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLockID); err != nil {
-		return fmt.Errorf("migrate: take lock: %w", err)
+	if err := takeMigrationLock(ctx, conn); err != nil {
+		return err
 	}
 	defer func() {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrationLockID)
@@ -112,6 +114,35 @@ func Migrate(ctx context.Context, d *DB, set MigrationSet, log *slog.Logger) err
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
+}
+
+// migrationLockPoll is how often a migrator waiting for another's run
+// asks for the lock again.
+const migrationLockPoll = 200 * time.Millisecond
+
+// takeMigrationLock takes the migrators' session advisory lock on conn,
+// asking again every migrationLockPoll until it is free. It does not wait
+// in pg_advisory_lock: a statement waiting there holds a snapshot, and a
+// CREATE INDEX CONCURRENTLY of the run holding the lock (on another
+// connection) waits for every older snapshot to end, so the two would
+// wait for each other for ever, a cycle PostgreSQL cannot see (the lock's
+// holder is an idle connection). Each try is a statement of its own whose
+// snapshot ends with it.
+func takeMigrationLock(ctx context.Context, conn *pgxpool.Conn) error {
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", migrationLockID).Scan(&got); err != nil {
+			return fmt.Errorf("migrate: take lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: wait for another migrator: %w", ctx.Err())
+		case <-time.After(migrationLockPoll):
+		}
+	}
 }
 
 // Pending returns the names of the migrations of set that the database has
