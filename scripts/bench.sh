@@ -208,3 +208,15 @@ END {
   if (r > 0 && rt > 0) printf "  two-asset trades: %.0f%% of TPC-B (target 40%%), %d deadlocks: %s\n", 100 * r / rt, dl, (r >= 0.4 * rt && dl == 0 ? "met" : "NOT met")
   if (c > 0 && ct > 0) printf "  hold then capture into two accounts: %.0f%% of TPC-B (target 40%%): %s\n", 100 * c / ct, (c >= 0.4 * ct ? "met" : "NOT met")
 }' "$out/go"
+
+# 7. Transfers over HTTP (BenchmarkHTTPTransfers): the better of its two
+# closed-loop rounds as a ratio of the pgbench run right before it.
+awk '
+/^BenchmarkHTTPTransfers/ {
+  for (i = 2; i <= NF; i++) if ($i == "transfers_32_clients_pct_of_tpcb") p = $(i - 1)
+  seen = 1
+}
+END {
+  if (!seen) exit
+  printf "  transfers over HTTP, 32 clients in a closed loop: %.0f%% of TPC-B (target 50%%): %s\n", p, (p >= 50 ? "met" : "NOT met")
+}' "$out/go"
