@@ -67,8 +67,8 @@ func TestValidatorErrorShapes(t *testing.T) {
 	app := checkedApp(t, openapi.Spec)
 	long := strings.Repeat("u", 256)
 	for _, tc := range []struct{ method, path, body, want string }{
-		{"POST", "/v1/deposits", `{"asset":"BTC"}`,
-			`[{"loc":["body","external_user_id"],"msg":"Field required","type":"missing"}]`},
+		{"POST", "/v1/deposits", `{"external_user_id":"u"}`,
+			`[{"loc":["body","asset"],"msg":"Field required","type":"missing"}]`},
 		{"POST", "/v1/deposits", `{"external_user_id":"","asset":"BTC"}`,
 			`[{"loc":["body","external_user_id"],"msg":"String should have at least 1 characters","type":"string_too_short","input":"","ctx":{"min_length":1}}]`},
 		{"POST", "/v1/deposits", `{"external_user_id":"` + long + `","asset":"BTC"}`,
