@@ -1,6 +1,7 @@
 package deposit_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -31,6 +32,17 @@ func TestPlatformAccountDeposit(t *testing.T) {
 	got := e.reconcileTo(t, v.DepositID, deposit.StatusSettled)
 	require.Equal(t, "0.00250000", got.AmountCredited)
 	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	// The credit check the reconciliation runs finds the platform
+	// account's credit as it finds a user's: nothing to report.
+	found, err := deposit.CheckCredits(context.Background(), e.App.DB.Bun)
+	require.NoError(t, err)
+	require.Empty(t, found)
+	rep, err := e.App.Reconcile.RunFull(context.Background(), "on_demand")
+	require.NoError(t, err)
+	require.True(t, rep.LedgerConsistent, "the reconciliation's ledger check, with every module's check: %+v", rep)
+	for _, a := range rep.Alerts {
+		require.False(t, strings.HasPrefix(a, "deposits:") || strings.HasPrefix(a, "holds:"), "the reconciliation finds: %s", a)
+	}
 	for _, typ := range []string{"deposit.detected", "deposit.settled"} {
 		ev := e.events(t, typ, v.DepositID)
 		require.Len(t, ev, 1, typ)
