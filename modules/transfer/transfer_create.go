@@ -84,28 +84,30 @@ func (p CreateParams) check() error {
 	return fault.MergeValidation(errs...)
 }
 
-// assets reads every asset the legs name: an unknown one is 404, a
-// disabled one 422, each naming the first leg that uses it.
-func assets(ctx context.Context, idb bun.IDB, legs []LegParams) error {
-	store := asset.Store{DB: idb}
-	seen := map[string]bool{}
+// assets reads the assets once, in one statement: every asset the legs
+// name must exist (404) and be enabled (422), each refusal naming the
+// first leg that uses it. It returns every asset's decimals, for the
+// answer's amounts.
+func assets(ctx context.Context, idb bun.IDB, legs []LegParams) (map[string]int, error) {
+	all, err := (&asset.Store{DB: idb}).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byCode := make(map[string]asset.Asset, len(all))
+	dec := make(map[string]int, len(all))
+	for _, a := range all {
+		byCode[a.Code], dec[a.Code] = a, a.Decimals
+	}
 	for i, l := range legs {
-		if seen[l.Asset] {
-			continue
-		}
-		seen[l.Asset] = true
-		a, err := store.Get(ctx, l.Asset)
-		if errors.Is(err, asset.ErrUnknown) {
-			return fault.Wrap(fault.NotFound, fmt.Sprintf("legs[%d]: unknown asset %s", i, l.Asset), err)
-		}
-		if err != nil {
-			return err
+		a, ok := byCode[l.Asset]
+		if !ok {
+			return nil, fault.Wrap(fault.NotFound, fmt.Sprintf("legs[%d]: unknown asset %s", i, l.Asset), asset.ErrUnknown)
 		}
 		if !a.Enabled {
-			return fault.Wrap(fault.Invalid, fmt.Sprintf("legs[%d]: asset %s is disabled", i, l.Asset), asset.ErrDisabled)
+			return nil, fault.Wrap(fault.Invalid, fmt.Sprintf("legs[%d]: asset %s is disabled", i, l.Asset), asset.ErrDisabled)
 		}
 	}
-	return nil
+	return dec, nil
 }
 
 // Create makes a transfer: every leg moves, or none does. See the package
@@ -132,7 +134,8 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 			return s.answer(ctx, t)
 		}
 	}
-	if err := assets(ctx, s.DB, p.Legs); err != nil {
+	dec, err := assets(ctx, s.DB, p.Legs)
+	if err != nil {
 		return View{}, nil, err
 	}
 	if p.ClientReference != nil {
@@ -155,10 +158,6 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	for i, l := range p.Legs {
 		t.Legs[i] = Leg{TransferID: id, Index: i, Asset: l.Asset, FromPlatform: l.From.Platform, FromOwner: l.From.ID,
 			ToPlatform: l.To.Platform, ToOwner: l.To.ID, Amount: l.Amount}
-	}
-	dec, err := asset.Decimals(ctx, s.DB)
-	if err != nil {
-		return View{}, nil, err
 	}
 	v := render(t, dec)
 	body, err := json.Marshal(v)
