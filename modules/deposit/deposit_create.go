@@ -24,7 +24,7 @@ import (
 // CreateParams describe a deposit request.
 type CreateParams struct {
 	// ExternalUserID or PlatformAccount: exactly one is set (the caller
-	// checks it: ownerOf).
+	// checks it: ledger.OwnerOf).
 	ExternalUserID  string
 	PlatformAccount string
 	Asset           string

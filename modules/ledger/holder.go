@@ -1,6 +1,10 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+
+	"svc/platform/fault"
+)
 
 // MaxPlatformName is the longest platform account name.
 const MaxPlatformName = 64
@@ -69,3 +73,26 @@ func (h Holder) String() string {
 
 // HolderOf returns the holder that owns a materialized account.
 func HolderOf(a Account) Holder { return Holder{Platform: a.Kind.IsPlatform(), ID: a.Owner} }
+
+// OwnerOf reads who a deposit or a withdrawal is for from its request:
+// exactly one of external_user_id (a user) and platform_account (a
+// platform account), a 422 field error otherwise. It returns the one
+// given and "" for the other. The request's schema checks each one's form;
+// the platform account's name is checked again here for other callers.
+func OwnerOf(user, platform *string) (string, string, error) {
+	switch {
+	case user != nil && platform != nil:
+		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "value_error", Input: *platform,
+			Msg: "Give either external_user_id or platform_account, not both"})
+	case user == nil && platform == nil:
+		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "external_user_id"}, Type: "missing",
+			Msg: "Field required: external_user_id, or platform_account for a platform account"})
+	case platform != nil:
+		if !ValidPlatformName(*platform) {
+			return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "string_pattern_mismatch",
+				Input: *platform, Msg: "String should match pattern '^[a-z0-9_.:-]{1,64}$'"})
+		}
+		return "", *platform, nil
+	}
+	return *user, "", nil
+}

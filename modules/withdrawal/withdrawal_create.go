@@ -36,7 +36,7 @@ const MaxAmount = 1_000_000_000_000_000
 // CreateParams describe a withdrawal request.
 type CreateParams struct {
 	// ExternalUserID or PlatformAccount: exactly one is set (the caller
-	// checks it: ownerOf). A platform account's withdrawal always waits
+	// checks it: ledger.OwnerOf). A platform account's withdrawal always waits
 	// for an operator.
 	ExternalUserID  string
 	PlatformAccount string

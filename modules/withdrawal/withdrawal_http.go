@@ -48,7 +48,7 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claim
 // The request bodies. openapi.json states their fields, types and lengths
 // (httpapi.Validator); the handlers check only what it cannot say.
 type createRequest struct {
-	// Exactly one of the two (ownerOf); the schema says each one's form.
+	// Exactly one of the two (ledger.OwnerOf); the schema says each one's form.
 	ExternalUserID  *string `json:"external_user_id"`
 	PlatformAccount *string `json:"platform_account"`
 	Asset           string  `json:"asset"`
@@ -73,7 +73,7 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		return fault.Validation(fault.FieldError{Loc: []any{"body", "amount"}, Type: "less_than_equal",
 			Msg: fmt.Sprintf("amount must be at most %d smallest units", MaxAmount), Input: req.Amount})
 	}
-	user, platform, err := ownerOf(req.ExternalUserID, req.PlatformAccount)
+	user, platform, err := ledger.OwnerOf(req.ExternalUserID, req.PlatformAccount)
 	if err != nil {
 		return err
 	}
@@ -87,28 +87,6 @@ func (s *Service) handleCreate(c *fiber.Ctx) error {
 		_, body, err := s.Create(ctx, p, rec)
 		return body, err
 	})
-}
-
-// ownerOf reads whose money a withdrawal spends: exactly one of
-// external_user_id and platform_account, a 422 field error otherwise (the
-// schema checks each one's form, which ledger.ValidPlatformName repeats for
-// other callers).
-func ownerOf(user, platform *string) (string, string, error) {
-	switch {
-	case user != nil && platform != nil:
-		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "value_error", Input: *platform,
-			Msg: "Give either external_user_id or platform_account, not both"})
-	case user == nil && platform == nil:
-		return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "external_user_id"}, Type: "missing",
-			Msg: "Field required: external_user_id, or platform_account for a platform account"})
-	case platform != nil:
-		if !ledger.ValidPlatformName(*platform) {
-			return "", "", fault.Validation(fault.FieldError{Loc: []any{"body", "platform_account"}, Type: "string_pattern_mismatch",
-				Input: *platform, Msg: "String should match pattern '^[a-z0-9_.:-]{1,64}$'"})
-		}
-		return "", *platform, nil
-	}
-	return *user, "", nil
 }
 
 // idParam reads a path's withdrawal id; anything that is not one is an
