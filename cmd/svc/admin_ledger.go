@@ -18,7 +18,6 @@ import (
 	"svc/modules/hold"
 	"svc/modules/ledger"
 	"svc/modules/transfer"
-	"svc/modules/withdrawal"
 )
 
 // errLedgerInconsistent makes svc exit non-zero after the report is printed.
@@ -50,9 +49,9 @@ func adminLedgerCmd() *cobra.Command {
 				var r ledger.Report
 				var err error
 				if incremental {
-					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow)
+					r, err = ledger.CheckIncremental(cmd.Context(), a.DB.Bun, app.LedgerChecks...)
 				} else {
-					r, err = ledger.Check(cmd.Context(), a.DB.Bun, withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow)
+					r, err = ledger.Check(cmd.Context(), a.DB.Bun, app.LedgerChecks...)
 				}
 				if err != nil {
 					return err

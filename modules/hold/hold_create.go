@@ -104,7 +104,12 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	case errors.Is(err, idempotency.ErrLost):
 		return View{}, nil, fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 	case db.IsUniqueViolation(err, "holds_client_reference_key"):
-		return View{}, nil, s.referenceFree(ctx, *p.ClientReference)
+		// Another hold with the reference committed meanwhile: 409 naming
+		// it (holds are never deleted, so it is found).
+		if rerr := s.referenceFree(ctx, *p.ClientReference); rerr != nil {
+			return View{}, nil, rerr
+		}
+		return View{}, nil, err
 	case db.IsUniqueViolation(err, "holds_idempotency_key_key"):
 		if other, ok, lerr := idOf(ctx, s.DB, "idempotency_key", p.IdempotencyKey); lerr == nil && ok {
 			return View{}, nil, fault.Wrap(fault.Conflict, fmt.Sprintf("this Idempotency-Key already created hold %s", other), ErrKeyReused)

@@ -37,11 +37,15 @@ type Report struct {
 	// have fewer than two postings, that post to a missing account or one
 	// of another asset, and postings of no entry.
 	UnbalancedEntries []string `json:"unbalanced_entries"`
-	// NegativeBalances: user accounts below zero, stored or derived.
+	// NegativeBalances: owned accounts (users' and platform accounts')
+	// below zero, stored or derived.
 	NegativeBalances []string `json:"negative_balances"`
-	// HoldMismatches: user holds that differ from the gross of the
-	// withdrawals holding money, and withdrawals whose entries do not fit
-	// their status (filled by the WithdrawalCheck given to Check).
+	// HoldMismatches: the findings of the module checks given to Check
+	// (each a WithdrawalCheck): holds that differ from the gross of the
+	// withdrawals holding money and withdrawals whose entries do not fit
+	// their status (withdrawal.CheckHolds), escrow against the open escrow
+	// holds (hold.CheckEscrow), transfer entries against their legs
+	// (transfer.CheckLegs).
 	HoldMismatches []string `json:"hold_mismatches"`
 	// ByAsset counts the findings of the four lists (listed or not) by
 	// the asset they concern; the key "" counts those whose asset cannot

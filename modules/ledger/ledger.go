@@ -156,7 +156,7 @@ const (
 	Transfer AccountKind = "transfer"
 
 	// The accounts of money moved inside the platform (docs/transfers.md).
-	// Owned and materialized like the user's two.
+	// Owned and materialized like a user's available and hold accounts.
 	UserEscrow        AccountKind = "user_escrow"        // reserved by the user's open escrow holds
 	PlatformAvailable AccountKind = "platform_available" // a platform account's spendable money
 	PlatformHold      AccountKind = "platform_hold"      // reserved by the platform account's open withdrawals

@@ -24,11 +24,10 @@
 // (platform_account in place of external_user_id, PlatformAccountProof);
 // a verifier hashes 0xFF || name where a user's proof has the user's id.
 //
-// A snapshot's users counts the users alone, as it always has;
+// A snapshot's users counts the users alone;
 // platform_accounts counts the platform accounts' leaves. The tree has
 // users + platform_accounts leaves. The header stores users; the number of
-// leaves is read from the stored leaves (leavesColumn), so platform
-// accounts need no column of their own.
+// leaves is read from the stored leaves (leavesColumn).
 //
 // # Snapshots
 //

@@ -24,6 +24,12 @@ type reconcileArea struct {
 	liabilitiesArea
 }
 
+// LedgerChecks are the modules' checks that the ledger check runs beside
+// its own, in its snapshot: holds against open withdrawals, transfer
+// entries against their legs, escrow against open holds. svc admin ledger
+// check and the reconciliation run the same list.
+var LedgerChecks = []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow}
+
 func (a *App) initReconcile(context.Context) error {
 	c := a.Cfg
 	a.initLiabilities()
@@ -32,7 +38,7 @@ func (a *App) initReconcile(context.Context) error {
 		custody = append(custody, c.Tron.HotWallet)
 	}
 	a.Reconcile = &reconcile.Service{DB: a.DB.Bun, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
-		Checks: []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow}, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
+		Checks: LedgerChecks, Credits: deposit.CheckCredits, Leaving: withdrawal.LeavingCustody,
 		Liabilities: a.Liabilities,
 		Config: reconcile.Config{USDTAddresses: custody, HotWallet: c.Tron.HotWallet,
 			TRXAlertThreshold: c.Tron.TRXAlertThreshold * 1_000_000, SourceTimeout: max(c.BTCPay.Timeout, c.Tron.Timeout),
