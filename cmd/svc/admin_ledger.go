@@ -70,13 +70,15 @@ func adminLedgerCmd() *cobra.Command {
 func printCheck(out io.Writer, r ledger.Report) {
 	fmt.Fprintf(out, "checked %d accounts, %d entries, %d postings in %s\n", r.Accounts, r.Entries, r.Postings, r.Took.Round(time.Millisecond))
 	fmt.Fprintf(out, "covered: %s\n", r.Coverage)
-	var holds, escrow, legs []string
+	var holds, escrow, legs, sweeps []string
 	for _, s := range r.HoldMismatches {
 		switch {
 		case hold.IsEscrowFinding(s):
 			escrow = append(escrow, s)
 		case transfer.IsLegFinding(s):
 			legs = append(legs, s)
+		case ledger.IsSweepFinding(s):
+			sweeps = append(sweeps, s)
 		default:
 			holds = append(holds, s)
 		}
@@ -91,6 +93,7 @@ func printCheck(out io.Writer, r ledger.Report) {
 		{"holds vs open withdrawals", holds},
 		{"escrow vs open holds", escrow},
 		{"transfers vs their legs", legs},
+		{"platform accounts' shard sweeps", sweeps},
 		{"ignored records (beyond the snapshot or in the future)", r.IgnoredRecords},
 	} {
 		fmt.Fprintf(out, "%s: %d\n", sec.title, len(sec.list))

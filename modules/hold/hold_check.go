@@ -113,7 +113,8 @@ func checkLines(ctx context.Context, idb bun.IDB) ([]string, error) {
 	err := idb.NewRaw(`
 WITH e AS (
 SELECT e.id, e.kind::text AS kind, e.asset, e.source_ref,
-       (SELECT string_agg(a.kind::text || '(' || a.owner || ')' || p.amount, ' ' ORDER BY a.kind::text, a.owner, p.amount)
+       (SELECT string_agg(a.kind::text || '(' || CASE WHEN a.kind = 'platform_available' THEN split_part(a.owner, '#', 1) ELSE a.owner END || ')' || p.amount, ' '
+                          ORDER BY a.kind::text, CASE WHEN a.kind = 'platform_available' THEN split_part(a.owner, '#', 1) ELSE a.owner END, p.amount)
           FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id WHERE p.entry_id = e.id) AS actual
   FROM ledger_entries e
  WHERE e.kind IN ('escrow_hold', 'escrow_capture', 'escrow_release')),

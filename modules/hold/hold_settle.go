@@ -69,7 +69,7 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 					Msg: fmt.Sprintf("%s is the hold's payer: a capture pays other accounts, and the rest returns to the payer by itself", payer)})
 			}
 			sum += l.Amount
-			refs = append(refs, ledger.AccountRef{Asset: h.Asset, Account: l.To.Available()})
+			refs = append(refs, ledger.AccountRef{Asset: h.Asset, Account: l.To.CreditAccount(h.ID.String())})
 			ls = append(ls, ledger.CaptureLeg{To: l.To, Amount: l.Amount})
 			rows = append(rows, CaptureRow{HoldID: h.ID, Seq: i + 1, ToPlatform: l.To.Platform, ToID: l.To.ID, Amount: l.Amount})
 		}

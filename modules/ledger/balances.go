@@ -52,11 +52,31 @@ var balancesSQL = map[bool]string{false: balancesOf(UserHolder("")), true: balan
 
 func balancesOf(h Holder) string {
 	k := h.kinds()
+	if h.Platform {
+		// $1 is every shard's owner (ShardOwners): the available balance
+		// is their sum.
+		return fmt.Sprintf(`
+SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
+  FROM assets a
+  LEFT JOIN (SELECT asset, kind, sum(balance)::bigint AS balance FROM ledger_accounts
+              WHERE owner = ANY($1::text[]) AND kind IN ('%s', '%s', '%s')
+              GROUP BY asset, kind) b ON b.asset = a.asset
+ ORDER BY a.asset`, k[0], k[1], k[2])
+	}
 	return fmt.Sprintf(`
 SELECT a.asset, a.decimals, a.enabled, b.kind, coalesce(b.balance, 0)
   FROM assets a
   LEFT JOIN ledger_accounts b ON b.owner = $1 AND b.asset = a.asset AND b.kind IN ('%s', '%s', '%s')
  ORDER BY a.asset`, k[0], k[1], k[2])
+}
+
+// ownerArg is the owner parameter of a holder's reads: a user's id, or
+// every owner of a platform account's shards.
+func ownerArg(h Holder) any {
+	if h.Platform {
+		return ShardOwners(h.ID)
+	}
+	return h.ID
 }
 
 // HolderBalances is Balances for a user or a platform account: Held is
@@ -67,7 +87,7 @@ func HolderBalances(ctx context.Context, idb bun.IDB, h Holder) ([]Balance, erro
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, balancesSQL[h.Platform], h.ID)
+	rows, err := q.QueryContext(ctx, balancesSQL[h.Platform], ownerArg(h))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: balances: %w", err)
 	}
@@ -175,7 +195,7 @@ func Transactions(ctx context.Context, idb bun.IDB, tq TransactionsQuery) ([]Tra
 	// one page of 51 at a million postings) over the ordered index scan
 	// that stops at the page's end. Bounded by b, either plan reads at
 	// most one page of rows.
-	rows, err := q.QueryContext(ctx, transactionsSQL[tq.Platform], tq.ExternalUserID, tq.Asset, cursor, tq.Limit+1)
+	rows, err := q.QueryContext(ctx, transactionsSQL[tq.Platform], ownerArg(Holder{Platform: tq.Platform, ID: tq.ExternalUserID}), tq.Asset, cursor, tq.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: transactions: %w", err)
 	}
@@ -200,21 +220,27 @@ var transactionsSQL = map[bool]string{false: transactionsOf(UserHolder("")), tru
 
 func transactionsOf(h Holder) string {
 	k := h.kinds()
+	// A platform account's: every shard's postings ($1 is ShardOwners)
+	// but the sweeps', which move money between its own shards.
+	owner, notSweep := "acc.owner = $1", ""
+	if h.Platform {
+		owner, notSweep = "acc.owner = ANY($1::text[])", " AND entry_kind <> 'shard_sweep'"
+	}
 	return fmt.Sprintf(`
 SELECT p.id, p.entry_id, p.entry_kind, acc.asset, acc.kind, p.amount, p.entry_ref, coalesce(p.entry_memo, ''), p.entry_at
   FROM ledger_accounts acc
  CROSS JOIN LATERAL (
         SELECT min(id) AS low FROM (
                SELECT id FROM ledger_postings
-                WHERE account_id = acc.id AND id < $3
+                WHERE account_id = acc.id AND id < $3%[4]s
                 ORDER BY id DESC LIMIT $4) k) b
  CROSS JOIN LATERAL (
         SELECT id, entry_id, amount, entry_kind, entry_ref, entry_memo, entry_at FROM ledger_postings
-         WHERE account_id = acc.id AND id < $3 AND id >= b.low
+         WHERE account_id = acc.id AND id < $3 AND id >= b.low%[4]s
          ORDER BY id DESC LIMIT $4) p
- WHERE acc.owner = $1 AND acc.kind IN ('%s', '%s', '%s') AND ($2::text = '' OR acc.asset = $2::text)
+ WHERE %[5]s AND acc.kind IN ('%[1]s', '%[2]s', '%[3]s') AND ($2::text = '' OR acc.asset = $2::text)
  ORDER BY p.id DESC
- LIMIT $4`, k[0], k[1], k[2])
+ LIMIT $4`, k[0], k[1], k[2], notSweep, owner)
 }
 
 // Totals are one asset's ledger balances in smallest units, each in its

@@ -27,12 +27,14 @@ import (
 //	transfer_spread  one transaction: PostTransferLeg between two random
 //	                 users
 //	transfer_hot     the same, every leg from a random user to the
-//	                 platform account "revenue" (its one available row)
+//	                 platform account "revenue" (one of its shards,
+//	                 ledger.PlatformShards)
 //	trade            one transaction: LockAccounts on the four accounts,
 //	                 then a BTC leg from A to B and a USDT_TRC20 leg from B
 //	                 to A, between random users
 //	hold_capture     PostEscrowHold in one transaction; then, in a second,
-//	                 LockAccounts on the four accounts it touches,
+//	                 LockAccounts on the four accounts it touches
+//	                 (commission's: the shard the capture credits),
 //	                 PostEscrowCapture to a seller and the platform account
 //	                 "commission", and PostEscrowRelease of the rest (one
 //	                 operation: both transactions)
@@ -49,6 +51,9 @@ func BenchmarkInside(b *testing.B) {
 	for _, a := range insideAssets {
 		bulkDeposits(b, d, a, "bench-", benchUsers, benchUsers, 1_000_000_000)
 	}
+	// The platform accounts exist, as in steady state (their first credits
+	// create their shards: createPlatformAccounts).
+	createPlatformAccounts(b, d, insideAssets, "revenue", "commission")
 	const writers = 32
 	var spread float64 // transfer_spread's ops/s in this run
 	for _, sc := range insideScenarios {
@@ -135,7 +140,7 @@ var insideScenarios = []insideScenario{
 			n2, err := insideTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
 				if err := ledger.LockAccounts(ctx, tx, []ledger.AccountRef{
 					{Asset: "BTC", Account: payer.Escrow()}, {Asset: "BTC", Account: payer.Available()},
-					{Asset: "BTC", Account: seller.Available()}, {Asset: "BTC", Account: commission.Available()},
+					{Asset: "BTC", Account: seller.Available()}, {Asset: "BTC", Account: commission.CreditAccount(ref)},
 				}); err != nil {
 					return err
 				}
@@ -329,6 +334,7 @@ func BenchmarkInsideHot(b *testing.B) {
 	d := newDBAs(b, 40, dbtest.OwnerURL)
 	ctx := context.Background()
 	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
+	createPlatformAccounts(b, d, []string{"BTC"}, "revenue", "commission")
 	const writers = 32
 	var spread, spreadPipelined float64
 	for _, sc := range append([]insideScenario{insideScenarios[0], insideScenarios[1]}, append(hotCandidates, insideScenarios[3])...) {

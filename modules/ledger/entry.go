@@ -78,6 +78,12 @@ func (a Account) validate() error {
 	if !a.Kind.Valid() {
 		return fmt.Errorf("unknown account kind %q", a.Kind)
 	}
+	if a.Kind == PlatformAvailable {
+		if !validShardOwner(a.Owner) {
+			return fmt.Errorf("%s needs a platform account name of 1 to %d characters of [a-z0-9_.:-], or a shard's name#k", a.Kind, MaxPlatformName)
+		}
+		return nil
+	}
 	if a.Kind.IsPlatform() {
 		if !ValidPlatformName(a.Owner) {
 			return fmt.Errorf("%s needs a platform account name of 1 to %d characters of [a-z0-9_.:-]", a.Kind, MaxPlatformName)

@@ -2,6 +2,9 @@ package ledger
 
 import (
 	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
 
 	"svc/platform/fault"
 )
@@ -71,8 +74,98 @@ func (h Holder) String() string {
 	return fmt.Sprintf("user %q", h.ID)
 }
 
-// HolderOf returns the holder that owns a materialized account.
-func HolderOf(a Account) Holder { return Holder{Platform: a.Kind.IsPlatform(), ID: a.Owner} }
+// HolderOf returns the holder that owns a materialized account (a shard's
+// holder is its platform account).
+func HolderOf(a Account) Holder {
+	if a.Kind.IsPlatform() {
+		return Holder{Platform: true, ID: PlatformName(a.Owner)}
+	}
+	return Holder{ID: a.Owner}
+}
+
+// A platform account's available balance is kept in PlatformShards rows
+// per asset, so that the credits of many concurrent transfers and
+// captures (every purchase paying one revenue account) do not queue on
+// one row: shard 0 is the account's own row (owner = its name) and shard k
+// (1 <= k < PlatformShards) the row whose owner is name#k ('#' is outside
+// the names' alphabet, so no name is ever a shard). Each shard is an
+// ordinary materialized account under every database guard (never
+// negative, its balance_after chain, append-only). The balance is the sum
+// of the shards.
+//
+//   - A credit of a transfer leg or a capture goes to one shard, chosen
+//     from the fact's source_ref (CreditAccount): a replay posts to the
+//     same one, and concurrent credits spread over all of them.
+//   - Every other credit (a deposit, a release) and every debit is shard
+//     0's. A platform account's debit locks the account with all its
+//     shards first (LockAccounts), and, when shard 0 cannot cover it,
+//     sweeps the other shards into shard 0 (shard_sweep entries) before
+//     it posts: it is refused only when the whole balance cannot cover it.
+//   - When one of an account's available rows is created (its first
+//     credit in an asset), all its shards are, with balance 0: no shard
+//     appears later, so every lock of them is taken in the one order.
+//   - Reads sum the shards (balances, the platform accounts' list, the
+//     proof of liabilities); histories list every shard's postings but
+//     the sweeps, which move nothing in or out of the account. The ledger
+//     check finds a shard_sweep entry that is not one (CheckSweeps).
+//
+// docs/performance.md ("The hot account") has the measurements that chose
+// 64.
+const PlatformShards = 64
+
+// shardSep separates a platform account's name from its shard number in a
+// shard's owner.
+const shardSep = "#"
+
+// PlatformName is the platform account a platform account's owner (its
+// name, or a shard's name#k) belongs to.
+func PlatformName(owner string) string {
+	if i := strings.Index(owner, shardSep); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
+// shardOwner is the owner of shard k of the platform account name.
+func shardOwner(name string, k int) string {
+	if k == 0 {
+		return name
+	}
+	return name + shardSep + strconv.Itoa(k)
+}
+
+// ShardOwners lists the owners of the platform account name's available
+// shards, shard 0 (the name) first.
+func ShardOwners(name string) []string {
+	out := make([]string, PlatformShards)
+	for k := range out {
+		out[k] = shardOwner(name, k)
+	}
+	return out
+}
+
+// validShardOwner reports a platform_available owner: a name, or a name's
+// shard name#k with 1 <= k < PlatformShards written without leading zeros.
+func validShardOwner(owner string) bool {
+	name, k, ok := strings.Cut(owner, shardSep)
+	if !ok {
+		return ValidPlatformName(owner)
+	}
+	n, err := strconv.Atoi(k)
+	return err == nil && ValidPlatformName(name) && n >= 1 && n < PlatformShards && strconv.Itoa(n) == k
+}
+
+// CreditAccount is the account a credit of h's available balance for the
+// fact sourceRef (a transfer leg, a capture) posts to: a user's available
+// account, or one of a platform account's shards chosen from sourceRef.
+func (h Holder) CreditAccount(sourceRef string) Account {
+	if !h.Platform {
+		return h.Available()
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(sourceRef))
+	return Account{Kind: PlatformAvailable, Owner: shardOwner(h.ID, int(f.Sum32()%PlatformShards))}
+}
 
 // OwnerOf reads who a deposit or a withdrawal is for from its request:
 // exactly one of external_user_id (a user) and platform_account (a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 )
 
@@ -19,9 +20,10 @@ import (
 const MaxCaptureLegs = maxLines - 1
 
 // PostTransferLeg posts one leg of a transfer (transfer): from's available
-// -amount, to's available +amount. sourceRef names the transfer and the
-// leg. A debit that does not fit is an *InsufficientFundsError naming
-// from's account; nothing is written.
+// -amount, to's available +amount (to.CreditAccount(sourceRef): a
+// platform account's shard). sourceRef names the transfer and the leg. A
+// debit that does not fit is an *InsufficientFundsError naming from's
+// account; nothing is written.
 func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Holder, amount int64, sourceRef, memo string) (Posted, error) {
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: transfer amount must be positive, got %d", ErrInvalidEntry, amount)
@@ -29,9 +31,9 @@ func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Ho
 	if from == to {
 		return Posted{}, fmt.Errorf("%w: a transfer from %s to itself", ErrInvalidEntry, from)
 	}
-	return Post(ctx, idb, Entry{Kind: TransferEntry, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+	return postDebiting(ctx, idb, from, Entry{Kind: TransferEntry, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
 		{Account: from.Available(), Amount: -amount},
-		{Account: to.Available(), Amount: amount},
+		{Account: to.CreditAccount(sourceRef), Amount: amount},
 	}})
 }
 
@@ -42,7 +44,7 @@ func PostEscrowHold(ctx context.Context, idb bun.IDB, asset string, payer Holder
 	if amount <= 0 {
 		return Posted{}, fmt.Errorf("%w: hold amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
-	return Post(ctx, idb, Entry{Kind: EscrowHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+	return postDebiting(ctx, idb, payer, Entry{Kind: EscrowHold, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
 		{Account: payer.Available(), Amount: -amount},
 		{Account: payer.Escrow(), Amount: amount},
 	}})
@@ -56,7 +58,8 @@ type CaptureLeg struct {
 
 // PostEscrowCapture pays the captured part of the hold sourceRef from the
 // payer's escrow to its recipients (escrow_capture): escrow -sum, each
-// recipient's available +its amount. 1 to MaxCaptureLegs legs, each
+// recipient's available +its amount (CreditAccount(sourceRef): a platform
+// account's shard). 1 to MaxCaptureLegs legs, each
 // positive, to distinct recipients other than the payer.
 //
 // The ledger keeps one escrow account per holder and asset, shared by the
@@ -82,7 +85,7 @@ func PostEscrowCapture(ctx context.Context, idb bun.IDB, asset string, payer Hol
 			return Posted{}, fmt.Errorf("%w: capture amounts overflow", ErrInvalidEntry)
 		}
 		lines[0].Amount -= l.Amount
-		lines = append(lines, Line{Account: l.To.Available(), Amount: l.Amount})
+		lines = append(lines, Line{Account: l.To.CreditAccount(sourceRef), Amount: l.Amount})
 	}
 	return Post(ctx, idb, Entry{Kind: EscrowCapture, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: lines})
 }
@@ -115,12 +118,19 @@ type AccountRef struct {
 // instead of deadlocking, whichever order their legs name the accounts in.
 // (A single Post needs none of this: it locks its own accounts in the same
 // order.) System accounts are never locked; refs naming one are refused.
+//
+// A platform account's available account (shard 0) is locked with all its
+// shards, so that a debit that gathers them (gather) waits for nothing
+// more. A credit names the one shard it posts to (Holder.CreditAccount).
+// Whenever one of a platform account's available rows is created, all
+// PlatformShards are (here and in Post), so that no shard appears after a
+// lock: the missing ones are created first, without being locked, before
+// anything is locked.
 func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	sorted := append([]AccountRef(nil), refs...)
-	for _, r := range sorted {
+	for _, r := range refs {
 		if !r.Account.Kind.Materialized() {
 			return fmt.Errorf("%w: lock %s %s: only owned accounts are locked", ErrInvalidEntry, r.Asset, r.Account)
 		}
@@ -128,8 +138,47 @@ func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 			return fmt.Errorf("%w: lock %s: %v", ErrInvalidEntry, r.Asset, err)
 		}
 	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
+	var (
+		all  = make([]AccountRef, 0, len(refs))
+		seen = make(map[AccountRef]bool, len(refs))
+	)
+	add := func(r AccountRef) {
+		if !seen[r] {
+			seen[r] = true
+			all = append(all, r)
+		}
+	}
+	for _, r := range refs {
+		add(r)
+		if r.Account.Kind == PlatformAvailable && PlatformName(r.Account.Owner) == r.Account.Owner {
+			for _, o := range ShardOwners(r.Account.Owner)[1:] {
+				add(AccountRef{Asset: r.Asset, Account: Account{Kind: PlatformAvailable, Owner: o}})
+			}
+		}
+	}
+	// The shards of a platform account of which a shard is named (not
+	// shard 0), created first if the account does not exist yet: each
+	// named shard probes its own row, and the family is every other shard.
+	var famAssets, famOwners, famProbes []string
+	probed := map[AccountRef]bool{}
+	for _, r := range refs {
+		if r.Account.Kind != PlatformAvailable {
+			continue
+		}
+		name := PlatformName(r.Account.Owner)
+		base := AccountRef{Asset: r.Asset, Account: Account{Kind: PlatformAvailable, Owner: name}}
+		if seen[base] || probed[base] {
+			continue // shard 0 named (every shard is locked), or done
+		}
+		probed[base] = true
+		for _, o := range ShardOwners(name) {
+			if ref := (AccountRef{Asset: r.Asset, Account: Account{Kind: PlatformAvailable, Owner: o}}); !seen[ref] {
+				famAssets, famOwners, famProbes = append(famAssets, r.Asset), append(famOwners, o), append(famProbes, r.Account.Owner)
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
 		if a.Asset != b.Asset {
 			return a.Asset < b.Asset
 		}
@@ -138,12 +187,9 @@ func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 		}
 		return a.Account.Kind < b.Account.Kind
 	})
-	assets, kinds, owners := make([]string, 0, len(sorted)), make([]string, 0, len(sorted)), make([]string, 0, len(sorted))
-	for i, r := range sorted {
-		if i > 0 && r == sorted[i-1] {
-			continue
-		}
-		assets, kinds, owners = append(assets, r.Asset), append(kinds, string(r.Account.Kind)), append(owners, r.Account.Owner)
+	assets, kinds, owners := make([]string, len(all)), make([]string, len(all)), make([]string, len(all))
+	for i, r := range all {
+		assets[i], kinds[i], owners[i] = r.Asset, string(r.Account.Kind), r.Account.Owner
 	}
 	q, err := sqlOf(idb)
 	if err != nil {
@@ -154,14 +200,156 @@ func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 	// trigger fires), in the order of the database's own sort, the same
 	// collation the posting statement locks in. An unknown asset fails
 	// the foreign key: check assets before.
-	_, err = q.ExecContext(ctx, `
+	if len(famOwners) == 0 {
+		_, err = q.ExecContext(ctx, lockSQL, assets, kinds, owners)
+	} else {
+		_, err = q.ExecContext(ctx, lockWithShardsSQL, assets, kinds, owners, famAssets, famOwners, famProbes)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: lock %d accounts: %w", len(assets), err)
+	}
+	return nil
+}
+
+const lockSQL = `
 INSERT INTO ledger_accounts (asset, kind, owner, balance)
 SELECT v.asset, v.kind, v.owner, 0
   FROM unnest($1::text[], $2::text[], $3::text[]) AS v (asset, kind, owner)
  ORDER BY v.asset, v.owner, v.kind
-ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance`, assets, kinds, owners)
+ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance`
+
+// lockWithShardsSQL is lockSQL that first creates the missing shards
+// ($4, $5) of the platform accounts of the shards it locks, those it does
+// not lock (the statement's own upsert creates those): each only when the
+// shard named ($6) does not exist, one probe of the index. DO NOTHING
+// locks nothing; it waits only for a transaction that is creating the same
+// row, and it runs before the first lock (the InitPlan that reads it), so
+// that the wait holds no lock of this statement.
+const lockWithShardsSQL = `
+WITH missing AS (
+    SELECT p.asset, p.probe FROM (SELECT DISTINCT asset, probe FROM unnest($4::text[], $6::text[]) AS u (asset, probe)) p
+     WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts x WHERE x.owner = p.probe AND x.asset = p.asset AND x.kind = 'platform_available')),
+family AS (
+    INSERT INTO ledger_accounts (asset, kind, owner, balance)
+    SELECT f.asset, 'platform_available', f.owner, 0
+      FROM unnest($4::text[], $5::text[], $6::text[]) AS f (asset, owner, probe)
+      JOIN missing m ON m.asset = f.asset AND m.probe = f.probe
+     ORDER BY f.asset, f.owner
+    ON CONFLICT (owner, asset, kind) DO NOTHING
+    RETURNING 1)
+INSERT INTO ledger_accounts (asset, kind, owner, balance)
+SELECT v.asset, v.kind, v.owner, 0
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS v (asset, kind, owner)
+ WHERE (SELECT count(*) FROM family) >= 0
+ ORDER BY v.asset, v.owner, v.kind
+ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance`
+
+// postDebiting posts e, which debits payer's available account (shard 0).
+// A platform account's debit first locks every account of the entry with
+// LockAccounts (the payer's shards with them, in the one global order),
+// then, when shard 0 cannot cover the debit, gathers the shards into it:
+// the debit is refused only when the account's whole balance cannot cover
+// it. Locking everything first keeps the order: a gather after the
+// posting had locked the payee's account would lock the shards after it.
+func postDebiting(ctx context.Context, idb bun.IDB, payer Holder, e Entry) (Posted, error) {
+	if !payer.Platform {
+		return Post(ctx, idb, e)
+	}
+	if _, inTx := idb.(bun.Tx); !inTx {
+		// The locks must hold from the gather to the posting.
+		var p Posted
+		err := idb.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			p, err = postDebiting(ctx, tx, payer, e)
+			return err
+		})
+		return p, err
+	}
+	if err := e.Validate(); err != nil {
+		return Posted{}, err
+	}
+	var (
+		refs []AccountRef
+		need int64
+	)
+	for _, l := range e.Lines {
+		if l.Account.Kind.Materialized() {
+			refs = append(refs, AccountRef{Asset: e.Asset, Account: l.Account})
+		}
+		if l.Account == payer.Available() && l.Amount < 0 {
+			need = -l.Amount
+		}
+	}
+	if err := LockAccounts(ctx, idb, refs); err != nil {
+		return Posted{}, err
+	}
+	if err := gather(ctx, idb, e.Asset, payer.ID, need); err != nil {
+		return Posted{}, err
+	}
+	return Post(ctx, idb, e)
+}
+
+// gather moves the balances of the platform account name's shards of
+// asset into shard 0, its own row (shard_sweep entries, at most
+// MaxCaptureLegs shards each), when shard 0 holds less than need. It
+// locks shard 0 and every shard in one statement, in the global order
+// (postDebiting locked them already). The sweeps move nothing in or out
+// of the account: its balance, the sum of its shards, is unchanged.
+func gather(ctx context.Context, idb bun.IDB, asset, name string, need int64) error {
+	q, err := sqlOf(idb)
 	if err != nil {
-		return fmt.Errorf("ledger: lock %d accounts: %w", len(assets), err)
+		return err
+	}
+	rows, err := q.QueryContext(ctx, `
+SELECT owner, balance FROM ledger_accounts
+ WHERE asset = $1::text AND kind = 'platform_available' AND owner = ANY($2::text[])
+ ORDER BY owner FOR UPDATE`, asset, ShardOwners(name))
+	if err != nil {
+		return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
+	}
+	var (
+		own  int64
+		full []Line // the shards other than 0 with money
+	)
+	for rows.Next() {
+		var (
+			owner string
+			bal   int64
+		)
+		if err := rows.Scan(&owner, &bal); err != nil {
+			rows.Close()
+			return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
+		}
+		switch {
+		case owner == name:
+			own = bal
+		case bal > 0:
+			full = append(full, Line{Account: Account{Kind: PlatformAvailable, Owner: owner}, Amount: -bal})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
+	}
+	if own >= need {
+		return nil
+	}
+	for len(full) > 0 {
+		n := min(len(full), MaxCaptureLegs)
+		lines := append([]Line(nil), full[:n]...)
+		full = full[n:]
+		var sum int64
+		for _, l := range lines {
+			sum -= l.Amount
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
+		}
+		lines = append(lines, Line{Account: Account{Kind: PlatformAvailable, Owner: name}, Amount: sum})
+		if _, err := Post(ctx, idb, Entry{Kind: ShardSweep, Asset: asset, SourceRef: "sweep:" + id.String(),
+			Memo: "the shards of " + name + " gathered for a debit", Lines: lines}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func TestMoneyMovesInside(t *testing.T) {
 	require.Equal(t, ledger.TransferEntry, p.Kind)
 	require.Equal(t, buyer.Available(), p.Postings[0].Account)
 	require.Equal(t, int64(-1_000), p.Postings[0].Amount)
-	require.Equal(t, revenue.Available(), p.Postings[1].Account)
+	require.Equal(t, revenue.CreditAccount("tr-1:0"), p.Postings[1].Account)
 	replay, err := post(func(ctx context.Context, tx bun.Tx) (ledger.Posted, error) {
 		return ledger.PostTransferLeg(ctx, tx, "BTC", buyer, revenue, 1_000, "tr-1:0", "entry fee")
 	})
@@ -216,6 +216,10 @@ func TestPlatformAccountsUnderTheGuards(t *testing.T) {
 		{"NegativePlatformBalance", `UPDATE ledger_accounts SET balance = -1 WHERE kind = 'platform_available'`, "ledger_accounts_balance_nonneg"},
 		{"OpenedWithMoney", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_available', 'prizes', 5)`, "postings"},
 		{"BadName", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_available', 'Prizes!', 0)`, "ledger_accounts_owner"},
+		{"ShardOutOfRange", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_available', 'revenue#64', 0)`, "ledger_accounts_owner"},
+		{"ShardZeroSpelled", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_available', 'revenue#0', 0)`, "ledger_accounts_owner"},
+		{"ShardLeadingZero", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_available', 'revenue#07', 0)`, "ledger_accounts_owner"},
+		{"ShardOfAHold", `INSERT INTO ledger_accounts (asset, kind, owner, balance) VALUES ('BTC', 'platform_hold', 'revenue#1', 0)`, "ledger_accounts_owner"},
 		{"NotMaterialized", `INSERT INTO ledger_accounts (asset, kind, owner) VALUES ('BTC', 'platform_escrow', 'prizes')`, "ledger_accounts_materialized"},
 		{"RenamedAccount", `UPDATE ledger_accounts SET owner = 'other' WHERE kind = 'platform_available'`, ""},
 	} {

@@ -67,6 +67,10 @@
 //	                       recipient r (C the sum of the c_r)
 //	escrow_release      R: escrow(p) -R, available(p) +R  (the rest after a
 //	                       capture, or all of it on a void or an expiry)
+//	shard_sweep            platform_available(name#k) -b_k for each shard k
+//	                       with money, platform_available(name) +sum b_k
+//	                       (Gather: a platform account's shards, see
+//	                       PlatformShards)
 //	correction             any balanced lines, with a memo saying why
 //	                       (an operator's: BookCorrection, CorrectionAllowed)
 //	correction (transfer)  X from asset A to asset B, network fee NF, two
@@ -243,12 +247,16 @@ const (
 	// EscrowRelease: the rest of a hold (after a capture) or all of it (void,
 	// expiry) returned from reserved to available (source_ref: the hold id).
 	EscrowRelease EntryKind = "escrow_release"
+	// ShardSweep: a platform account's shards gathered into its own row
+	// before a debit (Gather; source_ref "sweep:<uuid>"). It moves nothing
+	// in or out of the account, and no history lists it.
+	ShardSweep EntryKind = "shard_sweep"
 )
 
 // EntryKinds lists every entry kind.
 func EntryKinds() []EntryKind {
 	return []EntryKind{DepositCredit, WithdrawalHold, WithdrawalRelease, PayoutBroadcast, PayoutSettle, Correction,
-		TransferEntry, EscrowHold, EscrowCapture, EscrowRelease}
+		TransferEntry, EscrowHold, EscrowCapture, EscrowRelease, ShardSweep}
 }
 
 // Valid reports one of the known kinds.

@@ -32,7 +32,7 @@ func PlaceHold(ctx context.Context, idb bun.IDB, asset string, owner Holder, amo
 	if err != nil {
 		return Posted{}, err
 	}
-	return Post(ctx, idb, e)
+	return postDebiting(ctx, idb, owner, e)
 }
 
 // HoldEntry is the entry PlaceHold posts, for a caller that queues it with

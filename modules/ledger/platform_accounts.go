@@ -37,18 +37,24 @@ func PlatformAccounts(ctx context.Context, idb bun.IDB, after string, limit int)
 		return nil, nil, err
 	}
 	// The names from the partial index of platform accounts (migration
-	// 0043), then each name's accounts from the unique (owner, asset,
-	// kind) index.
+	// 0043): the accounts' own rows, not their shards' (a shard's row
+	// exists only with its account's, PlatformShards). Then each name's
+	// accounts from the unique (owner, asset, kind) index, the available
+	// balance summed over the shards.
 	rows, err := q.QueryContext(ctx, `
 WITH names AS (
     SELECT DISTINCT owner FROM ledger_accounts
-     WHERE kind = 'platform_available' AND owner > $1::text
+     WHERE kind = 'platform_available' AND owner > $1::text AND strpos(owner, '#') = 0
      ORDER BY owner LIMIT $2)
-SELECT n.owner, a.asset, s.decimals, a.kind, a.balance
+SELECT n.owner, a.asset, s.decimals, a.kind, sum(a.balance)::bigint
   FROM names n
-  JOIN ledger_accounts a ON a.owner = n.owner AND a.kind IN ('platform_available', 'platform_hold', 'platform_escrow')
+  JOIN ledger_accounts a ON a.owner = ANY (ARRAY(
+           SELECT n.owner || CASE WHEN k = 0 THEN '' ELSE '#' || k END FROM generate_series(0, $3::int - 1) AS k))
+   AND a.kind IN ('platform_available', 'platform_hold', 'platform_escrow')
+   AND (a.kind = 'platform_available' OR a.owner = n.owner)
   JOIN assets s ON s.asset = a.asset
- ORDER BY n.owner, a.asset`, after, limit+1)
+ GROUP BY n.owner, a.asset, s.decimals, a.kind
+ ORDER BY n.owner, a.asset`, after, limit+1, PlatformShards)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger: platform accounts: %w", err)
 	}

@@ -261,11 +261,15 @@ SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, 
 // The statement's CTEs, in the order their data dependencies force:
 //
 //	existing  the entry already stored under (kind, source_ref), if any
+//	fN        per credit of a platform account's available row that does
+//	          not exist yet: the account's other shards, before any lock
 //	lk        (two or more user accounts) lock them in (owner, kind) order
 //	aN        per user debit: the guarded UPDATE, skipped on replay
 //	ok        no replay and every debit fitted; some but not all fitting
 //	          raises, so a partial debit can never survive
 //	aN        per user credit: upsert the account and add, only if ok
+//	fN        per credit of a platform account's available row that does
+//	          not exist yet: the account's other shards, only if ok
 //	e         the entry, only if ok
 //	p         the postings, in line order, only if e
 //
@@ -292,6 +296,41 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 			users = append(users, i)
 		}
 	}
+	// A credit of a platform account's available row (its own or a
+	// shard's) that does not exist yet creates the account's other shards
+	// first (DO NOTHING: an existing row is neither locked nor changed),
+	// so that once an account exists in an asset all its shards do and no
+	// later statement creates one (PlatformShards): LockAccounts and lk
+	// then lock only rows that exist, in the one order. It runs before
+	// this statement locks anything (lk, or the credit, reads it), so a
+	// wait for another statement creating the same rows holds no lock of
+	// this one. The NOT EXISTS probe makes it one index lookup once the
+	// account exists.
+	named := make(map[Account]bool, len(e.Lines))
+	for _, l := range e.Lines {
+		named[l.Account] = true
+	}
+	famRef := map[int]string{}
+	var famRefs []string
+	for _, i := range users {
+		l := e.Lines[i]
+		if l.Amount < 0 || l.Account.Kind != PlatformAvailable {
+			continue
+		}
+		var family []string
+		for _, o := range ShardOwners(PlatformName(l.Account.Owner)) {
+			if !named[Account{Kind: PlatformAvailable, Owner: o}] {
+				family = append(family, o)
+			}
+		}
+		ctes = append(ctes, fmt.Sprintf(`f%d AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
+    SELECT $2::text, 'platform_available', f.owner, 0 FROM unnest(%s::text[]) AS f (owner)
+     WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts x WHERE x.owner = %s::text AND x.asset = $2::text AND x.kind = 'platform_available')
+     ORDER BY f.owner
+    ON CONFLICT (owner, asset, kind) DO NOTHING RETURNING 1)`, i, arg(family), owners[i]))
+		famRef[i] = fmt.Sprintf(" AND (SELECT count(*) FROM f%d) >= 0", i)
+		famRefs = append(famRefs, famRef[i])
+	}
 	lockRef := ""
 	if len(users) >= 2 {
 		keys := make([]string, len(users))
@@ -301,8 +340,9 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		// The rows are locked in the order the database sorts them, the
 		// same for every posting, so two entries on the same accounts wait
 		// for each other instead of deadlocking.
-		ctes = append(ctes, fmt.Sprintf(`lk AS (SELECT id FROM ledger_accounts WHERE asset = $2::text AND (owner, kind) IN (%s) ORDER BY owner, kind FOR UPDATE)`,
-			strings.Join(keys, ", ")))
+		ctes = append(ctes, fmt.Sprintf(`lk AS (SELECT id FROM ledger_accounts WHERE asset = $2::text AND (owner, kind) IN (%s)%s ORDER BY owner, kind FOR UPDATE)`,
+			strings.Join(keys, ", "), strings.Join(famRefs, "")))
+		famRef = nil // lk read them
 		lockRef = ` AND (SELECT count(*) FROM lk) >= 0`
 	}
 	notReplay := " AND NOT EXISTS (SELECT 1 FROM existing)"
@@ -360,9 +400,9 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		}
 		name := fmt.Sprintf("a%d", i)
 		ctes = append(ctes, fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
-    SELECT $2::text, '%s', %s::text, %s::bigint FROM ok WHERE ok.ok
+    SELECT $2::text, '%s', %s::text, %s::bigint FROM ok WHERE ok.ok%s
     ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance
-    RETURNING id, balance)`, name, l.Account.Kind, owners[i], arg(l.Amount)))
+    RETURNING id, balance)`, name, l.Account.Kind, owners[i], arg(l.Amount), famRef[i]))
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 	}
 	ctes = append(ctes, `e AS (INSERT INTO ledger_entries (kind, asset, source_ref, memo)

@@ -39,6 +39,7 @@ func TestRandomOperations(t *testing.T) {
 	const workers = 8
 	d := newDB(t, workers+4)
 	m := newModel()
+	createPlatformAccounts(t, d, randomAssets, randomPlatforms...)
 	var wg sync.WaitGroup
 	failures := make(chan string, workers)
 	for w := range workers {

@@ -145,15 +145,14 @@ func (s *Service) read(ctx context.Context, tx pgx.Tx) ([]*tree, error) {
 				i    int
 				seen bool
 			)
+			identity := string(raw[1])
 			if platform {
-				i, seen = users[PlatformIdentity(string(raw[1]))]
-			} else {
-				i, seen = users[string(raw[1])]
+				// A platform account's shards are one leaf: its name's.
+				identity = PlatformIdentity(ledger.PlatformName(identity))
 			}
+			i, seen = users[identity]
 			if !seen {
-				identity := string(raw[1])
 				if platform {
-					identity = PlatformIdentity(identity)
 					t.platforms++
 				}
 				i = len(t.users)

@@ -283,3 +283,39 @@ func TestRuntimeRoleCannotEditTransfers(t *testing.T) {
 	}
 	require.Equal(t, 1, count(t, e, "SELECT count(*) FROM transfer_legs WHERE amount = 100"))
 }
+
+// TestHotPlatformAccount: many purchases pay one platform account, whose
+// credits spread over its shards; its balance, history and list read it
+// as one account, and one transfer takes all of it out again (the shards
+// are gathered first), while one unit more is refused with nothing moved.
+func TestHotPlatformAccount(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const buyers, each = 40, 1_000
+	for i := range buyers {
+		e.fund(t, fmt.Sprint("buyer-", i), asset.BTC, each)
+		e.create(t, body{Legs: []leg{l(fmt.Sprint("buyer-", i), "platform:revenue", asset.BTC, each)}})
+	}
+	require.Equal(t, int64(buyers*each), e.available(t, "platform:revenue", asset.BTC))
+	require.Greater(t, count(t, e, `SELECT count(*) FROM ledger_accounts WHERE kind = 'platform_available' AND owner LIKE 'revenue#%' AND balance > 0`), 10)
+	require.Len(t, e.history(t, "platform:revenue"), buyers)
+
+	r := e.post(body{Legs: []leg{l("platform:revenue", "winner", asset.BTC, buyers*each+1)}})
+	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
+	require.Zero(t, count(t, e, `SELECT count(*) FROM ledger_entries WHERE kind = 'shard_sweep'`))
+
+	v := e.create(t, body{Legs: []leg{l("platform:revenue", "winner", asset.BTC, buyers*each)}})
+	require.Equal(t, "completed", v.Status)
+	require.Equal(t, int64(0), e.available(t, "platform:revenue", asset.BTC))
+	require.Equal(t, int64(buyers*each), e.available(t, "winner", asset.BTC))
+	require.Positive(t, count(t, e, `SELECT count(*) FROM ledger_entries WHERE kind = 'shard_sweep'`))
+	hist := e.history(t, "platform:revenue")
+	require.Len(t, hist, buyers+1)
+	for _, x := range hist {
+		require.Equal(t, "transfer", x.Kind)
+	}
+	list := e.Get("/v1/platform-accounts")
+	require.Equal(t, http.StatusOK, list.Status, string(list.Body))
+	require.Equal(t, 1, strings.Count(string(list.Body), `"platform_account":"revenue"`), string(list.Body))
+	e.requireBooks(t)
+}

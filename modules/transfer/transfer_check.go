@@ -46,8 +46,8 @@ SELECT l.transfer_id::text || ':' || l.leg AS ref, l.asset, l.amount,
   FROM transfer_legs l),
 entries AS (
 SELECT e.source_ref AS ref, e.asset, count(p.id) AS postings,
-       coalesce(min(a.kind::text || '(' || a.owner || ')') FILTER (WHERE p.amount < 0), '') AS acc_from,
-       coalesce(min(a.kind::text || '(' || a.owner || ')') FILTER (WHERE p.amount > 0), '') AS acc_to,
+       coalesce(min(a.kind::text || '(' || CASE WHEN a.kind = 'platform_available' THEN split_part(a.owner, '#', 1) ELSE a.owner END || ')') FILTER (WHERE p.amount < 0), '') AS acc_from,
+       coalesce(min(a.kind::text || '(' || CASE WHEN a.kind = 'platform_available' THEN split_part(a.owner, '#', 1) ELSE a.owner END || ')') FILTER (WHERE p.amount > 0), '') AS acc_to,
        coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) AS debited,
        coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0) AS credited
   FROM ledger_entries e

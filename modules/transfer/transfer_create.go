@@ -229,15 +229,17 @@ func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec
 	return nil
 }
 
-// lockRefs are the available accounts of every leg's from and to, each
-// once, for ledger.LockAccounts (which sorts them into its global order:
-// asset, owner, kind).
+// lockRefs are the accounts every leg posts to, each once, for
+// ledger.LockAccounts (which sorts them into its global order: asset,
+// owner, kind): from's available account, and the account the leg credits
+// (to's available account, or the platform account's shard the leg's
+// source_ref chooses, ledger.Holder.CreditAccount).
 func lockRefs(legs []Leg) []ledger.AccountRef {
 	seen := map[ledger.AccountRef]bool{}
 	var out []ledger.AccountRef
 	for _, l := range legs {
-		for _, h := range []ledger.Holder{l.From(), l.To()} {
-			r := ledger.AccountRef{Asset: l.Asset, Account: h.Available()}
+		for _, a := range []ledger.Account{l.From().Available(), l.To().CreditAccount(SourceRef(l.TransferID, l.Index))} {
+			r := ledger.AccountRef{Asset: l.Asset, Account: a}
 			if !seen[r] {
 				seen[r] = true
 				out = append(out, r)

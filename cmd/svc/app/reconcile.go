@@ -26,9 +26,10 @@ type reconcileArea struct {
 
 // LedgerChecks are the modules' checks that the ledger check runs beside
 // its own, in its snapshot: holds against open withdrawals, transfer
-// entries against their legs, escrow against open holds. svc admin ledger
+// entries against their legs, escrow against open holds, the platform
+// accounts' shard sweeps against their shards. svc admin ledger
 // check and the reconciliation run the same list.
-var LedgerChecks = []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow}
+var LedgerChecks = []ledger.WithdrawalCheck{withdrawal.CheckHolds, transfer.CheckLegs, hold.CheckEscrow, ledger.CheckSweeps}
 
 func (a *App) initReconcile(context.Context) error {
 	c := a.Cfg
