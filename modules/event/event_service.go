@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -45,6 +46,28 @@ type envelope struct {
 // reports, and inserts its delivery job on the same transaction. If tx rolls
 // back, neither the event nor its job exists.
 func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Event, error) {
+	e, err := s.Prepare(typ, data)
+	if err != nil {
+		return Event{}, err
+	}
+	// Real parameters (db.Querier): every state change that reports
+	// itself runs this.
+	stmt, args := e.RowInsert(1)
+	if _, err := db.Exec(ctx, tx, stmt, args...); err != nil {
+		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
+	}
+	if err := s.InsertJob(ctx, tx.Tx, e); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// Prepare makes the event Emit would write, with its id, time and payload,
+// and writes nothing: for a state change that writes the event's row in a
+// statement of its own (RowInsert) and inserts its delivery job with
+// InsertJob, both in its own transaction, which then holds the outbox's
+// guarantee as Emit's does.
+func (s *Service) Prepare(typ Type, data any) (Event, error) {
 	d, err := checkData(typ, data)
 	if err != nil {
 		return Event{}, err
@@ -60,17 +83,25 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 	if err != nil {
 		return Event{}, fmt.Errorf("emit %s: encode: %w", typ, err)
 	}
-	e := Event{ID: id, Type: typ, Status: StatusPending, NextAttemptAt: now, Payload: payload, CreatedAt: now}
-	// Real parameters (db.Querier): every state change that reports
-	// itself runs this.
-	if _, err := db.Exec(ctx, tx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
-VALUES ($1, $2, $3, 0, $4, $5, $6, 0)`, e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt); err != nil {
-		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
+	return Event{ID: id, Type: typ, Status: StatusPending, NextAttemptAt: now, Payload: payload, CreatedAt: now}, nil
+}
+
+// RowInsert is the INSERT of e's outbound_events row, with its parameters
+// numbered from $first, and their arguments: a statement of its own, or a
+// data-modifying WITH query of a caller's statement.
+func (e Event) RowInsert(first int) (string, []any) {
+	stmt := fmt.Sprintf(`INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
+VALUES ($%d::uuid, $%d::text, $%d::text, 0, $%d::timestamptz, $%d::json, $%d::timestamptz, 0)`, first, first+1, first+2, first+3, first+4, first+5)
+	return stmt, []any{e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt}
+}
+
+// InsertJob inserts the delivery job of e, an event of Prepare, on tx, the
+// transaction that writes its row (RowInsert).
+func (s *Service) InsertJob(ctx context.Context, tx *sql.Tx, e Event) error {
+	if _, err := s.Inserter.InsertTx(ctx, tx, DeliverArgs{EventID: e.ID, Attempt: 1}, nil); err != nil {
+		return fmt.Errorf("emit %s: insert delivery job: %w", e.Type, err)
 	}
-	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1}, nil); err != nil {
-		return Event{}, fmt.Errorf("emit %s: insert delivery job: %w", typ, err)
-	}
-	return e, nil
+	return nil
 }
 
 // Get returns one event.

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/uptrace/bun"
 )
 
@@ -25,16 +26,38 @@ const MaxCaptureLegs = maxLines - 1
 // debit that does not fit is an *InsufficientFundsError naming from's
 // account; nothing is written.
 func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Holder, amount int64, sourceRef, memo string) (Posted, error) {
+	e, err := transferLeg(asset, from, to, amount, sourceRef, memo)
+	if err != nil {
+		return Posted{}, err
+	}
+	return postDebiting(ctx, idb, from, e)
+}
+
+// QueueTransferLeg queues on b the posting of one leg of a transfer, as
+// PostTransferLeg posts it, strict (QueuePost): for a caller that sends
+// the leg with its other statements in one round trip. It never gathers a
+// platform account's shards: a debit that shard 0 cannot cover raises, and
+// the caller posts the leg the ordinary way (PostTransferLeg).
+func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64, sourceRef, memo string) (*QueuedPost, error) {
+	e, err := transferLeg(asset, from, to, amount, sourceRef, memo)
+	if err != nil {
+		return nil, err
+	}
+	return QueuePost(b, e)
+}
+
+// transferLeg is the entry of one leg of a transfer (PostTransferLeg).
+func transferLeg(asset string, from, to Holder, amount int64, sourceRef, memo string) (Entry, error) {
 	if amount <= 0 {
-		return Posted{}, fmt.Errorf("%w: transfer amount must be positive, got %d", ErrInvalidEntry, amount)
+		return Entry{}, fmt.Errorf("%w: transfer amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
 	if from == to {
-		return Posted{}, fmt.Errorf("%w: a transfer from %s to itself", ErrInvalidEntry, from)
+		return Entry{}, fmt.Errorf("%w: a transfer from %s to itself", ErrInvalidEntry, from)
 	}
-	return postDebiting(ctx, idb, from, Entry{Kind: TransferEntry, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+	return Entry{Kind: TransferEntry, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
 		{Account: from.Available(), Amount: -amount},
 		{Account: to.CreditAccount(sourceRef), Amount: amount},
-	}})
+	}}, nil
 }
 
 // PostEscrowHold reserves amount of the payer's available balance for an
@@ -130,12 +153,43 @@ func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
+	stmt, args, err := lockAccounts(refs)
+	if err != nil {
+		return err
+	}
+	q, err := sqlOf(idb)
+	if err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, stmt, args...); err != nil {
+		return fmt.Errorf("ledger: lock %d accounts: %w", len(args[0].([]string)), err)
+	}
+	return nil
+}
+
+// QueueLockAccounts queues on b the statement of LockAccounts, for a
+// caller that sends it with its postings in one round trip (QueuePost),
+// in a transaction. Read its result with br.Exec, in queue order.
+func QueueLockAccounts(b *pgx.Batch, refs []AccountRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	stmt, args, err := lockAccounts(refs)
+	if err != nil {
+		return err
+	}
+	b.Queue(stmt, args...)
+	return nil
+}
+
+// lockAccounts is LockAccounts' statement and its arguments.
+func lockAccounts(refs []AccountRef) (string, []any, error) {
 	for _, r := range refs {
 		if !r.Account.Kind.Materialized() {
-			return fmt.Errorf("%w: lock %s %s: only owned accounts are locked", ErrInvalidEntry, r.Asset, r.Account)
+			return "", nil, fmt.Errorf("%w: lock %s %s: only owned accounts are locked", ErrInvalidEntry, r.Asset, r.Account)
 		}
 		if err := r.Account.validate(); err != nil {
-			return fmt.Errorf("%w: lock %s: %v", ErrInvalidEntry, r.Asset, err)
+			return "", nil, fmt.Errorf("%w: lock %s: %v", ErrInvalidEntry, r.Asset, err)
 		}
 	}
 	var (
@@ -191,24 +245,15 @@ func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 	for i, r := range all {
 		assets[i], kinds[i], owners[i] = r.Asset, string(r.Account.Kind), r.Account.Owner
 	}
-	q, err := sqlOf(idb)
-	if err != nil {
-		return err
-	}
 	// The rows are inserted, or found and locked (DO UPDATE locks the row
 	// it finds; setting the balance to itself changes nothing, so no
 	// trigger fires), in the order of the database's own sort, the same
 	// collation the posting statement locks in. An unknown asset fails
 	// the foreign key: check assets before.
 	if len(famOwners) == 0 {
-		_, err = q.ExecContext(ctx, lockSQL, assets, kinds, owners)
-	} else {
-		_, err = q.ExecContext(ctx, lockWithShardsSQL, assets, kinds, owners, famAssets, famOwners, famProbes)
+		return lockSQL, []any{assets, kinds, owners}, nil
 	}
-	if err != nil {
-		return fmt.Errorf("ledger: lock %d accounts: %w", len(assets), err)
-	}
-	return nil
+	return lockWithShardsSQL, []any{assets, kinds, owners, famAssets, famOwners, famProbes}, nil
 }
 
 const lockSQL = `

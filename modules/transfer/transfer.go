@@ -37,6 +37,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,6 +73,9 @@ type Service struct {
 	Events  Emitter
 	Now     func() time.Time
 	Log     *slog.Logger
+
+	copies decimalsCopy // the assets' decimals, for the fast way
+	fast   atomic.Int64 // transfers created the fast way
 }
 
 func (s *Service) log() *slog.Logger { return logging.Or(s.Log) }

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 
-	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
@@ -113,7 +112,10 @@ func assets(ctx context.Context, idb bun.IDB, legs []LegParams) (map[string]int,
 // Create makes a transfer: every leg moves, or none does. See the package
 // doc for the transaction; it returns the transfer with its 201 body
 // (stored as the key's response in the same transaction when rec is
-// given).
+// given). When rec's key is still to be claimed (idempotency.ClaimInHandler)
+// it takes the fast way (transfer_fast.go), whose transaction claims it,
+// and returns idempotency.ErrNotClaimed, having changed nothing, when that
+// way cannot answer.
 //
 // Refusals: the legs' rules (422 field errors), an unknown asset (404), a
 // disabled one (422), a client_reference another transfer has (409, naming
@@ -121,6 +123,11 @@ func assets(ctx context.Context, idb bun.IDB, legs []LegParams) (map[string]int,
 func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (View, []byte, error) {
 	if err := p.check(); err != nil {
 		return View{}, nil, err
+	}
+	if cc, ok := rec.(claimCompleter); ok {
+		if _, unclaimed := cc.Unclaimed(); unclaimed {
+			return s.createFast(ctx, p, cc)
+		}
 	}
 	if p.IdempotencyKey != "" {
 		t, ok, err := byKey(ctx, s.DB, p.IdempotencyKey)
@@ -138,26 +145,15 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	if err != nil {
 		return View{}, nil, err
 	}
+	s.copies.put(dec)
 	if p.ClientReference != nil {
 		if err := s.referenceFree(ctx, *p.ClientReference); err != nil {
 			return View{}, nil, err
 		}
 	}
-	id, err := uuid.NewV7()
+	t, err := s.newTransfer(p)
 	if err != nil {
-		return View{}, nil, fmt.Errorf("new transfer id: %w", err)
-	}
-	t := Transfer{ID: id, Description: p.Description, Metadata: p.Metadata, ClientReference: p.ClientReference,
-		LegCount: len(p.Legs), CreatedAt: s.now(), Legs: make([]Leg, len(p.Legs))}
-	if t.Metadata == nil {
-		t.Metadata = metadata.Metadata{}
-	}
-	if p.IdempotencyKey != "" {
-		t.IdempotencyKey = &p.IdempotencyKey
-	}
-	for i, l := range p.Legs {
-		t.Legs[i] = Leg{TransferID: id, Index: i, Asset: l.Asset, FromPlatform: l.From.Platform, FromOwner: l.From.ID,
-			ToPlatform: l.To.Platform, ToOwner: l.To.ID, Amount: l.Amount}
+		return View{}, nil, err
 	}
 	v := render(t, dec)
 	body, err := json.Marshal(v)
@@ -216,8 +212,7 @@ func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec
 		return err
 	}
 	for i, l := range t.Legs {
-		memo := fmt.Sprintf("transfer leg %d of %d", i+1, len(t.Legs))
-		if _, err := ledger.PostTransferLeg(ctx, tx, l.Asset, l.From(), l.To(), l.Amount, SourceRef(t.ID, i), memo); err != nil {
+		if _, err := ledger.PostTransferLeg(ctx, tx, l.Asset, l.From(), l.To(), l.Amount, SourceRef(t.ID, i), legMemo(i, len(t.Legs))); err != nil {
 			var short *ledger.InsufficientFundsError
 			if errors.As(err, &short) {
 				return fault.Wrap(fault.InsufficientFunds, fmt.Sprintf("legs[%d]: insufficient available balance: %s has less than %s %s available; nothing was moved",
@@ -228,6 +223,9 @@ func (s *Service) commit(ctx context.Context, tx bun.Tx, t Transfer, v View, dec
 	}
 	return nil
 }
+
+// legMemo is the memo of leg i of n's ledger entry.
+func legMemo(i, n int) string { return fmt.Sprintf("transfer leg %d of %d", i+1, n) }
 
 // lockRefs are the accounts every leg posts to, each once, for
 // ledger.LockAccounts (which sorts them into its global order: asset,

@@ -15,18 +15,19 @@ import (
 	"svc/platform/money"
 )
 
-// Routes registers the routes on the /v1 router (readwrite); idem is the
-// Idempotency-Key middleware of creation. The two account lists (replica)
-// read Service.Replica, which may lag the primary; the rest read the
-// primary.
+// Routes registers the routes on the /v1 router (readwrite); claimIn wraps
+// creation in the Idempotency-Key middleware whose key the creation's own
+// transaction claims on its fast way (Create). The two account lists
+// (replica) read Service.Replica, which may lag the primary; the rest read
+// the primary.
 //
 //	POST /transfers                                       201 Transfer
 //	GET  /transfers?client_reference=                     {transfers, next_cursor}: the one match or none
 //	GET  /transfers/{transfer_id}                         Transfer
 //	GET  /users/{external_user_id}/transfers              {transfers, next_cursor}, newest first (replica)
 //	GET  /platform-accounts/{platform_account}/transfers  {transfers, next_cursor}, newest first (replica)
-func (s *Service) Routes(platform fiber.Router, idem fiber.Handler) {
-	platform.Post("/transfers", idem, s.handleCreate)
+func (s *Service) Routes(platform fiber.Router, claimIn func(fiber.Handler) fiber.Handler) {
+	platform.Post("/transfers", claimIn(s.handleCreate))
 	platform.Get("/transfers", s.handleFind)
 	platform.Get("/transfers/:transfer_id", s.handleGet)
 	platform.Get("/users/:external_user_id/transfers", s.handleUserList)

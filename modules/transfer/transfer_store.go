@@ -131,6 +131,15 @@ func insert(ctx context.Context, idb bun.IDB, t Transfer) error {
 	if _, err := idb.NewInsert().Model(&legs).Exec(ctx); err != nil {
 		return fmt.Errorf("insert transfer %s legs: %w", t.ID, err)
 	}
+	parties := t.parties()
+	if _, err := idb.NewInsert().Model(&parties).Exec(ctx); err != nil {
+		return fmt.Errorf("insert transfer %s parties: %w", t.ID, err)
+	}
+	return nil
+}
+
+// parties are the rows of t's parties: every account of its legs, once.
+func (t Transfer) parties() []party {
 	seen := map[ledger.Holder]bool{}
 	var parties []party
 	for _, l := range t.Legs {
@@ -141,10 +150,7 @@ func insert(ctx context.Context, idb bun.IDB, t Transfer) error {
 			}
 		}
 	}
-	if _, err := idb.NewInsert().Model(&parties).Exec(ctx); err != nil {
-		return fmt.Errorf("insert transfer %s parties: %w", t.ID, err)
-	}
-	return nil
+	return parties
 }
 
 // ListParams page an account's transfers.

@@ -238,3 +238,54 @@ func RawPgx(conn *sql.Conn, fn func(c *pgx.Conn) error) error {
 		return fn(c)
 	})
 }
+
+// SendBatch sends the statements queued on a pgx.Batch in one round trip
+// (BatchTx).
+type SendBatch func(b *pgx.Batch, read func(br pgx.BatchResults) error) error
+
+// BatchTx runs fn in a transaction on one connection of the pool (idb must
+// be the *bun.DB) and commits it when fn returns nil, else rolls it back.
+// fn has the transaction both as database/sql's, for callers that take
+// one (River's InsertTx), and as send, which sends statements queued on a
+// pgx.Batch inside it in one round trip: read reads each statement's
+// result from br in queue order, and send returns read's error, else the
+// batch's. A statement the server refuses fails the transaction: the rest
+// of the batch is skipped and nothing of the transaction commits.
+//
+// It never retries: fn runs once. An error that fn returned means nothing
+// committed; so does a *pgconn.PgError from the commit; any other error of
+// the commit (the connection lost) leaves the outcome unknown.
+func BatchTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx *sql.Tx, send SendBatch) error) error {
+	pool, ok := idb.(*bun.DB)
+	if !ok {
+		return fmt.Errorf("db: a batch transaction runs on the pool, not on a %T", idb)
+	}
+	conn, err := pool.DB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	send := func(b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+		return conn.Raw(func(dc any) error {
+			c, err := pgxConn(dc)
+			if err != nil {
+				return err
+			}
+			br := c.SendBatch(ctx, b)
+			err = read(br)
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		})
+	}
+	if err := fn(ctx, tx, send); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

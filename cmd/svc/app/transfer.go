@@ -23,5 +23,5 @@ func (a *App) initTransfers(context.Context) error {
 // runs before HTTP); without one they read the primary.
 func (a *App) routesTransfers(r Routers) {
 	a.Transfers.Replica = a.Replica
-	a.Transfers.Routes(r.Checked(r.Platform), r.Idem)
+	a.Transfers.Routes(r.Checked(r.Platform), r.ClaimIn)
 }
