@@ -284,3 +284,53 @@ END $$`)
 	require.Zero(t, n, "nothing of the refused transactions committed")
 	require.Equal(t, before, d.Pool.Stat().NewConnsCount(), "no refusal cost a connection")
 }
+
+// TestBatchTx: what the transaction's database/sql statements and its
+// batch write commit together, or none of it when a statement of the
+// batch fails; the connection goes back to the pool usable.
+func TestBatchTx(t *testing.T) {
+	t.Parallel()
+	d := openEmpty(t)
+	ctx := context.Background()
+	_, err := d.Bun.ExecContext(ctx, "CREATE TABLE p (n int PRIMARY KEY)")
+	require.NoError(t, err)
+	count := func() int {
+		var n int
+		require.NoError(t, d.Bun.NewRaw("SELECT count(*) FROM p").Scan(ctx, &n))
+		return n
+	}
+	run := func(first int, ns ...int) error {
+		return db.BatchTx(ctx, d.Bun, func(ctx context.Context, tx *sql.Tx, send db.SendBatch) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO p VALUES ($1)", first); err != nil {
+				return err
+			}
+			var b pgx.Batch
+			for _, n := range ns {
+				b.Queue("INSERT INTO p VALUES ($1)", n)
+			}
+			return send(&b, func(br pgx.BatchResults) error {
+				for range ns {
+					if _, err := br.Exec(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+	require.NoError(t, run(1, 2, 3))
+	require.Equal(t, 3, count())
+	for range 8 { // more than the pool's connections: each one came back usable
+		err = run(4, 5, 1) // the last repeats a key
+		var pe *pgconn.PgError
+		require.ErrorAs(t, err, &pe)
+		require.Equal(t, "23505", pe.Code)
+		require.Equal(t, 3, count(), "4 and 5 were rolled back with the failed statement")
+	}
+	require.NoError(t, run(4, 5))
+	require.Equal(t, 5, count())
+	tx, err := d.Bun.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	require.Error(t, db.BatchTx(ctx, tx, func(context.Context, *sql.Tx, db.SendBatch) error { return nil }), "a batch transaction needs the pool")
+}
