@@ -25,6 +25,10 @@
 // its posting to the commit. A leg whose from is short (402, naming the
 // leg) or any other failure rolls all of it back: no leg moves.
 //
+// A request whose Idempotency-Key is new takes a fast way to the same
+// answer: the same transaction, which also claims the key, with no read
+// before it and its statements in four round trips (transfer_fast.go).
+//
 // # Source references
 //
 // Leg i of transfer T is the ledger entry of kind transfer whose source_ref
