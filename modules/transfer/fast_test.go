@@ -1,10 +1,14 @@
 package transfer_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -131,4 +135,69 @@ func TestAssetsUsable(t *testing.T) {
 		require.True(t, errors.As(err, &pe), "%v: %v", c.codes, err)
 		require.Equal(t, "SV003", pe.Code, "%v", c.codes)
 	}
+}
+
+// TestSameNewKeyAtOnce: one new key sent by many requests at once: their
+// fast ways' claims queue on the key, one transfer is made, and every
+// answer is its 201 (first or replayed) or 409 while it runs.
+func TestSameNewKeyAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.fund(t, "a", asset.BTC, 1_000)
+	raw, err := json.Marshal(body{Legs: []leg{l("a", "b", asset.BTC, 10)}})
+	require.NoError(t, err)
+	const n = 16
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req, err := http.NewRequest(http.MethodPost, e.URL+"/v1/transfers", bytes.NewReader(raw))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+e.RW)
+			req.Header.Set("Idempotency-Key", "same-key-at-once")
+			resp, err := patient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			answers[i] = answer{resp.StatusCode, string(b)}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created := ""
+	for _, a := range answers {
+		switch a.status {
+		case http.StatusCreated:
+			if created == "" {
+				created = a.body
+			}
+			require.Equal(t, created, a.body, "every 201 is the one transfer's")
+		case http.StatusConflict:
+		default:
+			t.Fatalf("answer %d: %s", a.status, a.body)
+		}
+	}
+	require.NotEmpty(t, created)
+	require.Equal(t, 1, count(t, e, "SELECT count(*) FROM transfers"))
+	require.Equal(t, int64(990), e.available(t, "a", asset.BTC))
+	require.Len(t, e.events(t), 1)
 }
