@@ -304,6 +304,14 @@ type Entry struct {
 	SourceRef string // what caused it: a deposit payment, a withdrawal id, ...
 	Memo      string // optional free text; required for corrections
 	Lines     []Line
+	// Locked is the caller's promise that LockAccounts has locked, earlier
+	// in the same transaction, every materialized account of the entry;
+	// Post then does not lock them again before it moves their balances
+	// (see buildPost). A broken promise cannot move a balance wrongly:
+	// every guard stays. It can only make two postings wait for each
+	// other, which the database detects and ends by rolling one back
+	// (SQLSTATE 40P01).
+	Locked bool
 }
 
 // Posting is one stored posting.

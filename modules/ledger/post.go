@@ -26,8 +26,9 @@ import (
 // The whole posting is one SQL statement: the replay check, the guarded
 // debits, the credits (creating user accounts on first use), the entry and
 // its postings. User account rows are locked in a fixed order (owner, kind)
-// so that two entries touching the same accounts cannot deadlock; system
-// accounts are never locked or updated.
+// so that two entries touching the same accounts cannot deadlock, unless
+// e.Locked says LockAccounts locked them before; system accounts are never
+// locked or updated.
 func Post(ctx context.Context, idb bun.IDB, e Entry) (Posted, error) {
 	if err := e.Validate(); err != nil {
 		return Posted{}, err
@@ -168,8 +169,18 @@ func postError(e Entry, err error) error {
 			}
 		}
 		return fmt.Errorf("ledger: post %s %s: %w (%v)", e.Kind, e.SourceRef, ErrInsufficientFunds, err)
+	case e.Locked && isMissingAccount(err):
+		return fmt.Errorf("ledger: post %s %s: an account it credits does not exist, so LockAccounts did not cover it as Locked promises: %w",
+			e.Kind, e.SourceRef, err)
 	}
 	return fmt.Errorf("ledger: post %s %s: %w", e.Kind, e.SourceRef, err)
+}
+
+// isMissingAccount: a posting without its account (a Locked credit that
+// found no row).
+func isMissingAccount(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23502" && pe.TableName == "ledger_postings" && pe.ColumnName == "account_id"
 }
 
 // replay returns the entry stored earlier under e's (kind, source_ref), or
@@ -263,13 +274,13 @@ SELECT e.kind, e.asset, e.source_ref, coalesce(e.memo, ''), e.created_at, p.id, 
 //	existing  the entry already stored under (kind, source_ref), if any
 //	fN        per credit of a platform account's available row that does
 //	          not exist yet: the account's other shards, before any lock
-//	lk        (two or more user accounts) lock them in (owner, kind) order
+//	lk        (two or more user accounts, not Locked) lock them in
+//	          (owner, kind) order
 //	aN        per user debit: the guarded UPDATE, skipped on replay
 //	ok        no replay and every debit fitted; some but not all fitting
 //	          raises, so a partial debit can never survive
 //	aN        per user credit: upsert the account and add, only if ok
-//	fN        per credit of a platform account's available row that does
-//	          not exist yet: the account's other shards, only if ok
+//	          (under Locked: update it, LockAccounts created it)
 //	e         the entry, only if ok
 //	p         the postings, in line order, only if e
 //
@@ -302,16 +313,15 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	// so that once an account exists in an asset all its shards do and no
 	// later statement creates one (PlatformShards): LockAccounts and lk
 	// then lock only rows that exist, in the one order. It runs before
-	// this statement locks anything (lk, or the credit, reads it), so a
-	// wait for another statement creating the same rows holds no lock of
-	// this one. The NOT EXISTS probe makes it one index lookup once the
-	// account exists.
+	// this statement locks anything (lk, the debits and the credits read
+	// it: whichever runs first runs it), so a wait for another statement
+	// creating the same rows holds no lock of this one. The NOT EXISTS
+	// probe makes it one index lookup once the account exists.
 	named := make(map[Account]bool, len(e.Lines))
 	for _, l := range e.Lines {
 		named[l.Account] = true
 	}
-	famRef := map[int]string{}
-	var famRefs []string
+	famRefs := ""
 	for _, i := range users {
 		l := e.Lines[i]
 		if l.Amount < 0 || l.Account.Kind != PlatformAvailable {
@@ -328,21 +338,36 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
      WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts x WHERE x.owner = %s::text AND x.asset = $2::text AND x.kind = 'platform_available')
      ORDER BY f.owner
     ON CONFLICT (owner, asset, kind) DO NOTHING RETURNING 1)`, i, arg(family), owners[i]))
-		famRef[i] = fmt.Sprintf(" AND (SELECT count(*) FROM f%d) >= 0", i)
-		famRefs = append(famRefs, famRef[i])
+		famRefs += fmt.Sprintf(" AND (SELECT count(*) FROM f%d) >= 0", i)
 	}
 	lockRef := ""
-	if len(users) >= 2 {
+	if len(users) >= 2 && !e.Locked {
 		keys := make([]string, len(users))
 		for j, i := range users {
-			keys[j] = fmt.Sprintf("(%s::text, '%s')", owners[i], e.Lines[i].Account.Kind)
+			keys[j] = fmt.Sprintf("(%s::text, '%s'::text)", owners[i], e.Lines[i].Account.Kind)
 		}
 		// The rows are locked in the order the database sorts them, the
 		// same for every posting, so two entries on the same accounts wait
-		// for each other instead of deadlocking.
-		ctes = append(ctes, fmt.Sprintf(`lk AS (SELECT id FROM ledger_accounts WHERE asset = $2::text AND (owner, kind) IN (%s)%s ORDER BY owner, kind FOR UPDATE)`,
-			strings.Join(keys, ", "), strings.Join(famRefs, "")))
-		famRef = nil // lk read them
+		// for each other instead of deadlocking. (Under Locked,
+		// LockAccounts took them in that order before.)
+		//
+		// One debit and one credit (a transfer leg, an escrow hold or
+		// release) need lk only when the credit's account sorts first:
+		// without lk the debit's UPDATE locks its row before the credit
+		// touches its own, since the credit reads ok, which counts the
+		// debit. When the debit's sorts first (the database compares them,
+		// in the collation it sorts with), lk's one-time filter skips it,
+		// and its index scans, sort and row locks, which would add nothing.
+		skip := "false"
+		if len(users) == 2 && (e.Lines[users[0]].Amount < 0) != (e.Lines[users[1]].Amount < 0) {
+			d, c := keys[0], keys[1]
+			if e.Lines[users[0]].Amount > 0 {
+				d, c = c, d
+			}
+			skip = d + " < " + c
+		}
+		ctes = append(ctes, fmt.Sprintf(`lk AS (SELECT id FROM ledger_accounts WHERE NOT (%s) AND asset = $2::text AND (owner, kind) IN (%s)%s ORDER BY owner, kind FOR UPDATE)`,
+			skip, strings.Join(keys, ", "), famRefs))
 		lockRef = ` AND (SELECT count(*) FROM lk) >= 0`
 	}
 	notReplay := " AND NOT EXISTS (SELECT 1 FROM existing)"
@@ -358,7 +383,7 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		name := fmt.Sprintf("a%d", i)
 		ctes = append(ctes, fmt.Sprintf(`%s AS (UPDATE ledger_accounts SET balance = balance - %s::bigint
     WHERE owner = %s::text AND asset = $2::text AND kind = '%s' AND balance >= %s::bigint
-      %s%s RETURNING id, balance)`, name, amt, owners[i], l.Account.Kind, amt, notReplay, lockRef))
+      %s%s%s RETURNING id, balance)`, name, amt, owners[i], l.Account.Kind, amt, notReplay, lockRef, famRefs))
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 		debits = append(debits, i)
 	}
@@ -399,10 +424,23 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 			continue
 		}
 		name := fmt.Sprintf("a%d", i)
-		ctes = append(ctes, fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
+		if e.Locked {
+			// LockAccounts created the row, so a plain UPDATE credits it:
+			// cheaper than the upsert's conflict check and row lock, and
+			// than an UPDATE with an INSERT for the row it did not find
+			// (that INSERT's setup costs more than it saves). A row that
+			// is missing after all (a broken promise) leaves the posting
+			// without its account, which its NOT NULL refuses: nothing is
+			// written (postError names the promise).
+			ctes = append(ctes, fmt.Sprintf(`%s AS (UPDATE ledger_accounts SET balance = balance + %s::bigint
+    WHERE owner = %s::text AND asset = $2::text AND kind = '%s' AND (SELECT ok FROM ok)%s RETURNING id, balance)`,
+				name, arg(l.Amount), owners[i], l.Account.Kind, famRefs))
+		} else {
+			ctes = append(ctes, fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
     SELECT $2::text, '%s', %s::text, %s::bigint FROM ok WHERE ok.ok%s
     ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance + EXCLUDED.balance
-    RETURNING id, balance)`, name, l.Account.Kind, owners[i], arg(l.Amount), famRef[i]))
+    RETURNING id, balance)`, name, l.Account.Kind, owners[i], arg(l.Amount), famRefs))
+		}
 		acctSQL[i] = fmt.Sprintf("(SELECT id FROM %s)", name)
 	}
 	ctes = append(ctes, `e AS (INSERT INTO ledger_entries (kind, asset, source_ref, memo)
