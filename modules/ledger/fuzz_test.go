@@ -14,7 +14,7 @@ import (
 // FuzzEntry builds entries from arbitrary fields and checks Validate
 // against an independent statement of the rules (with big-integer sums, so
 // no overflow can hide), and that every valid entry turns into a statement
-// whose placeholders match its arguments.
+// whose placeholders match its arguments (strict or not, Locked or not).
 func FuzzEntry(f *testing.F) {
 	f.Add("deposit_credit", "BTC", "pay-1", "", "alice", "", uint8(0), uint8(2), uint8(2), int64(100), int64(-100), int64(0), uint8(2))
 	f.Add("withdrawal_hold", "BTC", "wd-1", "", "bob", "bob", uint8(0), uint8(1), uint8(2), int64(-5), int64(5), int64(0), uint8(2))
@@ -55,8 +55,9 @@ func FuzzEntry(f *testing.F) {
 			require.ErrorIs(t, err, ErrInvalidEntry)
 			return
 		}
-		for _, strict := range []bool{false, true} {
-			stmt, args, _ := buildPost(e, strict)
+		for _, v := range []struct{ strict, locked bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			e.Locked = v.locked
+			stmt, args, _ := buildPost(e, v.strict)
 			maxRef := 0
 			for _, m := range placeholder.FindAllStringSubmatch(stmt, -1) {
 				k, _ := strconv.Atoi(m[1])

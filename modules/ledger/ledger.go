@@ -310,7 +310,8 @@ type Entry struct {
 	// (see buildPost). A broken promise cannot move a balance wrongly:
 	// every guard stays. It can only make two postings wait for each
 	// other, which the database detects and ends by rolling one back
-	// (SQLSTATE 40P01).
+	// (SQLSTATE 40P01), or fail a credit to an account that does not
+	// exist, writing nothing.
 	Locked bool
 }
 
