@@ -31,7 +31,8 @@ import (
 //	                 ledger.PlatformShards)
 //	trade            one transaction: LockAccounts on the four accounts,
 //	                 then a BTC leg from A to B and a USDT_TRC20 leg from B
-//	                 to A, between random users
+//	                 to A, between random users, each leg's entry
+//	                 (TransferLegEntry) posted Locked
 //	hold_capture     PostEscrowHold in one transaction; then, in a second,
 //	                 LockAccounts on the four accounts it touches
 //	                 (commission's: the shard the capture credits),
@@ -105,23 +106,7 @@ var insideScenarios = []insideScenario{
 			return err
 		})
 	}},
-	{"trade", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
-		x, y := benchPair(rng)
-		btc, usdt := 1+rng.Int64N(1_000), 1+rng.Int64N(1_000)
-		return insideTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-			if err := ledger.LockAccounts(ctx, tx, []ledger.AccountRef{
-				{Asset: "BTC", Account: x.Available()}, {Asset: "BTC", Account: y.Available()},
-				{Asset: "USDT_TRC20", Account: y.Available()}, {Asset: "USDT_TRC20", Account: x.Available()},
-			}); err != nil {
-				return err
-			}
-			if _, err := ledger.PostTransferLeg(ctx, tx, "BTC", x, y, btc, ref+":0", ""); err != nil {
-				return err
-			}
-			_, err := ledger.PostTransferLeg(ctx, tx, "USDT_TRC20", y, x, usdt, ref+":1", "")
-			return err
-		})
-	}},
+	{"trade", tradeLocked},
 	{"hold_capture", func(ctx context.Context, d *bun.DB, rng *rand.Rand, ref string) (int, error) {
 		payer, seller := benchPair(rng)
 		commission := ledger.PlatformHolder("commission")

@@ -34,16 +34,25 @@ func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Ho
 }
 
 // QueueTransferLeg queues on b the posting of one leg of a transfer, as
-// PostTransferLeg posts it, strict (QueuePost): for a caller that sends
-// the leg with its other statements in one round trip. It never gathers a
-// platform account's shards: a debit that shard 0 cannot cover raises, and
-// the caller posts the leg the ordinary way (PostTransferLeg).
+// PostTransferLeg posts it, strict (QueuePost) and Locked: for a caller
+// that sends the leg with its other statements in one round trip, after
+// QueueLockAccounts of the leg's accounts (from's available account and
+// to.CreditAccount(sourceRef)). It never gathers a platform account's
+// shards: a debit that shard 0 cannot cover raises, and the caller posts
+// the leg the ordinary way (PostTransferLeg).
 func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64, sourceRef, memo string) (*QueuedPost, error) {
 	e, err := transferLeg(asset, from, to, amount, sourceRef, memo)
 	if err != nil {
 		return nil, err
 	}
+	e.Locked = true
 	return QueuePost(b, e)
+}
+
+// TransferLegEntry is the entry PostTransferLeg posts, for a caller that
+// posts it with Entry.Locked after LockAccounts of its accounts.
+func TransferLegEntry(asset string, from, to Holder, amount int64, sourceRef, memo string) (Entry, error) {
+	return transferLeg(asset, from, to, amount, sourceRef, memo)
 }
 
 // transferLeg is the entry of one leg of a transfer (PostTransferLeg).
