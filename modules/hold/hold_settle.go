@@ -60,7 +60,6 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 	return s.settle(ctx, id, Capture, rec, func(h Hold) (step, error) {
 		payer := h.payer()
 		var sum int64
-		refs := []ledger.AccountRef{{Asset: h.Asset, Account: payer.Escrow()}, {Asset: h.Asset, Account: payer.Available()}}
 		ls := make([]ledger.CaptureLeg, 0, len(legs))
 		rows := make([]CaptureRow, 0, len(legs))
 		for i, l := range legs {
@@ -69,7 +68,6 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 					Msg: fmt.Sprintf("%s is the hold's payer: a capture pays other accounts, and the rest returns to the payer by itself", payer)})
 			}
 			sum += l.Amount
-			refs = append(refs, ledger.AccountRef{Asset: h.Asset, Account: l.To.CreditAccount(h.ID.String())})
 			ls = append(ls, ledger.CaptureLeg{To: l.To, Amount: l.Amount})
 			rows = append(rows, CaptureRow{HoldID: h.ID, Seq: i + 1, ToPlatform: l.To.Platform, ToID: l.To.ID, Amount: l.Amount})
 		}
@@ -80,21 +78,12 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 		rest := h.Amount - sum
 		return step{set: map[string]any{"captured_amount": sum, "released_amount": rest}, captures: rows,
 			post: func(ctx context.Context, tx bun.Tx) error {
-				// Every account first, in the ledger's one order: the two
-				// entries then wait for nothing more and never deadlock
-				// with another capture's.
-				if err := ledger.LockAccounts(ctx, tx, refs); err != nil {
-					return err
-				}
-				if _, err := ledger.PostEscrowCapture(ctx, tx, h.Asset, payer, ls, h.ID.String(), "escrow hold captured"); err != nil {
-					return err
-				}
-				if rest > 0 {
-					if _, err := ledger.PostEscrowRelease(ctx, tx, h.Asset, payer, rest, h.ID.String(), "escrow hold: the rest of a capture returned"); err != nil {
-						return err
-					}
-				}
-				return nil
+				// Every account first, in the ledger's one order, then the
+				// two entries: they wait for nothing more and never
+				// deadlock with another capture's (ledger.CaptureEscrow).
+				_, _, err := ledger.CaptureEscrow(ctx, tx, h.Asset, payer, ls, rest, h.ID.String(),
+					"escrow hold captured", "escrow hold: the rest of a capture returned")
+				return err
 			}}, nil
 	})
 }

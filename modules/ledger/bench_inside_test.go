@@ -34,11 +34,12 @@ import (
 //	                 to A, between random users, each leg's entry
 //	                 (TransferLegEntry) posted Locked
 //	hold_capture     PostEscrowHold in one transaction; then, in a second,
-//	                 LockAccounts on the four accounts it touches
-//	                 (commission's: the shard the capture credits),
-//	                 PostEscrowCapture to a seller and the platform account
-//	                 "commission", and PostEscrowRelease of the rest (one
-//	                 operation: both transactions)
+//	                 CaptureEscrow (as modules/hold captures): LockAccounts
+//	                 on the four accounts it touches (commission's: the
+//	                 shard the capture credits), the capture to a seller
+//	                 and the platform account "commission" and the release
+//	                 of the rest, both Locked (one operation: both
+//	                 transactions)
 //
 // Like BenchmarkLedger, every case runs for LEDGER_BENCH_DURATION whatever
 // b.N is, after VACUUM ANALYZE, CHECKPOINT and pgbench's TPC-B at as many
@@ -123,18 +124,9 @@ var insideScenarios = []insideScenario{
 			// The capture and release, retried until they commit: the hold
 			// stays open otherwise, and the escrow check would not add up.
 			n2, err := insideTx(ctx, d, func(ctx context.Context, tx bun.Tx) error {
-				if err := ledger.LockAccounts(ctx, tx, []ledger.AccountRef{
-					{Asset: "BTC", Account: payer.Escrow()}, {Asset: "BTC", Account: payer.Available()},
-					{Asset: "BTC", Account: seller.Available()}, {Asset: "BTC", Account: commission.CreditAccount(ref)},
-				}); err != nil {
-					return err
-				}
-				if _, err := ledger.PostEscrowCapture(ctx, tx, "BTC", payer, []ledger.CaptureLeg{
+				_, _, err := ledger.CaptureEscrow(ctx, tx, "BTC", payer, []ledger.CaptureLeg{
 					{To: seller, Amount: toSeller}, {To: commission, Amount: toCommission},
-				}, ref, ""); err != nil {
-					return err
-				}
-				_, err := ledger.PostEscrowRelease(ctx, tx, "BTC", payer, amount-toSeller-toCommission, ref, "")
+				}, amount-toSeller-toCommission, ref, "", "")
 				return err
 			})
 			n += n2

@@ -101,38 +101,97 @@ type CaptureLeg struct {
 // or release of one hold replays the first. The ledger check compares each
 // escrow balance with its holder's open holds.
 func PostEscrowCapture(ctx context.Context, idb bun.IDB, asset string, payer Holder, legs []CaptureLeg, sourceRef, memo string) (Posted, error) {
+	e, err := captureEntry(asset, payer, legs, sourceRef, memo)
+	if err != nil {
+		return Posted{}, err
+	}
+	return Post(ctx, idb, e)
+}
+
+// captureEntry is the entry PostEscrowCapture posts.
+func captureEntry(asset string, payer Holder, legs []CaptureLeg, sourceRef, memo string) (Entry, error) {
 	if len(legs) < 1 || len(legs) > MaxCaptureLegs {
-		return Posted{}, fmt.Errorf("%w: a capture pays 1 to %d recipients, got %d", ErrInvalidEntry, MaxCaptureLegs, len(legs))
+		return Entry{}, fmt.Errorf("%w: a capture pays 1 to %d recipients, got %d", ErrInvalidEntry, MaxCaptureLegs, len(legs))
 	}
 	lines := make([]Line, 0, len(legs)+1)
 	lines = append(lines, Line{Account: payer.Escrow()})
 	for i, l := range legs {
 		if l.Amount <= 0 {
-			return Posted{}, fmt.Errorf("%w: capture leg %d: amount must be positive, got %d", ErrInvalidEntry, i, l.Amount)
+			return Entry{}, fmt.Errorf("%w: capture leg %d: amount must be positive, got %d", ErrInvalidEntry, i, l.Amount)
 		}
 		if l.To == payer {
-			return Posted{}, fmt.Errorf("%w: capture leg %d pays the payer %s", ErrInvalidEntry, i, payer)
+			return Entry{}, fmt.Errorf("%w: capture leg %d pays the payer %s", ErrInvalidEntry, i, payer)
 		}
 		if lines[0].Amount < -(1<<63-1)+l.Amount {
-			return Posted{}, fmt.Errorf("%w: capture amounts overflow", ErrInvalidEntry)
+			return Entry{}, fmt.Errorf("%w: capture amounts overflow", ErrInvalidEntry)
 		}
 		lines[0].Amount -= l.Amount
 		lines = append(lines, Line{Account: l.To.CreditAccount(sourceRef), Amount: l.Amount})
 	}
-	return Post(ctx, idb, Entry{Kind: EscrowCapture, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: lines})
+	return Entry{Kind: EscrowCapture, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: lines}, nil
+}
+
+// CaptureEscrow settles the hold sourceRef by a capture in the caller's
+// transaction: it locks every account the capture and the release move
+// (LockAccounts: the payer's escrow and available accounts, and the
+// account each leg credits), then posts the capture to legs
+// (escrow_capture) and, when rest > 0, the release of rest to the payer
+// (escrow_release), both Locked: they lock nothing more, so two captures
+// on the same accounts queue instead of deadlocking. release is nil when
+// rest is 0.
+func CaptureEscrow(ctx context.Context, tx bun.Tx, asset string, payer Holder, legs []CaptureLeg, rest int64, sourceRef, captureMemo, releaseMemo string) (capture Posted, release *Posted, err error) {
+	c, err := captureEntry(asset, payer, legs, sourceRef, captureMemo)
+	if err != nil {
+		return Posted{}, nil, err
+	}
+	var r Entry
+	if rest > 0 {
+		if r, err = releaseEntry(asset, payer, rest, sourceRef, releaseMemo); err != nil {
+			return Posted{}, nil, err
+		}
+	}
+	refs := []AccountRef{{Asset: asset, Account: payer.Escrow()}, {Asset: asset, Account: payer.Available()}}
+	for _, l := range c.Lines[1:] {
+		refs = append(refs, AccountRef{Asset: asset, Account: l.Account})
+	}
+	if err := LockAccounts(ctx, tx, refs); err != nil {
+		return Posted{}, nil, err
+	}
+	c.Locked = true
+	if capture, err = Post(ctx, tx, c); err != nil {
+		return Posted{}, nil, err
+	}
+	if rest > 0 {
+		r.Locked = true
+		p, err := Post(ctx, tx, r)
+		if err != nil {
+			return Posted{}, nil, err
+		}
+		release = &p
+	}
+	return capture, release, nil
 }
 
 // PostEscrowRelease returns amount of the hold sourceRef from the payer's
 // escrow to its available balance (escrow_release): all of it on a void or
 // an expiry, the part not captured after a capture.
 func PostEscrowRelease(ctx context.Context, idb bun.IDB, asset string, payer Holder, amount int64, sourceRef, memo string) (Posted, error) {
-	if amount <= 0 {
-		return Posted{}, fmt.Errorf("%w: release amount must be positive, got %d", ErrInvalidEntry, amount)
+	e, err := releaseEntry(asset, payer, amount, sourceRef, memo)
+	if err != nil {
+		return Posted{}, err
 	}
-	return Post(ctx, idb, Entry{Kind: EscrowRelease, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
+	return Post(ctx, idb, e)
+}
+
+// releaseEntry is the entry PostEscrowRelease posts.
+func releaseEntry(asset string, payer Holder, amount int64, sourceRef, memo string) (Entry, error) {
+	if amount <= 0 {
+		return Entry{}, fmt.Errorf("%w: release amount must be positive, got %d", ErrInvalidEntry, amount)
+	}
+	return Entry{Kind: EscrowRelease, Asset: asset, SourceRef: sourceRef, Memo: memo, Lines: []Line{
 		{Account: payer.Escrow(), Amount: -amount},
 		{Account: payer.Available(), Amount: amount},
-	}})
+	}}, nil
 }
 
 // AccountRef names an account of an asset.
