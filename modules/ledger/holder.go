@@ -102,15 +102,19 @@ func HolderOf(a Account) Holder {
 //     sweeps the other shards into shard 0 (shard_sweep entries) before
 //     it posts: it is refused only when the whole balance cannot cover it.
 //   - When one of an account's available rows is created (its first
-//     credit in an asset), all its shards are, with balance 0: no shard
-//     appears later, so every lock of them is taken in the one order.
+//     credit in an asset), all its shards are, with balance 0 (migration
+//     0046 created those of the accounts that existed before the shards):
+//     no shard appears later, so every lock of them is taken in the one
+//     order.
 //   - Reads sum the shards (balances, the platform accounts' list, the
 //     proof of liabilities); histories list every shard's postings but
 //     the sweeps, which move nothing in or out of the account. The ledger
 //     check finds a shard_sweep entry that is not one (CheckSweeps).
 //
 // docs/performance.md ("The hot account") has the measurements that chose
-// 64.
+// 64. It changes only with a migration: a shard is chosen from a fact's
+// source_ref modulo PlatformShards, so another count would post a replay
+// to another shard (ErrReplayMismatch), and migration 0044 names 1 to 63.
 const PlatformShards = 64
 
 // shardSep separates a platform account's name from its shard number in a

@@ -50,7 +50,9 @@ func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64,
 }
 
 // TransferLegEntry is the entry PostTransferLeg posts, for a caller that
-// posts it with Entry.Locked after LockAccounts of its accounts.
+// posts it with Entry.Locked after LockAccounts of its accounts. Posted so,
+// it never gathers a platform account's shards: a debit that shard 0
+// cannot cover is refused (PostTransferLeg gathers them first).
 func TransferLegEntry(asset string, from, to Holder, amount int64, sourceRef, memo string) (Entry, error) {
 	return transferLeg(asset, from, to, amount, sourceRef, memo)
 }
@@ -313,11 +315,12 @@ func lockAccounts(refs []AccountRef) (string, []any, error) {
 	for i, r := range all {
 		assets[i], kinds[i], owners[i] = r.Asset, string(r.Account.Kind), r.Account.Owner
 	}
-	// The rows are inserted, or found and locked (DO UPDATE locks the row
-	// it finds; setting the balance to itself changes nothing, so no
-	// trigger fires), in the order of the database's own sort, the same
-	// collation the posting statement locks in. An unknown asset fails
-	// the foreign key: check assets before.
+	// The rows are inserted, or found and locked, in the order of the
+	// database's own sort, the same collation the posting statement locks
+	// in. DO UPDATE ... WHERE false locks the row it finds and writes
+	// nothing (ON CONFLICT locks every conflicting row, updated or not): no
+	// new row version, no trigger. An unknown asset fails the foreign key:
+	// check assets before.
 	if len(famOwners) == 0 {
 		return lockSQL, []any{assets, kinds, owners}, nil
 	}
@@ -329,15 +332,16 @@ INSERT INTO ledger_accounts (asset, kind, owner, balance)
 SELECT v.asset, v.kind, v.owner, 0
   FROM unnest($1::text[], $2::text[], $3::text[]) AS v (asset, kind, owner)
  ORDER BY v.asset, v.owner, v.kind
-ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance`
+ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance WHERE false`
 
 // lockWithShardsSQL is lockSQL that first creates the missing shards
 // ($4, $5) of the platform accounts of the shards it locks, those it does
 // not lock (the statement's own upsert creates those): each only when the
 // shard named ($6) does not exist, one probe of the index. DO NOTHING
-// locks nothing; it waits only for a transaction that is creating the same
-// row, and it runs before the first lock (the InitPlan that reads it), so
-// that the wait holds no lock of this statement.
+// locks no existing row; it waits only for a transaction that is creating
+// the same row, and it runs before the first lock (the InitPlan that reads
+// it). The rows it creates are held until commit, out of the global
+// order: an account's first credits may deadlock once (retried).
 const lockWithShardsSQL = `
 WITH missing AS (
     SELECT p.asset, p.probe FROM (SELECT DISTINCT asset, probe FROM unnest($4::text[], $6::text[]) AS u (asset, probe)) p
@@ -355,7 +359,7 @@ SELECT v.asset, v.kind, v.owner, 0
   FROM unnest($1::text[], $2::text[], $3::text[]) AS v (asset, kind, owner)
  WHERE (SELECT count(*) FROM family) >= 0
  ORDER BY v.asset, v.owner, v.kind
-ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance`
+ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance WHERE false`
 
 // postDebiting posts e, which debits payer's available account (shard 0).
 // A platform account's debit first locks every account of the entry with

@@ -69,7 +69,7 @@
 //	                       capture, or all of it on a void or an expiry)
 //	shard_sweep            platform_available(name#k) -b_k for each shard k
 //	                       with money, platform_available(name) +sum b_k
-//	                       (Gather: a platform account's shards, see
+//	                       (a debit's gather: a platform account's shards, see
 //	                       PlatformShards)
 //	correction             any balanced lines, with a memo saying why
 //	                       (an operator's: BookCorrection, CorrectionAllowed)
@@ -248,7 +248,7 @@ const (
 	// expiry) returned from reserved to available (source_ref: the hold id).
 	EscrowRelease EntryKind = "escrow_release"
 	// ShardSweep: a platform account's shards gathered into its own row
-	// before a debit (Gather; source_ref "sweep:<uuid>"). It moves nothing
+	// before a debit (source_ref "sweep:<uuid>"). It moves nothing
 	// in or out of the account, and no history lists it.
 	ShardSweep EntryKind = "shard_sweep"
 )

@@ -314,9 +314,11 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	// later statement creates one (PlatformShards): LockAccounts and lk
 	// then lock only rows that exist, in the one order. It runs before
 	// this statement locks anything (lk, the debits and the credits read
-	// it: whichever runs first runs it), so a wait for another statement
-	// creating the same rows holds no lock of this one. The NOT EXISTS
-	// probe makes it one index lookup once the account exists.
+	// it: whichever runs first runs it). The rows it creates are this
+	// transaction's until it commits, taken out of the global order: two
+	// first credits of one account at once may deadlock, once, which the
+	// service's transactions retry (db.RunInTx). The NOT EXISTS probe
+	// makes it one index lookup once the account exists.
 	named := make(map[Account]bool, len(e.Lines))
 	for _, l := range e.Lines {
 		named[l.Account] = true

@@ -163,3 +163,31 @@ func TestSweepsAreChecked(t *testing.T) {
 		require.True(t, ledger.IsSweepFinding(f), f)
 	}
 }
+
+// TestLockAccountsWritesNothing: LockAccounts locks the rows it finds
+// (another transaction cannot take them) without writing a new version of
+// any (no update counted), a platform account's 64 rows included.
+func TestLockAccountsWritesNothing(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	credit(t, d, "BTC", "ann", 1_000, "pay-1")
+	createPlatformAccounts(t, d, []string{"BTC"}, "revenue")
+	require.NoError(t, inTx(t, d, func(ctx context.Context, tx bun.Tx) error {
+		if err := ledger.LockAccounts(ctx, tx, []ledger.AccountRef{
+			{Asset: "BTC", Account: ledger.UserHolder("ann").Available()},
+			{Asset: "BTC", Account: ledger.PlatformHolder("revenue").Available()},
+		}); err != nil {
+			return err
+		}
+		var updated int64
+		if err := tx.QueryRowContext(ctx, `SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'ledger_accounts'`).Scan(&updated); err != nil {
+			return err
+		}
+		require.Zero(t, updated, "row versions written by LockAccounts")
+		for _, owner := range []string{"ann", "revenue", "revenue#63"} {
+			_, err := d.ExecContext(ctx, `SELECT 1 FROM ledger_accounts WHERE asset = 'BTC' AND owner = ? FOR UPDATE NOWAIT`, owner)
+			require.ErrorContains(t, err, "55P03", "%s is locked", owner)
+		}
+		return nil
+	}))
+}
