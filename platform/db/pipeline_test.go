@@ -334,3 +334,40 @@ func TestBatchTx(t *testing.T) {
 	defer tx.Rollback()
 	require.Error(t, db.BatchTx(ctx, tx, func(context.Context, *sql.Tx, db.SendBatch) error { return nil }), "a batch transaction needs the pool")
 }
+
+// TestBatchTxPanic: a panic in BatchTx's function, or in a batch's read,
+// rolls its transaction back and reaches the caller (whose recover answers
+// 500), instead of leaving the goroutine waiting forever for a transaction
+// that never ends, with the connection and its locks held.
+func TestBatchTxPanic(t *testing.T) {
+	d := openEmpty(t)
+	ctx := context.Background()
+	_, err := d.Bun.ExecContext(ctx, "CREATE TABLE p (n int PRIMARY KEY)")
+	require.NoError(t, err)
+	for _, where := range []string{"read", "fn"} {
+		done := make(chan any, 1)
+		go func() {
+			defer func() { done <- recover() }()
+			_ = db.BatchTx(ctx, d.Bun, func(ctx context.Context, tx *sql.Tx, send db.SendBatch) error {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO p VALUES (1)"); err != nil {
+					return err
+				}
+				if where == "fn" {
+					panic("boom in fn")
+				}
+				var b pgx.Batch
+				b.Queue("INSERT INTO p VALUES (2)")
+				return send(&b, func(br pgx.BatchResults) error { panic("boom in read") })
+			})
+		}()
+		select {
+		case p := <-done:
+			require.NotNil(t, p, "%s: the panic reaches the caller", where)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: BatchTx did not return after the panic", where)
+		}
+		var n int
+		require.NoError(t, d.Bun.QueryRowContext(ctx, "SELECT count(*) FROM p").Scan(&n))
+		require.Zero(t, n, "%s: nothing committed", where)
+	}
+}

@@ -269,8 +269,22 @@ func BatchTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx *
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback() // before conn.Close, which waits for the transaction's end
+			panic(p)
+		}
+	}()
 	send := func(b *pgx.Batch, read func(br pgx.BatchResults) error) error {
-		return conn.Raw(func(dc any) error {
+		var panicked any
+		err := conn.Raw(func(dc any) (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					// Raw would release the connection as bad, which
+					// waits for the open transaction's end: a hang.
+					panicked, err = p, fmt.Errorf("db: panic in a batch: %v", p)
+				}
+			}()
 			c, err := pgxConn(dc)
 			if err != nil {
 				return err
@@ -282,6 +296,10 @@ func BatchTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx *
 			}
 			return err
 		})
+		if panicked != nil {
+			panic(panicked)
+		}
+		return err
 	}
 	if err := fn(ctx, tx, send); err != nil {
 		_ = tx.Rollback()
