@@ -93,9 +93,9 @@ func HolderOf(a Account) Holder {
 // negative, its balance_after chain, append-only). The balance is the sum
 // of the shards.
 //
-//   - A credit of a transfer leg or a capture goes to one shard, chosen
-//     from the fact's source_ref (CreditAccount): a replay posts to the
-//     same one, and concurrent credits spread over all of them.
+//   - A credit of a transfer leg or a capture goes to one of shards 1 to
+//     63, chosen from the fact's source_ref (CreditAccount): a replay
+//     posts to the same one, and concurrent credits spread over them.
 //   - Every other credit (a deposit, a release) and every debit is shard
 //     0's. A platform account's debit locks the account with all its
 //     shards first (LockAccounts), and, when shard 0 cannot cover it,
@@ -161,14 +161,17 @@ func validShardOwner(owner string) bool {
 
 // CreditAccount is the account a credit of h's available balance for the
 // fact sourceRef (a transfer leg, a capture) posts to: a user's available
-// account, or one of a platform account's shards chosen from sourceRef.
+// account, or one of a platform account's shards 1 to 63 chosen from
+// sourceRef.
 func (h Holder) CreditAccount(sourceRef string) Account {
 	if !h.Platform {
 		return h.Available()
 	}
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(sourceRef))
-	return Account{Kind: PlatformAvailable, Owner: shardOwner(h.ID, int(f.Sum32()%PlatformShards))}
+	// Shards 1 to 63: shard 0, the account's own row, is locked with all
+	// the others by a debit's LockAccounts, and a credit naming it would be.
+	return Account{Kind: PlatformAvailable, Owner: shardOwner(h.ID, 1+int(f.Sum32()%(PlatformShards-1)))}
 }
 
 // OwnerOf reads who a deposit or a withdrawal is for from its request:
