@@ -6,9 +6,12 @@
 -- migrations 0014, 0025, 0029 and 0033. One entry kind: shard_sweep, the
 -- shards gathered into the account's row before a debit.
 --
--- As in 0038, the rules only grow and are added NOT VALID, then
--- validated without stopping the postings; a lock not had at once fails
--- the migration after five seconds (svc migrate runs it again).
+-- The rules only grow and are added NOT VALID, which checks every new
+-- value and reads no existing row; 0047 validates the owner rule outside
+-- this transaction (a validation here would scan the accounts under the
+-- ACCESS EXCLUSIVE lock the ALTER took, stopping the postings). A lock not
+-- had at once fails the migration after five seconds (svc migrate runs it
+-- again).
 SET LOCAL lock_timeout = '5s';
 
 ALTER DOMAIN public.ledger_entry_kind DROP CONSTRAINT ledger_entries_kind_check;
@@ -23,4 +26,3 @@ ALTER TABLE public.ledger_accounts
         WHEN kind = 'platform_available' THEN owner ~ '^[a-z0-9_.:-]{1,64}(#([1-9]|[1-5][0-9]|6[0-3]))?$'
         WHEN kind IN ('platform_hold', 'platform_escrow') THEN owner ~ '^[a-z0-9_.:-]{1,64}$'
         ELSE owner = '' END) NOT VALID;
-ALTER TABLE public.ledger_accounts VALIDATE CONSTRAINT ledger_accounts_owner;

@@ -29,4 +29,6 @@ SELECT split_part(owner, '#', 1), count(*)::text FROM ledger_accounts
  WHERE asset = 'BTC' AND owner IN ('prizes') OR (kind = 'platform_available' AND split_part(owner, '#', 1) = 'revenue')
  GROUP BY 1`))
 	require.Equal(t, postings, textMap(t, d, `SELECT 'n', count(*)::text FROM ledger_postings`))
+	require.Equal(t, map[string]string{"ledger_accounts_owner": "true"},
+		textMap(t, d, `SELECT conname, convalidated::text FROM pg_constraint WHERE conname = 'ledger_accounts_owner'`))
 }

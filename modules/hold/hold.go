@@ -8,8 +8,9 @@
 //
 // # Money
 //
-// Every step moves money with one ledger entry in the same transaction as
-// the hold's row, its event and the Idempotency-Key's response: creation
+// Every step moves money with its ledger entries in the same transaction
+// as the hold's row, its event (a capture, a void, an expiry; creation has
+// none) and the Idempotency-Key's response: creation
 // posts escrow_hold (payer available -> payer escrow: the balance's
 // `reserved`), a capture escrow_capture (escrow -> each leg's available)
 // and, when it pays less than the amount, escrow_release of the rest
@@ -36,6 +37,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/event"
+	"svc/modules/ledger"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/logging"
@@ -48,8 +50,9 @@ const (
 	DefaultExpiresIn = 7 * 24 * time.Hour
 	// MaxExpiresIn is the longest life a request may ask.
 	MaxExpiresIn = 30 * 24 * time.Hour
-	// MaxAmount bounds a hold's amount in smallest units, as a withdrawal's.
-	MaxAmount = 1_000_000_000_000_000
+	// MaxAmount bounds a hold's amount in smallest units: the ledger's
+	// bound on a line, as a withdrawal's.
+	MaxAmount = ledger.MaxBookingAmount
 	// MaxCaptureLegs is the most accounts one capture pays.
 	MaxCaptureLegs = 15
 	// MaxDescription bounds the description, in characters.
@@ -126,4 +129,7 @@ var (
 	// ErrKeyReused: an Idempotency-Key that already created a hold (possible
 	// only after the key's record was pruned).
 	ErrKeyReused = fault.New(fault.Conflict, "this Idempotency-Key already created a hold")
+	// ErrTakenOver: the request's Idempotency-Key was taken over by a newer
+	// attempt while this one ran (409, retry later).
+	ErrTakenOver = fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
 )

@@ -102,7 +102,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams, rec Completer) (Vi
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrLost):
-		return View{}, nil, fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
+		return View{}, nil, ErrTakenOver
 	case db.IsUniqueViolation(err, "holds_client_reference_key"):
 		// Another hold with the reference committed meanwhile: 409 naming
 		// it (holds are never deleted, so it is found).

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -179,7 +178,7 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, t Trigger, rec Compl
 		return st.post(ctx, tx)
 	})
 	if errors.Is(err, idempotency.ErrLost) {
-		return View{}, nil, fault.New(fault.Conflict, "a newer request with this Idempotency-Key took over").WithRetryAfter(time.Second)
+		return View{}, nil, ErrTakenOver
 	}
 	if err != nil {
 		return View{}, nil, err

@@ -45,7 +45,8 @@ type Report struct {
 	// withdrawals holding money and withdrawals whose entries do not fit
 	// their status (withdrawal.CheckHolds), escrow against the open escrow
 	// holds (hold.CheckEscrow), transfer entries against their legs
-	// (transfer.CheckLegs).
+	// (transfer.CheckLegs), shard_sweep entries against the platform
+	// accounts' shards (CheckSweeps).
 	HoldMismatches []string `json:"hold_mismatches"`
 	// ByAsset counts the findings of the four lists (listed or not) by
 	// the asset they concern; the key "" counts those whose asset cannot

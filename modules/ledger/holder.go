@@ -112,9 +112,10 @@ func HolderOf(a Account) Holder {
 //     check finds a shard_sweep entry that is not one (CheckSweeps).
 //
 // docs/performance.md ("The hot account") has the measurements that chose
-// 64. It changes only with a migration: a shard is chosen from a fact's
-// source_ref modulo PlatformShards, so another count would post a replay
-// to another shard (ErrReplayMismatch), and migration 0044 names 1 to 63.
+// 64. It changes only with a migration: a credit's shard is 1 + a hash of
+// its source_ref modulo PlatformShards-1, so another count would post a
+// replay to another shard (ErrReplayMismatch), and migration 0044 names 1
+// to 63.
 const PlatformShards = 64
 
 // shardSep separates a platform account's name from its shard number in a

@@ -26,7 +26,7 @@ const MaxCaptureLegs = maxLines - 1
 // debit that does not fit is an *InsufficientFundsError naming from's
 // account; nothing is written.
 func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Holder, amount int64, sourceRef, memo string) (Posted, error) {
-	e, err := transferLeg(asset, from, to, amount, sourceRef, memo)
+	e, err := TransferLegEntry(asset, from, to, amount, sourceRef, memo)
 	if err != nil {
 		return Posted{}, err
 	}
@@ -41,7 +41,7 @@ func PostTransferLeg(ctx context.Context, idb bun.IDB, asset string, from, to Ho
 // shards: a debit that shard 0 cannot cover raises, and the caller posts
 // the leg the ordinary way (PostTransferLeg).
 func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64, sourceRef, memo string) (*QueuedPost, error) {
-	e, err := transferLeg(asset, from, to, amount, sourceRef, memo)
+	e, err := TransferLegEntry(asset, from, to, amount, sourceRef, memo)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +54,6 @@ func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64,
 // it never gathers a platform account's shards: a debit that shard 0
 // cannot cover is refused (PostTransferLeg gathers them first).
 func TransferLegEntry(asset string, from, to Holder, amount int64, sourceRef, memo string) (Entry, error) {
-	return transferLeg(asset, from, to, amount, sourceRef, memo)
-}
-
-// transferLeg is the entry of one leg of a transfer (PostTransferLeg).
-func transferLeg(asset string, from, to Holder, amount int64, sourceRef, memo string) (Entry, error) {
 	if amount <= 0 {
 		return Entry{}, fmt.Errorf("%w: transfer amount must be positive, got %d", ErrInvalidEntry, amount)
 	}
@@ -152,7 +147,10 @@ func CaptureEscrow(ctx context.Context, tx bun.Tx, asset string, payer Holder, l
 			return Posted{}, nil, err
 		}
 	}
-	refs := []AccountRef{{Asset: asset, Account: payer.Escrow()}, {Asset: asset, Account: payer.Available()}}
+	refs := []AccountRef{{Asset: asset, Account: payer.Escrow()}}
+	if rest > 0 {
+		refs = append(refs, AccountRef{Asset: asset, Account: payer.Available()})
+	}
 	for _, l := range c.Lines[1:] {
 		refs = append(refs, AccountRef{Asset: asset, Account: l.Account})
 	}
@@ -217,8 +215,10 @@ type AccountRef struct {
 // more. A credit names the one shard it posts to (Holder.CreditAccount).
 // Whenever one of a platform account's available rows is created, all
 // PlatformShards are (here and in Post), so that no shard appears after a
-// lock: the missing ones are created first, without being locked, before
-// anything is locked.
+// lock: the missing ones are created first. The rows a statement creates
+// are its transaction's until it commits, taken out of the global order:
+// two first credits of one account at once may deadlock there, once;
+// db.RunInTx retries it.
 func LockAccounts(ctx context.Context, idb bun.IDB, refs []AccountRef) error {
 	if len(refs) == 0 {
 		return nil
@@ -341,7 +341,8 @@ ON CONFLICT (owner, asset, kind) DO UPDATE SET balance = ledger_accounts.balance
 // locks no existing row; it waits only for a transaction that is creating
 // the same row, and it runs before the first lock (the InitPlan that reads
 // it). The rows it creates are held until commit, out of the global
-// order: an account's first credits may deadlock once (retried).
+// order: an account's first credits may deadlock once (db.RunInTx
+// retries it).
 const lockWithShardsSQL = `
 WITH missing AS (
     SELECT p.asset, p.probe FROM (SELECT DISTINCT asset, probe FROM unnest($4::text[], $6::text[]) AS u (asset, probe)) p
@@ -372,16 +373,6 @@ func postDebiting(ctx context.Context, idb bun.IDB, payer Holder, e Entry) (Post
 	if !payer.Platform {
 		return Post(ctx, idb, e)
 	}
-	if _, inTx := idb.(bun.Tx); !inTx {
-		// The locks must hold from the gather to the posting.
-		var p Posted
-		err := idb.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			var err error
-			p, err = postDebiting(ctx, tx, payer, e)
-			return err
-		})
-		return p, err
-	}
 	if err := e.Validate(); err != nil {
 		return Posted{}, err
 	}
@@ -397,18 +388,27 @@ func postDebiting(ctx context.Context, idb bun.IDB, payer Holder, e Entry) (Post
 			need = -l.Amount
 		}
 	}
-	if err := LockAccounts(ctx, idb, refs); err != nil {
-		return Posted{}, err
-	}
-	if err := gather(ctx, idb, e.Asset, payer.ID, need); err != nil {
-		return Posted{}, err
-	}
-	return Post(ctx, idb, e)
+	// In one transaction (inTx): the locks must hold from the gather to
+	// the posting.
+	var p Posted
+	err := inTx(ctx, idb, func(ctx context.Context, tx bun.IDB) error {
+		if err := LockAccounts(ctx, tx, refs); err != nil {
+			return err
+		}
+		if err := gather(ctx, tx, e.Asset, payer.ID, need); err != nil {
+			return err
+		}
+		var err error
+		p, err = Post(ctx, tx, e)
+		return err
+	})
+	return p, err
 }
 
 // gather moves the balances of the platform account name's shards of
 // asset into shard 0, its own row (shard_sweep entries, at most
-// MaxCaptureLegs shards each), when shard 0 holds less than need. It
+// MaxCaptureLegs shards each), when shard 0 holds less than need and all
+// of them together hold need or more. It
 // locks shard 0 and every shard in one statement, in the global order
 // (postDebiting locked them already). The sweeps move nothing in or out
 // of the account: its balance, the sum of its shards, is unchanged.
@@ -447,8 +447,12 @@ SELECT owner, balance FROM ledger_accounts
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
 	}
-	if own >= need {
-		return nil
+	total := own
+	for _, l := range full {
+		total -= l.Amount
+	}
+	if own >= need || total < need {
+		return nil // nothing to gather, or not enough even gathered: the posting refuses
 	}
 	for len(full) > 0 {
 		n := min(len(full), MaxCaptureLegs)
@@ -463,8 +467,10 @@ SELECT owner, balance FROM ledger_accounts
 			return fmt.Errorf("ledger: gather %s %s: %w", asset, name, err)
 		}
 		lines = append(lines, Line{Account: Account{Kind: PlatformAvailable, Owner: name}, Amount: sum})
+		// Locked: every shard exists and is locked (postDebiting's
+		// LockAccounts, and the statement above).
 		if _, err := Post(ctx, idb, Entry{Kind: ShardSweep, Asset: asset, SourceRef: "sweep:" + id.String(),
-			Memo: "the shards of " + name + " gathered for a debit", Lines: lines}); err != nil {
+			Memo: "the shards of " + name + " gathered for a debit", Lines: lines, Locked: true}); err != nil {
 			return err
 		}
 	}

@@ -326,8 +326,8 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 	famRefs := ""
 	for _, i := range users {
 		l := e.Lines[i]
-		if l.Amount < 0 || l.Account.Kind != PlatformAvailable {
-			continue
+		if l.Amount < 0 || l.Account.Kind != PlatformAvailable || e.Locked {
+			continue // under Locked, LockAccounts created the shards
 		}
 		var family []string
 		for _, o := range ShardOwners(PlatformName(l.Account.Owner)) {

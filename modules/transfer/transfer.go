@@ -14,8 +14,9 @@
 //
 // One transaction does everything: it writes the transfer, its legs and
 // its parties, emits transfer.completed and stores the Idempotency-Key's
-// response; then it locks every available account the legs touch,
-// creating those that do not exist yet, in one global order
+// response; then it locks every account the legs post to (from's
+// available account, and to's, or the platform account's shard the leg
+// credits), creating those that do not exist yet, in one global order
 // (ledger.LockAccounts), so two transfers over the same accounts in
 // opposite directions (a trade and its reverse) queue instead of
 // deadlocking (a one-leg transfer too: its posting alone would create a
@@ -90,10 +91,10 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 const (
 	MaxLegs        = 100
 	MaxDescription = 500
-	// MaxAmount bounds a leg's amount, in smallest units: one billion BTC
-	// or USDT, far above any supply, so that the sum of a transfer's legs
-	// cannot overflow.
-	MaxAmount = 1_000_000_000_000_000
+	// MaxAmount bounds a leg's amount, in smallest units: the ledger's
+	// bound on a line (10^15: ten million BTC, a billion USDT), so that
+	// the sum of a transfer's legs cannot overflow.
+	MaxAmount = ledger.MaxBookingAmount
 )
 
 // StatusCompleted is a transfer's only status: a transfer commits whole or

@@ -26,7 +26,8 @@ import (
 // way (Create) claims the key, reads the key's transfer, the assets and
 // the client_reference first, then writes a statement per row. createFast
 // makes that case one transaction of four round trips, with no read
-// before it:
+// before it (but the assets' decimals, read once when the copy lacks an
+// asset):
 //
 //  1. BEGIN;
 //  2. the event's delivery job (River's insert, which takes a
