@@ -295,13 +295,13 @@ func hotSharded(shards int) func(ctx context.Context, d *bun.DB, rng *rand.Rand,
 // transfer_spread measured in the same run:
 //
 //	transfer_hot               the shipped design: every leg credits
-//	                           "revenue", one materialized row
+//	                           "revenue", one of its 64 shards
 //	transfer_spread_pipelined  transfer_spread as one implicit transaction
 //	                           in one round trip (BEGIN, the posting, COMMIT)
 //	transfer_hot_pipelined     transfer_hot the same way: the row's lock is
 //	                           no longer held across the COMMIT's round trip
 //	transfer_hot_sharded16/64  the credit to one of 16 or 64 platform
-//	                           accounts at random (shard rows)
+//	                           accounts at random (each itself sharded now)
 //	transfer_hot_derived       the credit to an account whose balance is
 //	                           derived from its postings (a system account
 //	                           stands in): no row is locked or updated
