@@ -43,7 +43,7 @@ with the scope, label, mode and expiry, never the key.`,
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
 			}
-			actor, err := operator(mintAs)
+			actor, err := loginActor(mintAs)
 			if err != nil {
 				return err
 			}
@@ -84,7 +84,7 @@ with the scope, label, mode and expiry, never the key.`,
 	revoke := &cobra.Command{
 		Use: "revoke ID [--as NAME]", Short: "Revoke a key at once (recorded in the audit trail as cli:NAME)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			actor, err := operator(revokeAs)
+			actor, err := loginActor(revokeAs)
 			if err != nil {
 				return err
 			}
@@ -182,7 +182,7 @@ The change is recorded in the audit trail as made by "cli:NAME" (--as, default t
 			if l.IsZero() {
 				return fmt.Errorf("nothing to change: give at least one limit flag")
 			}
-			actor, err := operator(as)
+			actor, err := loginActor(as)
 			if err != nil {
 				return err
 			}

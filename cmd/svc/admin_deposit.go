@@ -45,7 +45,7 @@ the audit trail.`,
 			if action != deposit.ActionCredit && action != deposit.ActionDismiss {
 				return fmt.Errorf("--action %q: want credit or dismiss", action)
 			}
-			actor, err := operator(as)
+			actor, err := loginActor(as)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ dismissed. Only a payment the processor settled, with an exact amount.`,
 			if creditAs == "" {
 				return errAsRequired("credit")
 			}
-			actor, err := operator(creditAs)
+			actor, err := loginActor(creditAs)
 			if err != nil {
 				return err
 			}

@@ -58,7 +58,7 @@ func adminEventsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			actor, err := operator(as)
+			actor, err := loginActor(as)
 			if err != nil {
 				return err
 			}

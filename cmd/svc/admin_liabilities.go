@@ -44,7 +44,7 @@ default the login name) and prints what it publishes. Users' and platform accoun
 answered from it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := operator(as)
+			actor, err := loginActor(as)
 			if err != nil {
 				return err
 			}

@@ -132,7 +132,7 @@ findings, than you accepted halts the asset again with a new alert.`,
 			if as == "" {
 				return errAsRequired("acknowledgement")
 			}
-			actor, err := operator(as)
+			actor, err := loginActor(as)
 			if err != nil {
 				return err
 			}

@@ -192,7 +192,7 @@ func TestAdminLedgerCheck(t *testing.T) {
 func TestAdminAudit(t *testing.T) {
 	d := adminDB(t)
 	ctx := context.Background()
-	me, err := operator("")
+	me, err := loginActor("")
 	require.NoError(t, err, "the login name is the default operator")
 
 	out, err := run(t, "admin", "audit")

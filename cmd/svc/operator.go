@@ -5,11 +5,46 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"svc/modules/audit"
+	"svc/modules/operator"
 )
+
+// KeyEnv names the operator's key file when --key is not given.
+const KeyEnv = "SVC_OPERATOR_KEY"
+
+// keyFlag adds --key, the operator's private key file, to c.
+func keyFlag(c *cobra.Command, path *string) {
+	c.Flags().StringVar(path, "key", "", "the operator's private key file (svc admin operators keygen), which names the operator; default $"+KeyEnv)
+}
+
+// loadKey reads the operator's key: --key, else $SVC_OPERATOR_KEY.
+func loadKey(path string) (*operator.Signer, error) {
+	if path == "" {
+		path = os.Getenv(KeyEnv)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("--key FILE (or %s) is required: this action is signed with the operator's key (svc admin operators keygen)", KeyEnv)
+	}
+	return operator.LoadKeyFile(path)
+}
+
+// signWith signs x's statement, now, with the operator's key (--key or
+// $SVC_OPERATOR_KEY).
+func signWith(path string, x operator.Expect) (*operator.Envelope, error) {
+	s, err := loadKey(path)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.Sign(operator.NewStatement(x.Action, x.Resource, x.Facts, time.Now()))
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
 
 // The usages of --as: a name that defaults to the login name, and one that
 // must be given (a decision, a booking, an acknowledgement).
@@ -44,10 +79,10 @@ func operatorName(as string) (string, error) {
 	return name, nil
 }
 
-// operator is the command-line operator acting (--as, default the login
+// loginActor is the command-line operator acting (--as, default the login
 // name) as the audit trail records them: "cli:NAME", also what a resolution
 // records as resolved_by.
-func operator(as string) (audit.Actor, error) {
+func loginActor(as string) (audit.Actor, error) {
 	name, err := operatorName(as)
 	if err != nil {
 		return audit.Actor{}, err
@@ -62,7 +97,7 @@ func requiredOperator(as, what string) (audit.Actor, error) {
 	if strings.TrimSpace(as) == "" {
 		return audit.Actor{}, errAsRequired(what)
 	}
-	return operator(as)
+	return loginActor(as)
 }
 
 // errAsRequired says that --as must name the operator of what.

@@ -4,9 +4,15 @@
 // the effect commit or roll back together. The database refuses any change
 // or deletion of a row.
 //
-// Actors are an admin API key (its id, with its label) when the action came
-// through the admin API, or "cli:NAME" when it came from svc admin with
-// --as NAME.
+// Actors are an enrolled operator ("op:NAME") when the action carries the
+// operator's signed statement (modules/operator), which the row stores
+// with its nonce (unique: a statement is accepted once); otherwise an admin
+// API key (its id, with its label), or "cli:NAME" for a command-line
+// action that needs no signature.
+//
+// The rows form a hash chain (migration 0048): the database sets each
+// row's seq, prev_hash and hash, whoever inserts it, and Verify finds a
+// row changed afterwards.
 package audit
 
 import (
@@ -14,11 +20,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
+
+	"svc/platform/fault"
 )
 
 // The actions recorded.
@@ -42,8 +53,26 @@ type Actor struct {
 	// "cli:NAME". Two actions by the same ID are by the same operator
 	// (four-eyes approval compares IDs).
 	ID string `json:"id"`
-	// Label is the key's label, or the name given with --as.
+	// Label is the key's label, or the operator's name.
 	Label string `json:"label"`
+	// Signature is the operator's verified signature of the action, nil
+	// for an unsigned one.
+	Signature *Signature `json:"-"`
+}
+
+// Signature is a verified operator signature as the audit row stores it.
+type Signature struct {
+	Operator string
+	KeyID    string
+	Nonce    string
+	// Envelope is the signed statement and signature, as received
+	// (operator.Envelope's JSON).
+	Envelope json.RawMessage
+}
+
+// Signed returns the actor of an enrolled operator's verified signature.
+func Signed(sig Signature) Actor {
+	return Actor{ID: "op:" + sig.Operator, Label: sig.Operator, Signature: &sig}
 }
 
 // CLI returns the actor of a command-line operator named name (--as).
@@ -55,7 +84,7 @@ func CLI(name string) Actor {
 // String names the actor for people: "key_abc (ops-alice)" or
 // "cli:alice".
 func (a Actor) String() string {
-	if a.Label == "" || strings.HasPrefix(a.ID, "cli:") {
+	if a.Label == "" || strings.HasPrefix(a.ID, "cli:") || strings.HasPrefix(a.ID, "op:") {
 		return a.ID
 	}
 	return a.ID + " (" + a.Label + ")"
@@ -78,7 +107,19 @@ type Entry struct {
 	Target        string          `bun:"target" json:"target"`
 	RequestDigest string          `bun:"request_digest" json:"request_digest"`
 	Detail        json.RawMessage `bun:"detail,type:jsonb" json:"detail"`
+	// The operator's signature, when the action carried one.
+	Operator  *string         `bun:"operator" json:"operator"`
+	KeyID     *string         `bun:"key_id" json:"key_id"`
+	Signature json.RawMessage `bun:"signature,type:jsonb,nullzero" json:"signature"`
+	Nonce     *string         `bun:"nonce" json:"-"`
+	// The hash chain, set by the database.
+	Seq      int64  `bun:"seq,nullzero" json:"seq"`
+	PrevHash []byte `bun:"prev_hash,nullzero" json:"-"`
+	Hash     []byte `bun:"hash,nullzero" json:"-"`
 }
+
+// ErrReplayed: an operator statement's nonce is already in the trail.
+var ErrReplayed = fault.New(fault.Unauthenticated, "this signed statement was already used: sign the action again")
 
 // Digest returns the hex SHA-256 of params as JSON (Go's encoding sorts
 // map keys and keeps struct field order, so equal parameters give equal
@@ -111,7 +152,14 @@ func Record(ctx context.Context, idb bun.IDB, at time.Time, actor Actor, action,
 	}
 	e := Entry{At: at.UTC(), Actor: actor.ID, ActorLabel: actor.Label, Action: action, Target: target,
 		RequestDigest: digest, Detail: raw}
-	if _, err := idb.NewInsert().Model(&e).Returning("id").Exec(ctx); err != nil {
+	if sig := actor.Signature; sig != nil {
+		e.Operator, e.KeyID, e.Nonce, e.Signature = &sig.Operator, &sig.KeyID, &sig.Nonce, sig.Envelope
+	}
+	if _, err := idb.NewInsert().Model(&e).Returning("id, seq, prev_hash, hash").Exec(ctx); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == pgerrcode.UniqueViolation && pe.ConstraintName == "audit_log_nonce_key" {
+			return Entry{}, ErrReplayed
+		}
 		return Entry{}, fmt.Errorf("audit: record %s of %s: %w", action, target, err)
 	}
 	return e, nil

@@ -24,21 +24,39 @@ import (
 
 // Config is the whole configuration of every svc process.
 type Config struct {
-	Env      string   `mapstructure:"env" env:"SVC_ENV" default:"development" doc:"development or production; production refuses test-mode API keys and the simulator's defaults"`
-	LogLevel string   `mapstructure:"log_level" env:"LOG_LEVEL" default:"info" doc:"debug, info, warn or error"`
-	HTTP     HTTP     `mapstructure:"http"`
-	Database Database `mapstructure:"database"`
-	APIKeys  APIKeys  `mapstructure:"api_keys"`
-	Worker   Worker   `mapstructure:"worker"`
-	Webhooks Webhooks `mapstructure:"webhooks"`
-	BTCPay   BTCPay   `mapstructure:"btcpay"`
-	Chain    Chain    `mapstructure:"chain"`
-	Tron     Tron     `mapstructure:"tron"`
-	Deposits Deposits `mapstructure:"deposits"`
-	Payouts  Payouts  `mapstructure:"payouts"`
-	Metrics  Metrics  `mapstructure:"metrics"`
-	AdminUI  AdminUI  `mapstructure:"admin_ui"`
-	Ledger   Ledger   `mapstructure:"ledger"`
+	Env       string    `mapstructure:"env" env:"SVC_ENV" default:"development" doc:"development or production; production refuses test-mode API keys and the simulator's defaults"`
+	LogLevel  string    `mapstructure:"log_level" env:"LOG_LEVEL" default:"info" doc:"debug, info, warn or error"`
+	HTTP      HTTP      `mapstructure:"http"`
+	Database  Database  `mapstructure:"database"`
+	APIKeys   APIKeys   `mapstructure:"api_keys"`
+	Worker    Worker    `mapstructure:"worker"`
+	Webhooks  Webhooks  `mapstructure:"webhooks"`
+	BTCPay    BTCPay    `mapstructure:"btcpay"`
+	Chain     Chain     `mapstructure:"chain"`
+	Tron      Tron      `mapstructure:"tron"`
+	Deposits  Deposits  `mapstructure:"deposits"`
+	Payouts   Payouts   `mapstructure:"payouts"`
+	Metrics   Metrics   `mapstructure:"metrics"`
+	AdminUI   AdminUI   `mapstructure:"admin_ui"`
+	Ledger    Ledger    `mapstructure:"ledger"`
+	Operators Operators `mapstructure:"operators"`
+}
+
+// Operators configures how operators' signed actions are checked
+// (modules/operator; docs/operations.md, "Operators").
+type Operators struct {
+	Signatures      string   `mapstructure:"signatures" env:"OPERATOR_SIGNATURES" default:"" doc:"off or required: required refuses every admin action that moves, releases or credits money or changes limits, keys or operators unless it carries an enrolled operator's signature (the Svc-Operator-Signature header; svc admin --key); off lets an unsigned request act as its admin API key (a signature sent is verified all the same, and four-eyes approval always needs two operators' signatures). Empty: required in production, off in development"`
+	WebAuthnRPID    string   `mapstructure:"webauthn_rp_id" env:"OPERATOR_WEBAUTHN_RP_ID" default:"localhost" doc:"the WebAuthn relying party id operators' passkeys are scoped to (the console's host name)"`
+	WebAuthnOrigins []string `mapstructure:"webauthn_origins" env:"OPERATOR_WEBAUTHN_ORIGINS" default:"" doc:"comma-separated origins (https://console.example.com) a passkey signature may come from; empty: https:// and http:// of the RP id, the latter outside production only"`
+}
+
+// SignaturesRequired reports whether signed actions refuse an unsigned
+// request (OPERATOR_SIGNATURES, required by default in production).
+func (c Config) SignaturesRequired() bool {
+	if c.Operators.Signatures == "" {
+		return c.Production()
+	}
+	return c.Operators.Signatures == "required"
 }
 
 // HTTP configures the API listener.
@@ -202,6 +220,9 @@ func (c Config) Validate() error {
 
 	if !slices.Contains([]string{"development", "production"}, c.Env) {
 		add("SVC_ENV", "must be development or production")
+	}
+	if !slices.Contains([]string{"", "off", "required"}, c.Operators.Signatures) {
+		add("OPERATOR_SIGNATURES", "must be off or required")
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		add("LOG_LEVEL", "must be debug, info, warn or error")

@@ -4,19 +4,41 @@ import (
 	"context"
 
 	"svc/modules/audit"
+	"svc/modules/operator"
+	"svc/platform/config"
 )
 
 // auditArea holds the operator audit trail's HTTP API. Entries are written
 // by the areas whose operator actions they record (audit.Record inside each
 // action's own transaction); this area only reads them. It is initialised
 // before the areas that record.
+//
+// Operators verifies the operators' signed actions for every area that
+// takes one (modules/operator).
 type auditArea struct {
-	AuditAPI *audit.API
+	AuditAPI  *audit.API
+	Operators *operator.Service
 }
 
 func (a *App) initAudit(context.Context) error {
 	a.AuditAPI = &audit.API{DB: a.DB.Bun}
+	a.Operators = &operator.Service{DB: a.DB.Bun, Required: a.Cfg.SignaturesRequired(), Now: a.Clock.Now,
+		RP: RelyingParty(a.Cfg)}
 	return nil
+}
+
+// RelyingParty is the operators' WebAuthn identity of cfg: its RP id, and
+// its origins (by default https:// of the RP id, and http:// too outside
+// production).
+func RelyingParty(cfg config.Config) operator.RelyingParty {
+	rp := operator.RelyingParty{ID: cfg.Operators.WebAuthnRPID, Origins: cfg.Operators.WebAuthnOrigins}
+	if len(rp.Origins) == 0 {
+		rp.Origins = []string{"https://" + rp.ID}
+		if !cfg.Production() {
+			rp.Origins = append(rp.Origins, "http://"+rp.ID)
+		}
+	}
+	return rp
 }
 
 // routesAudit registers GET /v1/admin/audit.
