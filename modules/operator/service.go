@@ -212,7 +212,13 @@ func (s *Service) Submit(ctx context.Context, env Envelope) (Result, error) {
 				if err != nil {
 					return err
 				}
-				name := r.Keys[pst.KeyID].Operator
+				k, ok := r.Keys[pst.KeyID]
+				if !ok {
+					// Not a key of the chain: a proposal written by hand.
+					// The record would not verify; refuse rather than sign on.
+					return fault.New(fault.Forbidden, fmt.Sprintf("the pending change carries a signature by %s, which is no enrolled key", pst.KeyID))
+				}
+				name := k.Operator
 				if name == signer.Operator {
 					return ErrSameOperator
 				}
