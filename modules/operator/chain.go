@@ -238,6 +238,7 @@ func fresh(st Statement, now time.Time) error {
 // (ErrChain), naming it.
 func Replay(records []Record, rp RelyingParty) (*Roster, error) {
 	r := newRoster()
+	rp = rp.recorded()
 	for i, rec := range records {
 		if rec.Seq != int64(i)+1 {
 			return nil, chainError(rec.Seq, "out of sequence (expected %d)", i+1)

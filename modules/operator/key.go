@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 )
 
 // Key kinds.
@@ -36,7 +38,18 @@ func (p PublicKey) String() string {
 // ID is the key's id: "opk_" and 16 base32 characters of the SHA-256 of
 // its text form. Two enrollments of one key have one id, which the chain
 // refuses to give to a second operator.
+//
+// A passkey's Ed25519 key (an OKP COSE key) has the id of the same key
+// enrolled as "ed25519:", so that one private key cannot be enrolled for
+// two operators under its two forms.
 func (p PublicKey) ID() string {
+	if p.Kind == KindWebAuthn {
+		if k, err := parseCOSE(p.Key); err == nil {
+			if okp, ok := k.(webauthncose.OKPPublicKeyData); ok && len(okp.XCoord) == ed25519.PublicKeySize {
+				return PublicKey{Kind: KindEd25519, Key: okp.XCoord}.ID()
+			}
+		}
+	}
 	sum := sha256.Sum256([]byte(p.String()))
 	return "opk_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:10]))
 }

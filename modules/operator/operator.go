@@ -67,6 +67,18 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 type RelyingParty struct {
 	ID      string
 	Origins []string
+	// Recorded checks a signature the service accepted before (a record
+	// of the enrollment chain, on replay): its origin and RP ID were
+	// checked when it was accepted, and a later change of the console's
+	// address must not unmake the chain, so only the signature itself, its
+	// challenge and its flags are checked again.
+	Recorded bool
+}
+
+// recorded is rp for checking signatures accepted before.
+func (rp RelyingParty) recorded() RelyingParty {
+	rp.Recorded = true
+	return rp
 }
 
 // Errors. Authentication failures (no, bad, stale or replayed signature,

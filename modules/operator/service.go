@@ -232,7 +232,7 @@ func (s *Service) Submit(ctx context.Context, env Envelope) (Result, error) {
 			rec := recordRow{Seq: r.Len + 1, PrevHash: r.Head, Hash: recordHash(r.Head, sigs), Change: c, Signatures: sigs}
 			// Verify the record as the chain will: nothing is written that
 			// a replay would refuse.
-			if err := r.apply(Record{Seq: rec.Seq, PrevHash: rec.PrevHash, Hash: rec.Hash, Change: c, Signatures: sigs}, s.RP); err != nil {
+			if err := r.apply(Record{Seq: rec.Seq, PrevHash: rec.PrevHash, Hash: rec.Hash, Change: c, Signatures: sigs}, s.RP.recorded()); err != nil {
 				return fault.New(fault.Forbidden, err.Error())
 			}
 			if _, err := tx.NewInsert().Model(&rec).Exec(ctx); err != nil {

@@ -95,7 +95,7 @@ func verifyWebAuthn(cose []byte, e Envelope, rp RelyingParty) error {
 	if len(e.AuthenticatorData) == 0 || len(e.ClientDataJSON) == 0 {
 		return unauthenticated("a passkey signature carries its authenticator_data and client_data_json")
 	}
-	if rp.ID == "" || len(rp.Origins) == 0 {
+	if !rp.Recorded && (rp.ID == "" || len(rp.Origins) == 0) {
 		return unauthenticated("passkey signatures are not accepted: the service has no WebAuthn relying party ID and origins")
 	}
 	key, err := parseCOSE(cose)
@@ -114,7 +114,7 @@ func verifyWebAuthn(cose []byte, e Envelope, rp RelyingParty) error {
 	if want := base64.RawURLEncoding.EncodeToString(Challenge(e.Statement)); cd.Challenge != want {
 		return unauthenticated("the passkey's challenge is not the statement's: the assertion was made for another statement")
 	}
-	if !protocol.IsOriginInHaystack(cd.Origin, rp.Origins) {
+	if !rp.Recorded && !protocol.IsOriginInHaystack(cd.Origin, rp.Origins) {
 		return unauthenticated(fmt.Sprintf("the passkey's origin %q is not one of the console's (%v)", cd.Origin, rp.Origins))
 	}
 	if cd.CrossOrigin || cd.TopOrigin != "" {
@@ -125,7 +125,7 @@ func verifyWebAuthn(cose []byte, e Envelope, rp RelyingParty) error {
 	if err := ad.Unmarshal(e.AuthenticatorData); err != nil {
 		return unauthenticated("the passkey's authenticator data does not parse: " + err.Error())
 	}
-	if want := sha256.Sum256([]byte(rp.ID)); !bytes.Equal(ad.RPIDHash, want[:]) {
+	if want := sha256.Sum256([]byte(rp.ID)); !rp.Recorded && !bytes.Equal(ad.RPIDHash, want[:]) {
 		return unauthenticated(fmt.Sprintf("the passkey's authenticator data is for another relying party, not %q", rp.ID))
 	}
 	if !ad.Flags.HasUserPresent() {

@@ -185,6 +185,45 @@ func TestPasskeySignsChange(t *testing.T) {
 	r, err := svc.Roster(ctx, d.Bun)
 	require.NoError(t, err)
 	require.Equal(t, []string{"alice", "carol"}, r.Names())
+
+	// The console moves to another address: the chain, whose record 3 a
+	// passkey signed at the old one, still replays (its origin and RP ID
+	// were checked when it was accepted), while a new passkey signature
+	// from the old origin is refused.
+	moved := &operator.Service{DB: d.Bun, RP: operator.RelyingParty{ID: "console.example", Origins: []string{"https://console.example"}}, Now: now}
+	r, err = moved.Roster(ctx, d.Bun)
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice", "carol"}, r.Names())
+	x := operator.Expect{Action: "event.redeliver", Resource: "evt_1", Facts: map[string]string{}, Role: operator.Approver}
+	_, err = moved.Verify(ctx, d.Bun, pk.Sign(operator.NewStatement(x.Action, x.Resource, x.Facts, now()), testOrigin), x)
+	require.ErrorContains(t, err, "origin")
+}
+
+// TestOneKeyOneOperator: an Ed25519 key enrolled as a passkey (an OKP COSE
+// key) has the id of the same key enrolled as "ed25519:", so one private
+// key cannot belong to two operators under its two forms.
+func TestOneKeyOneOperator(t *testing.T) {
+	d := dbtest.New(t)
+	ctx := context.Background()
+	now := time.Now
+	team := operatortest.Team(t, d.Bun, now, operatortest.Member{Name: "alice", Role: operator.Admin})
+	svc := &operator.Service{DB: d.Bun, RP: testRP, Now: now}
+	pk := operatortest.NewPasskeyEd25519(testRP.ID)
+	k, err := webauthncose.ParsePublicKey(pk.Public().Key)
+	require.NoError(t, err)
+	raw := operator.PublicKey{Kind: operator.KindEd25519, Key: k.(webauthncose.OKPPublicKeyData).XCoord}
+	require.Equal(t, raw.ID(), pk.Public().ID(), "one key, one id")
+
+	head, err := svc.Head(ctx, d.Bun)
+	require.NoError(t, err)
+	c := operator.Change{Action: operator.ActionEnroll, Name: "bob", Role: operator.Approver, PublicKey: raw.String()}
+	_, err = svc.Submit(ctx, operatortest.Sign(t, team["alice"], c.Statement(head, now())))
+	require.NoError(t, err)
+	head, err = svc.Head(ctx, d.Bun)
+	require.NoError(t, err)
+	c = operator.Change{Action: operator.ActionEnroll, Name: "bob2", Role: operator.Approver, PublicKey: pk.Public().String()}
+	_, err = svc.Submit(ctx, operatortest.Sign(t, team["alice"], c.Statement(head, now())))
+	require.ErrorContains(t, err, "already enrolled for bob")
 }
 
 // TestParseCOSE: a passkey's public key is a COSE_Key EC2 (ES256, ES384,
