@@ -33,22 +33,27 @@ publish). Snapshots are taken with each hourly reconciliation and by
 			})
 		},
 	}
-	var as string
+	var keyPath string
 	snap := &cobra.Command{
-		Use:   "snapshot [--as NAME]",
+		Use:   "snapshot [--key FILE]",
 		Short: "Take a proof-of-liabilities snapshot of every asset now",
 		Long: `Reads every user's and platform account's available + held + reserved of every asset at one
 consistent snapshot of the ledger (a read-only transaction: no write waits for it), builds each
-asset's Merkle sum tree with fresh salts, stores it (recorded as requested by cli:NAME; --as,
-default the login name) and prints what it publishes. Users' and platform accounts' proofs are then
-answered from it.`,
+asset's Merkle sum tree with fresh salts, stores it and prints what it publishes. Users' and
+platform accounts' proofs are then answered from it. The snapshot is recorded as requested by
+op:NAME, the operator the enrollment chain enrolled the key for, with --key (or $` + KeyEnv + `; an
+unknown or revoked key is refused), else by cli:LOGIN, your login name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := loginActor(as)
+			key, err := optionalKey(keyPath)
 			if err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
+				actor, err := actorOf(cmd.Context(), a, key)
+				if err != nil {
+					return err
+				}
 				list, err := a.Liabilities.Snapshot(cmd.Context(), liabilities.TriggerOnDemand, actor.ID)
 				if err != nil {
 					return err
@@ -57,7 +62,7 @@ answered from it.`,
 			})
 		},
 	}
-	asFlag(snap, &as, "the operator's name, recorded as cli:NAME (default: the login name)")
+	keyFlag(snap, &keyPath)
 	c.AddCommand(snap)
 	return c
 }

@@ -117,26 +117,31 @@ func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
 
 // adminReconciliationAckCmd is `svc admin reconciliation ack`.
 func adminReconciliationAckCmd() *cobra.Command {
-	var as, asset, note string
+	var keyPath, asset, note string
 	ack := &cobra.Command{
-		Use:   "ack --as NAME [--asset ASSET] [--note TEXT]",
+		Use:   "ack [--key FILE] [--asset ASSET] [--note TEXT]",
 		Short: "Acknowledge an insolvency or an inconsistency: lift the halt on withdrawals of the asset (all, without --asset)",
-		Long: `Records that you looked at an insolvency or an inconsistent ledger the reconciliation found
-(audited as cli:NAME): the asset's withdrawals flow again at once. The acknowledgement accepts what
-the latest report found: the shortfall of an insolvency ((user obligations - expected shortfall) -
-chain balance), the number of findings of an inconsistency. The episode stays open without a halt
-until a report finds the asset solvent (consistent); a report that finds a larger shortfall, or more
-findings, than you accepted halts the asset again with a new alert.`,
+		Long: `Records that you looked at an insolvency or an inconsistent ledger the reconciliation found: the
+asset's withdrawals flow again at once. The acknowledgement accepts what the latest report found:
+the shortfall of an insolvency ((user obligations - expected shortfall) - chain balance), the
+number of findings of an inconsistency. The episode stays open without a halt until a report finds
+the asset solvent (consistent); a report that finds a larger shortfall, or more findings, than you
+accepted halts the asset again with a new alert.
+
+It is audited as op:NAME, the operator the enrollment chain enrolled the key for, with --key (or
+$` + KeyEnv + `; an unknown or revoked key is refused), else as cli:LOGIN, your login name. It is not a
+signed action: it moves no money.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if as == "" {
-				return errAsRequired("acknowledgement")
-			}
-			actor, err := loginActor(as)
+			key, err := optionalKey(keyPath)
 			if err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
+				actor, err := actorOf(cmd.Context(), a, key)
+				if err != nil {
+					return err
+				}
 				eps, err := a.Reconcile.Ack(cmd.Context(), actor, asset, note)
 				if err != nil {
 					return err
@@ -147,15 +152,15 @@ findings, than you accepted halts the asset again with a new alert.`,
 						if ep.Kind == reconcile.KindInconsistency {
 							accepted = "findings: " + orNull(countOf(ep.AckedFindings))
 						}
-						fmt.Fprintf(out, "%s: %s since %s acknowledged, accepting %s; withdrawals flow again until a report finds more\n",
-							ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), accepted)
+						fmt.Fprintf(out, "%s: %s since %s acknowledged by %s, accepting %s; withdrawals flow again until a report finds more\n",
+							ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), actor, accepted)
 					}
 					return nil
 				})
 			})
 		},
 	}
-	asFlag(ack, &as, asRequiredUsage)
+	keyFlag(ack, &keyPath)
 	ack.Flags().StringVar(&asset, "asset", "", "only this asset")
 	ack.Flags().StringVar(&note, "note", "", "what you checked")
 	return ack

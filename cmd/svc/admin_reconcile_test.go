@@ -53,8 +53,6 @@ func TestAdminReconciliation(t *testing.T) {
 	require.Len(t, hist, 1)
 
 	_, err = run(t, "admin", "reconciliation", "ack")
-	require.ErrorContains(t, err, "--as NAME is required")
-	_, err = run(t, "admin", "reconciliation", "ack", "--as", "ops")
 	require.ErrorContains(t, err, "nothing to acknowledge")
 }
 
@@ -93,11 +91,22 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	require.True(t, halted())
 	require.Equal(t, int64(1), alerts())
 
-	out, err = run(t, "admin", "reconciliation", "ack", "--as", "ops", "--asset", "BTC", "--note", "a test entry")
+	// With --key: the operator the chain enrolled it for; an unknown key
+	// is refused.
+	dir := t.TempDir()
+	opsKey, _ := keygen(t, dir, "ops")
+	out, err = run(t, "admin", "reconciliation", "ack", "--key", opsKey, "--asset", "BTC")
+	require.ErrorContains(t, err, "is not an enrolled operator key", out)
+	out, err = run(t, "admin", "operators", "init", "--name", "ops", "--key", opsKey)
+	require.NoError(t, err, out)
+	out, err = run(t, "admin", "reconciliation", "ack", "--key", opsKey, "--asset", "BTC", "--note", "a test entry")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "BTC: inconsistency since")
-	require.Contains(t, out, "accepting findings: 1")
+	require.Contains(t, out, "acknowledged by op:ops, accepting findings: 1")
 	require.False(t, halted())
+	var actor string
+	require.NoError(t, d.Bun.NewSelect().Table("audit_log").Column("actor").Where("action = 'reconciliation.ack'").Scan(ctx, &actor))
+	require.Equal(t, "op:ops", actor)
 	out, err = run(t, "admin", "reconciliation")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "true (1 findings, 1 accepted)")
@@ -109,4 +118,12 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	require.Contains(t, out, "true (2 findings, 1 accepted)")
 	require.True(t, halted())
 	require.Equal(t, int64(2), alerts())
+
+	// Without a key: the login name.
+	me, err := loginActor("")
+	require.NoError(t, err)
+	out, err = run(t, "admin", "reconciliation", "ack")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "acknowledged by "+me.ID)
+	require.False(t, halted())
 }

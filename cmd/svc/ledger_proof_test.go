@@ -36,7 +36,7 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "no proof of liabilities yet")
 
-	out, err = run(t, "admin", "liabilities", "snapshot", "--as", "ops", "--json")
+	out, err = run(t, "admin", "liabilities", "snapshot", "--json")
 	require.NoError(t, err, out)
 	var list liabilities.PublishedList
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
@@ -51,7 +51,9 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	require.EqualValues(t, 3, btc.Users)
 	var by string
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT requested_by FROM liabilities_snapshots WHERE id = $1`, btc.SnapshotID).Scan(&by))
-	require.Equal(t, "cli:ops", by)
+	me, err := loginActor("")
+	require.NoError(t, err)
+	require.Equal(t, me.ID, by, "the login name, without --key")
 
 	out, err = run(t, "admin", "liabilities")
 	require.NoError(t, err, out)

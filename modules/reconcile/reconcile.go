@@ -162,6 +162,12 @@ type Service struct {
 	Now         func() time.Time
 	Log         *slog.Logger
 	Config      Config
+
+	// Operators names what is wrong with the operators: the enrollment
+	// chain that does not verify, or rows of the operators tables it does
+	// not prove (operator.Service.Problems); each is a line of the report
+	// and an alert. Nil skips the check.
+	Operators func(ctx context.Context, idb bun.IDB) ([]string, error)
 }
 
 // Triggers of a report.

@@ -115,6 +115,9 @@ func (s *Service) compute(ctx context.Context, snapErr error, full bool) (Report
 	if err := s.checkLiabilities(ctx, assets, published, &rep); err != nil {
 		return Report{}, nil, err
 	}
+	if err := s.checkOperators(ctx, &rep); err != nil {
+		return Report{}, nil, err
+	}
 	totals := map[string]ledger.Totals{}
 	for _, t := range lr.Totals {
 		totals[t.Asset] = t

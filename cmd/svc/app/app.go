@@ -109,6 +109,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"transfers", a.initTransfers},
 		{"holds", a.initHolds},
 		{"reconciliation", a.initReconcile},
+		{"operators", a.initOperators},
 	} {
 		if err := step.init(ctx); err != nil {
 			d.Close()
@@ -165,6 +166,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesTransfers(r)
 	a.routesHolds(r)
 	a.routesReconcile(r)
+	a.routesOperators(r)
 	httpapi.NotFound(app)
 	return app
 }
