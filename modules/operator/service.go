@@ -352,56 +352,9 @@ func (r *Roster) Views() []View {
 // missing. Authorization never reads the tables; this is how a hand-made
 // row is found (svc admin audit verify, the reconciliation's alert).
 func Discrepancies(ctx context.Context, idb bun.IDB, r *Roster) ([]string, error) {
-	var ops []struct {
-		Name    string `bun:"name"`
-		Role    string `bun:"role"`
-		Revoked bool   `bun:"revoked"`
+	ops, keys, err := tableRows(ctx, idb)
+	if err != nil {
+		return nil, err
 	}
-	if err := idb.NewRaw("SELECT name, role, revoked_seq IS NOT NULL AS revoked FROM operators ORDER BY name").Scan(ctx, &ops); err != nil {
-		return nil, fmt.Errorf("operators: read operators: %w", err)
-	}
-	var keys []struct {
-		KeyID     string `bun:"key_id"`
-		Operator  string `bun:"operator"`
-		PublicKey string `bun:"public_key"`
-		Revoked   bool   `bun:"revoked"`
-	}
-	if err := idb.NewRaw("SELECT key_id, operator, public_key, revoked_seq IS NOT NULL AS revoked FROM operator_keys ORDER BY key_id").Scan(ctx, &keys); err != nil {
-		return nil, fmt.Errorf("operators: read operator keys: %w", err)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, o := range ops {
-		seen[o.Name] = true
-		p, ok := r.Operators[o.Name]
-		switch {
-		case !ok:
-			out = append(out, fmt.Sprintf("operator %q is not enrolled by the chain (inserted by hand?)", o.Name))
-		case string(p.Role) != o.Role || p.Revoked != o.Revoked:
-			out = append(out, fmt.Sprintf("operator %q reads role %s revoked %t; the chain says role %s revoked %t", o.Name, o.Role, o.Revoked, p.Role, p.Revoked))
-		}
-	}
-	for _, n := range r.Names() {
-		if !seen[n] {
-			out = append(out, fmt.Sprintf("operator %q of the chain is missing from the operators table", n))
-		}
-	}
-	seenKey := map[string]bool{}
-	for _, k := range keys {
-		seenKey[k.KeyID] = true
-		p, ok := r.Keys[k.KeyID]
-		switch {
-		case !ok:
-			out = append(out, fmt.Sprintf("key %s of %q is not enrolled by the chain (inserted by hand?)", k.KeyID, k.Operator))
-		case p.Operator != k.Operator || p.Public.String() != k.PublicKey || p.Revoked != k.Revoked:
-			out = append(out, fmt.Sprintf("key %s differs from the chain's (operator, public key or revocation)", k.KeyID))
-		}
-	}
-	for id, k := range r.Keys {
-		if !seenKey[id] {
-			out = append(out, fmt.Sprintf("key %s of %q of the chain is missing from operator_keys", id, k.Operator))
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return compareTables(r, ops, keys), nil
 }
