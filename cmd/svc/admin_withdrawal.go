@@ -3,17 +3,25 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"svc/cmd/svc/app"
+	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/modules/withdrawal"
 )
 
 // adminWithdrawalsCmd is `svc admin withdrawals`: the approval queue and
-// the operators' decisions, as the /v1/admin/withdrawals endpoints do. The
-// decisions need --as NAME: they are recorded as made by cli:NAME.
+// the operators' decisions, as the /v1/admin/withdrawals endpoints do. A
+// decision is signed with the operator's key (--key FILE, default
+// $SVC_OPERATOR_KEY): the command reads the withdrawal, signs what the
+// service will compare (withdrawal.DecisionExpect) and decides; the audit
+// trail records the operator the key belongs to (op:NAME).
 func adminWithdrawalsCmd() *cobra.Command {
 	ws := &cobra.Command{Use: "withdrawals", Short: "Withdrawals: list, show, approve, reject, release, mark-broadcast"}
 
@@ -69,7 +77,7 @@ func adminWithdrawalsCmd() *cobra.Command {
 
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show one withdrawal with who approved, rejected or released it",
+		Short: "Show one withdrawal with who approved (each signature verified), rejected or released it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := withdrawalID(args[0])
@@ -98,14 +106,21 @@ func adminWithdrawalsCmd() *cobra.Command {
 					} {
 						fmt.Fprintf(tw, "%s\t%s\n", f.k, f.v)
 					}
+					for _, ap := range v.Approvals {
+						fmt.Fprintf(tw, "approval\t%s\n", approvalLine(ap))
+					}
 					return tw.Flush()
 				})
 			})
 		},
 	}
 
-	var as, note, reason, attestation string
-	decide := func(use, short, long string, run func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error)) *cobra.Command {
+	var keyPath, note, reason, attestation, txid string
+	// decide builds a decision's command: it reads the withdrawal, builds
+	// the statement of action with params (the flags given), signs it with
+	// the operator's key and runs the decision with the signature.
+	decide := func(use, short, long, action string, params func(cmd *cobra.Command) withdrawal.DecideParams,
+		run func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error)) *cobra.Command {
 		c := &cobra.Command{
 			Use: use, Short: short, Long: long, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -113,13 +128,15 @@ func adminWithdrawalsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				// Required here: no default to the login name for a decision.
-				actor, err := requiredOperator(as, "decision")
-				if err != nil {
-					return err
-				}
 				return withApp(cmd, func(a *app.App) error {
-					res, summary, err := run(cmd, a.Withdrawals, withdrawal.DecideParams{WithdrawalID: id, Actor: actor})
+					p := params(cmd)
+					p.WithdrawalID = id
+					env, err := signDecision(cmd, a.Withdrawals, keyPath, action, &p)
+					if err != nil {
+						return fmt.Errorf("%s: %w", id, err)
+					}
+					p.Signature = env
+					res, summary, err := run(cmd, a.Withdrawals, p)
 					if err != nil {
 						return fmt.Errorf("%s: %w", id, err)
 					}
@@ -127,17 +144,23 @@ func adminWithdrawalsCmd() *cobra.Command {
 				})
 			},
 		}
-		asFlag(c, &as, asRequiredUsage)
+		keyFlag(c, &keyPath)
 		return c
 	}
-	approve := decide("approve ID --as NAME [--note TEXT]", "Approve a withdrawal waiting for an operator",
-		`Approve a withdrawal in pending_approval. The service then pays it, except USDT_TRC20: send the
-printed amount from the printed wallet yourself, then report the transaction (mark-broadcast).
-Above the asset's four-eyes threshold a second, different operator must approve too.`,
-		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
+	approve := decide("approve ID --key FILE [--note TEXT]", "Approve a withdrawal waiting for an operator",
+		`Approve a withdrawal in pending_approval, signed with your operator key: the signature states the
+asset, the gross, the destination and the note, and the service refuses it if the withdrawal says
+otherwise. The service then pays it, except USDT_TRC20: send the printed amount from the printed
+wallet yourself, then report the transaction (mark-broadcast). Above the asset's four-eyes
+threshold a second, different operator must approve too, with their own key.`, audit.WithdrawalApprove,
+		func(cmd *cobra.Command) withdrawal.DecideParams {
+			var p withdrawal.DecideParams
 			if cmd.Flags().Changed("note") {
 				p.Note = &note
 			}
+			return p
+		},
+		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
 			v, _, err := s.Approve(cmd.Context(), p, nil)
 			if err != nil {
 				return nil, "", err
@@ -146,7 +169,7 @@ Above the asset's four-eyes threshold a second, different operator must approve 
 			switch {
 			case v.ApprovalsNeeded > 0:
 				msg = fmt.Sprintf("withdrawal %s: approval by %s recorded; %d more approval by a different operator is needed (four-eyes)",
-					v.WithdrawalID, p.Actor, v.ApprovalsNeeded)
+					v.WithdrawalID, v.Approvals[len(v.Approvals)-1].Actor, v.ApprovalsNeeded)
 			case v.AmountToSend != nil:
 				msg += fmt.Sprintf("\nsend exactly %s %s to %s", *v.AmountToSend, v.Asset, v.DestinationAddress)
 				if v.SendFrom != nil {
@@ -157,12 +180,17 @@ Above the asset's four-eyes threshold a second, different operator must approve 
 			return v, msg, nil
 		})
 	approve.Flags().StringVar(&note, "note", "", "a note kept in the audit trail")
-	reject := decide("reject ID --as NAME [--reason TEXT]", "Reject a withdrawal waiting for an operator; its hold returns at once",
-		"Reject a withdrawal in pending_approval: the gross returns to the user's available balance in the\nsame transaction and the withdrawal reads refunded, with the reason as failure_reason.",
-		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
+	reject := decide("reject ID --key FILE [--reason TEXT]", "Reject a withdrawal waiting for an operator; its hold returns at once",
+		"Reject a withdrawal in pending_approval, signed with your operator key: the gross returns to the\nuser's available balance in the same transaction and the withdrawal reads refunded, with the\nreason as failure_reason.",
+		audit.WithdrawalReject,
+		func(cmd *cobra.Command) withdrawal.DecideParams {
+			var p withdrawal.DecideParams
 			if cmd.Flags().Changed("reason") {
 				p.Reason = &reason
 			}
+			return p
+		},
+		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
 			v, _, err := s.Reject(cmd.Context(), p, nil)
 			if err != nil {
 				return nil, "", err
@@ -171,12 +199,13 @@ Above the asset's four-eyes threshold a second, different operator must approve 
 				holderName(v.ExternalUserID, v.PlatformAccount), dashIfNil(v.FailureReason)), nil
 		})
 	reject.Flags().StringVar(&reason, "reason", "", "why, shown to the platform as failure_reason")
-	release := decide("release ID --as NAME --attestation TEXT", "Return the hold of a withdrawal whose payout did not and will not complete",
+	release := decide("release ID --key FILE --attestation TEXT", "Return the hold of a withdrawal whose payout did not and will not complete",
 		`Release is the only way to return a hold once a payout may exist (approved, submitted, broadcast or
 failed). Attest, in 10 to 2000 characters, what you checked: that no payout exists or can still
-complete. The attestation is stored on the withdrawal, which reads refunded.`,
+complete. The attestation is signed with your operator key and stored on the withdrawal, which
+reads refunded.`, audit.WithdrawalRelease,
+		func(*cobra.Command) withdrawal.DecideParams { return withdrawal.DecideParams{Attestation: attestation} },
 		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
-			p.Attestation = attestation
 			v, _, err := s.Release(cmd.Context(), p, nil)
 			if err != nil {
 				return nil, "", err
@@ -187,15 +216,18 @@ complete. The attestation is stored on the withdrawal, which reads refunded.`,
 	release.Flags().StringVar(&attestation, "attestation", "", "what you checked: no payout exists or can still complete (10 to 2000 characters)")
 	_ = release.MarkFlagRequired("attestation")
 
-	var txid string
-	markBroadcast := decide("mark-broadcast ID --as NAME --txid TXID", "Report the USDT_TRC20 transfer you sent for an approved withdrawal",
+	markBroadcast := decide("mark-broadcast ID --key FILE --txid TXID", "Report the USDT_TRC20 transfer you sent for an approved withdrawal",
 		`After approving a USDT_TRC20 withdrawal and sending the printed amount from the hot wallet yourself,
-report the transaction. The service reads it from the TRON node and checks it against the withdrawal
-(the USDT contract, the hot wallet as sender, the destination, the net amount, a successful receipt,
-one Transfer event); any mismatch is refused and named. The withdrawal becomes broadcast, and
-confirmed once its block is solidified.`,
+report the transaction, signed with your operator key (the signature states the amount sent, the
+destination and the txid). The service reads it from the TRON node and checks it against the
+withdrawal (the USDT contract, the hot wallet as sender, the destination, the net amount, a
+successful receipt, one Transfer event); any mismatch is refused and named. The withdrawal becomes
+broadcast, and confirmed once its block is solidified.`, audit.WithdrawalMarkBroadcast,
+		func(*cobra.Command) withdrawal.DecideParams {
+			return withdrawal.DecideParams{Txid: strings.TrimSpace(txid)}
+		},
 		func(cmd *cobra.Command, s *withdrawal.Service, p withdrawal.DecideParams) (any, string, error) {
-			v, _, err := s.MarkBroadcast(cmd.Context(), p, txid, nil)
+			v, _, err := s.MarkBroadcast(cmd.Context(), p, nil)
 			if err != nil {
 				return nil, "", err
 			}
@@ -207,6 +239,45 @@ confirmed once its block is solidified.`,
 
 	ws.AddCommand(list, show, approve, reject, release, markBroadcast)
 	return ws
+}
+
+// signDecision reads the withdrawal of p, says on standard error (unless
+// --json) what the operator signs, and signs action's statement of it with
+// the key at keyPath (withdrawal.DecisionExpect).
+func signDecision(cmd *cobra.Command, s *withdrawal.Service, keyPath, action string, p *withdrawal.DecideParams) (*operator.Envelope, error) {
+	w, err := s.Get(cmd.Context(), p.WithdrawalID)
+	if err != nil {
+		return nil, err
+	}
+	views, err := s.AdminViews(cmd.Context(), []withdrawal.Withdrawal{w})
+	if err != nil {
+		return nil, err
+	}
+	x := withdrawal.DecisionExpect(action, views[0], *p)
+	if !jsonFlag(cmd) {
+		facts := make([]string, 0, len(x.Facts))
+		for _, k := range slices.Sorted(maps.Keys(x.Facts)) {
+			facts = append(facts, fmt.Sprintf("%s=%q", k, x.Facts[k]))
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "signing %s of %s: %s\n", x.Action, x.Resource, strings.Join(facts, " "))
+	}
+	return signWith(keyPath, x)
+}
+
+// approvalLine is one approval as show prints it.
+func approvalLine(ap withdrawal.ApprovalView) string {
+	verified := "unsigned"
+	switch {
+	case ap.Operator != nil && ap.SignatureVerified:
+		verified = "signature verified, key " + dashIfNil(ap.KeyID)
+	case ap.Operator != nil:
+		verified = "SIGNATURE DOES NOT VERIFY, key " + dashIfNil(ap.KeyID)
+	}
+	line := fmt.Sprintf("%s at %s (%s)", ap.Actor, ap.ApprovedAt, verified)
+	if ap.Note != nil {
+		line += fmt.Sprintf(": %q", *ap.Note)
+	}
+	return line
 }
 
 func withdrawalID(s string) (uuid.UUID, error) {

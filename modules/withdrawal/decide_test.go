@@ -14,6 +14,8 @@ import (
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/asset"
 	"svc/modules/audit"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
 	"svc/platform/config"
@@ -244,34 +246,48 @@ func TestDecisionReplay(t *testing.T) {
 	require.Len(t, e.auditRows(t, w.WithdrawalID), 1)
 }
 
-// TestFourEyes: above the asset's four-eyes threshold the first approval
-// is recorded and the withdrawal stays pending; the same operator again is
-// 409; a second operator approves it, and approved_by names both. At or
-// below the threshold one approval is enough.
+// TestFourEyes: above the asset's four-eyes threshold an approval counts
+// only when an enrolled operator signed it: an unsigned one is 403, by any
+// admin key; the first operator's signed approval is recorded and the
+// withdrawal stays pending; the same operator again is 409; a second
+// operator approves it, and approved_by names both. At or below the
+// threshold one unsigned approval is enough (OPERATOR_SIGNATURES off).
 func TestFourEyes(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.fund(t, "u", asset.BTC, 100_000_000)
 	e.limits(t, asset.BTC, asset.Limits{FourEyesThreshold: &asset.Optional{Value: 5_000_000}})
+	ops := e.team(t, operatortest.Member{Name: "alice", Role: operator.Admin}, operatortest.Member{Name: "bob", Role: operator.Approver})
 	second := e.mintAdmin(t, "second operator")
 	w := e.pending(t, "u", 5_000_001)
-	r := e.decide(w.WithdrawalID, "approve", nil)
+	for _, key := range []string{e.Admin, second} {
+		r := e.decide(w.WithdrawalID, "approve", nil, key)
+		require.Equal(t, http.StatusForbidden, r.Status, string(r.Body))
+		require.Contains(t, detail(t, r), "two operators' signatures")
+	}
+	r := e.decideSigned(t, ops["alice"], w.WithdrawalID, "approve", nil)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	m := r.Map(t)
 	require.Equal(t, "pending_approval", m["status"])
 	require.EqualValues(t, 1, m["approvals_needed"])
 	require.Nil(t, m["approved_by"])
-	r = e.decide(w.WithdrawalID, "approve", nil)
+	require.Len(t, m["approvals"], 1)
+	r = e.decideSigned(t, ops["alice"], w.WithdrawalID, "approve", nil)
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "different operator")
-	r = e.decide(w.WithdrawalID, "approve", map[string]any{"note": "second pair of eyes"}, second)
+	r = e.decideSigned(t, ops["bob"], w.WithdrawalID, "approve", map[string]any{"note": "second pair of eyes"}, second)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	m = r.Map(t)
 	require.Equal(t, "approved", m["status"])
 	require.EqualValues(t, 0, m["approvals_needed"])
-	require.Contains(t, m["approved_by"], "test operator")
-	require.Contains(t, m["approved_by"], "second operator")
-	require.Len(t, e.auditRows(t, w.WithdrawalID), 2)
+	require.Equal(t, "op:alice, op:bob", m["approved_by"])
+	rows := e.auditRows(t, w.WithdrawalID)
+	require.Len(t, rows, 2)
+	for i, name := range []string{"alice", "bob"} {
+		require.Equal(t, "op:"+name, rows[i].Actor)
+		require.Equal(t, name, *rows[i].Operator)
+		require.Equal(t, ops[name].Public().ID(), *rows[i].KeyID)
+	}
 
 	small := e.pending(t, "u", 5_000_000)
 	r = e.decide(small.WithdrawalID, "approve", nil)
@@ -280,7 +296,7 @@ func TestFourEyes(t *testing.T) {
 
 	// After a first approval, a reject by anyone still ends it.
 	w3 := e.pending(t, "u", 6_000_000)
-	require.Equal(t, http.StatusOK, e.decide(w3.WithdrawalID, "approve", nil).Status)
+	require.Equal(t, http.StatusOK, e.decideSigned(t, ops["alice"], w3.WithdrawalID, "approve", nil).Status)
 	r = e.decide(w3.WithdrawalID, "reject", map[string]any{"reason": "second operator disagrees"}, second)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Equal(t, "refunded", r.Map(t)["status"])

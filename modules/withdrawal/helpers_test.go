@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"svc/modules/audit"
 	"svc/modules/event/eventtest"
 	"svc/modules/ledger"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
@@ -359,4 +362,74 @@ func (e *env) fundQuiet(t testing.TB, user, code string, units int64) {
 	e.fundMu.Lock()
 	e.funded[[2]string{user, code}] += units
 	e.fundMu.Unlock()
+}
+
+// team enrolls operators through the enrollment chain (the first must be
+// an admin), on the env's clock, and returns their signers by name.
+func (e *env) team(t testing.TB, members ...operatortest.Member) map[string]*operator.Signer {
+	t.Helper()
+	return operatortest.Team(t, e.App.DB.Bun, e.Clock.Now, members...)
+}
+
+// adminView reads GET /v1/admin/withdrawals/{id}.
+func (e *env) adminView(t testing.TB, id string) withdrawal.AdminView {
+	t.Helper()
+	r := e.AdminGet("/v1/admin/withdrawals/" + id)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var v withdrawal.AdminView
+	r.JSON(t, &v)
+	return v
+}
+
+// actions are the audit actions of the decisions' paths.
+var actions = map[string]string{"approve": audit.WithdrawalApprove, "reject": audit.WithdrawalReject,
+	"release": audit.WithdrawalRelease, "mark-broadcast": audit.WithdrawalMarkBroadcast}
+
+// expect is what an operator signs to post decision (a path's last
+// segment) with body on withdrawal id, as its admin view reads now.
+func (e *env) expect(t testing.TB, id, decision string, body map[string]any) operator.Expect {
+	t.Helper()
+	var p withdrawal.DecideParams
+	str := func(k string) *string {
+		if v, ok := body[k].(string); ok {
+			return &v
+		}
+		return nil
+	}
+	p.Note, p.Reason = str("note"), str("reason")
+	if v := str("attestation"); v != nil {
+		p.Attestation = *v
+	}
+	if v := str("txid"); v != nil {
+		p.Txid = strings.TrimSpace(*v)
+	}
+	return withdrawal.DecisionExpect(actions[decision], e.adminView(t, id), p)
+}
+
+// signed is the Svc-Operator-Signature header of s signing x now.
+func (e *env) signed(t testing.TB, s *operator.Signer, x operator.Expect) map[string]string {
+	t.Helper()
+	return operatortest.Header(t, s, x, e.Clock.Now())
+}
+
+// decideSigned posts a decision signed by s, over the withdrawal as it
+// reads now, with the admin key (or key).
+func (e *env) decideSigned(t testing.TB, s *operator.Signer, id, decision string, body map[string]any, key ...string) *apptest.Response {
+	t.Helper()
+	h := e.signed(t, s, e.expect(t, id, decision, body))
+	if body == nil {
+		return e.decideWith(id, decision, nil, h, key...)
+	}
+	return e.decideWith(id, decision, body, h, key...)
+}
+
+// decideWith posts a decision with the headers h and the admin key (or
+// key).
+func (e *env) decideWith(id, decision string, body any, h map[string]string, key ...string) *apptest.Response {
+	e.T.Helper()
+	k := e.Admin
+	if len(key) > 0 {
+		k = key[0]
+	}
+	return e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/admin/withdrawals/" + id + "/" + decision, Body: body, Key: k, Header: h})
 }

@@ -13,6 +13,8 @@ import (
 
 	"svc/modules/asset"
 	"svc/modules/ledger"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
 	"svc/modules/withdrawal"
 	"svc/platform/chain"
 	"svc/platform/randtest"
@@ -22,7 +24,7 @@ var withdrawalFlags = randtest.NewFlags("withdrawal", 150,
 	"steps of TestRandomWithdrawals (more: go test ./modules/withdrawal -run TestRandomWithdrawals -withdrawal.ops=2000)", "TestRandomWithdrawals")
 
 // TestRandomWithdrawals interleaves funding, withdrawal requests (some
-// in parallel bursts), approvals by two operators under four-eyes,
+// in parallel bursts), signed approvals by two operators under four-eyes,
 // rejections, releases, USDT transfers reported and confirmed, and the
 // clock moving across the 24-hour window, and checks after every step:
 // the ledger check with holds against open withdrawals, every user's
@@ -35,6 +37,8 @@ func TestRandomWithdrawals(t *testing.T) {
 	ctx := context.Background()
 	second := u.mintAdmin(t, "second operator")
 	keys := []string{u.Admin, second}
+	ops := u.team(t, operatortest.Member{Name: "alice", Role: operator.Admin}, operatortest.Member{Name: "bob", Role: operator.Approver})
+	signers := []*operator.Signer{ops["alice"], ops["bob"]}
 	u.limits(t, asset.BTC, asset.Limits{Min: n(1_000), AutoLimit: n(60_000), DailyCap: n(300_000),
 		UserDailyCap: &asset.Optional{Value: 200_000}, FourEyesThreshold: &asset.Optional{Value: 100_000}})
 	users := []string{"r0", "r1", "r2", "r3"}
@@ -96,7 +100,10 @@ func TestRandomWithdrawals(t *testing.T) {
 			wg.Wait()
 		case op < 62:
 			if w, ok := pick(withdrawal.StatusPendingApproval); ok {
-				r := u.decide(w.ID.String(), "approve", nil, keys[rng.IntN(2)])
+				// Four-eyes counts operators: each approval is signed by
+				// one of two, through either admin key; the same operator
+				// twice is 409.
+				r := u.decideSigned(t, signers[rng.IntN(2)], w.ID.String(), "approve", nil, keys[rng.IntN(2)])
 				require.Contains(t, []int{http.StatusOK, http.StatusConflict}, r.Status, string(r.Body))
 			}
 		case op < 70:

@@ -64,10 +64,20 @@
 // attestation. Above the asset's four-eyes threshold, approval needs two
 // different operators: the first approval is recorded and the withdrawal
 // stays pending_approval.
+//
+// Every decision is an operator action (modules/operator): the operator
+// signs DecisionExpect (the asset, the gross, the destination, for
+// USDT_TRC20 the net to send once fixed, and the request's own parameter),
+// and the decision's transaction, with the row locked, compares it with
+// the withdrawal as it is then. Four-eyes counts people: above the
+// threshold an approval counts only when signed, and two approvals need
+// two different operators of the enrollment chain, whatever keys they
+// signed with or API keys they called with.
 package withdrawal
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -79,6 +89,7 @@ import (
 
 	"svc/modules/event"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/btcpay"
 	"svc/platform/chain"
 	"svc/platform/db"
@@ -150,9 +161,13 @@ type Service struct {
 	Tron   TronNode
 	Events Emitter
 	Alerts Alerter
-	Now    func() time.Time
-	Log    *slog.Logger
-	Config Config
+	// Operators verifies the operators' signed decisions (DecisionExpect);
+	// nil (services built by hand in tests) decides unsigned, as the
+	// request's own actor, and no approval then counts toward four-eyes.
+	Operators *operator.Service
+	Now       func() time.Time
+	Log       *slog.Logger
+	Config    Config
 
 	rates rateCache
 	// assets are the asset rows creations last read, and oneRoundTrip
@@ -240,6 +255,14 @@ type Approval struct {
 	ActorLabel   string    `bun:"actor_label"`
 	Note         *string   `bun:"note"`
 	CreatedAt    time.Time `bun:"created_at"`
+	// Operator and KeyID name the enrolled operator and the key whose
+	// signature the approval carries, and Signature is that signed
+	// statement as received (operator.Envelope's JSON): all null for an
+	// unsigned approval, which never counts toward four-eyes (migration
+	// 0048).
+	Operator  *string         `bun:"operator"`
+	KeyID     *string         `bun:"key_id"`
+	Signature json.RawMessage `bun:"signature,type:jsonb,nullzero"`
 }
 
 // Approval modes.
@@ -260,6 +283,10 @@ var (
 	ErrIllegalTransition = fault.New(fault.Conflict, "illegal transition from the withdrawal's current status")
 	// ErrSameOperator: four-eyes approval needs a second, different operator.
 	ErrSameOperator = fault.New(fault.Conflict, "this operator already approved the withdrawal; four-eyes approval needs a different operator")
+	// ErrFourEyesUnsigned: an approval above the asset's four-eyes
+	// threshold without an operator's signature.
+	ErrFourEyesUnsigned = fault.New(fault.Forbidden, "this withdrawal is above the asset's four-eyes threshold: its approval needs two operators' signatures "+
+		"(the "+operator.Header+" header, or svc admin withdrawals approve --key); an unsigned approval does not count")
 	// ErrKeyReused: an Idempotency-Key that created a withdrawal with other
 	// parameters (possible only after the key's record was pruned).
 	ErrKeyReused = fault.New(fault.Invalid, "this Idempotency-Key created a withdrawal with other parameters")

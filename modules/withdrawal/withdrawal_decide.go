@@ -15,6 +15,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/audit"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
@@ -33,56 +34,84 @@ const (
 // DecideParams name an operator decision.
 type DecideParams struct {
 	WithdrawalID uuid.UUID
-	Actor        audit.Actor
-	// Note is approve's optional note, Reason reject's optional reason and
-	// Attestation release's required statement.
+	// Actor is the request's own actor (its admin API key): who decides
+	// when the decision carries no signature and signatures are not
+	// required. A signed decision (the command line's) may leave it empty.
+	Actor audit.Actor
+	// Signature is the operator's signed statement of the decision
+	// (DecisionExpect), nil for an unsigned one.
+	Signature *operator.Envelope
+	// Note is approve's optional note, Reason reject's optional reason,
+	// Attestation release's required statement and Txid mark-broadcast's
+	// transaction id.
 	Note, Reason *string
 	Attestation  string
+	Txid         string
 }
 
 // Approve records the actor's approval of a withdrawal pending approval.
 // It moves the withdrawal to approved, unless the asset's four-eyes
 // threshold needs another operator's approval first (ApprovalsNeeded > 0,
-// status unchanged). For USDT_TRC20 the fee and net are fixed here, and the
-// answer carries the exact amount the operator sends and the wallet to
-// send it from.
+// status unchanged). Above the threshold only signed approvals count, one
+// per operator of the enrollment chain: an unsigned one is refused
+// (ErrFourEyesUnsigned), and the same operator approving again, with any
+// key or API key, is ErrSameOperator. For USDT_TRC20 the fee and net are
+// fixed here, and the answer carries the exact amount the operator sends
+// and the wallet to send it from.
 func (s *Service) Approve(ctx context.Context, p DecideParams, rec Completer) (ApprovedView, []byte, error) {
 	if err := checkNote(p.Note, "note"); err != nil {
 		return ApprovedView{}, nil, err
 	}
 	var out ApprovedView
 	body, err := s.decideTx(ctx, p, audit.WithdrawalApprove, map[string]any{"note": p.Note}, rec,
-		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
+		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, actor audit.Actor) (any, error) {
 			if _, err := Next(w.Status, Approve); err != nil {
 				return nil, err
 			}
 			if err := refuseHalted(a, "approval"); err != nil {
 				return nil, err
 			}
+			required := requiredApprovals(a, *w)
+			if required > 1 && actor.Signature == nil {
+				return nil, ErrFourEyesUnsigned
+			}
 			var prior []Approval
 			if err := tx.NewSelect().Model(&prior).Where("withdrawal_id = ?", w.ID).OrderExpr("created_at, actor").Scan(ctx); err != nil {
 				return nil, fmt.Errorf("read approvals of withdrawal %s: %w", w.ID, err)
 			}
+			// counted are the earlier approvals that count: above the
+			// threshold the signed ones only (each by another operator,
+			// checked below and when they were recorded).
+			var counted []Approval
 			for _, ap := range prior {
-				if ap.Actor == p.Actor.ID {
+				if ap.Actor == actor.ID || (actor.Signature != nil && ap.Operator != nil && *ap.Operator == actor.Signature.Operator) {
 					return nil, ErrSameOperator
 				}
+				if required == 1 || ap.Operator != nil {
+					counted = append(counted, ap)
+				}
 			}
-			now := s.now()
-			if _, err := tx.NewInsert().Model(&Approval{WithdrawalID: w.ID, Actor: p.Actor.ID, ActorLabel: p.Actor.Label,
-				Note: p.Note, CreatedAt: now}).Exec(ctx); err != nil {
+			row := Approval{WithdrawalID: w.ID, Actor: actor.ID, ActorLabel: actor.Label, Note: p.Note, CreatedAt: s.now()}
+			if sig := actor.Signature; sig != nil {
+				row.Operator, row.KeyID, row.Signature = &sig.Operator, &sig.KeyID, sig.Envelope
+			}
+			if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {
 				return nil, fmt.Errorf("record approval of withdrawal %s: %w", w.ID, err)
 			}
-			needed := requiredApprovals(a, *w) - len(prior) - 1
+			needed := required - len(counted) - 1
 			if needed > 0 {
-				out = ApprovedView{AdminView: renderAdmin(*w, a.Decimals), ApprovalsNeeded: needed}
+				v, err := s.adminViewTx(ctx, tx, *w, a)
+				if err != nil {
+					return nil, err
+				}
+				out = ApprovedView{AdminView: v, ApprovalsNeeded: needed}
 				return out, nil
 			}
-			by := make([]string, 0, len(prior)+1)
-			for _, ap := range prior {
+			by := make([]string, 0, len(counted)+1)
+			for _, ap := range counted {
 				by = append(by, audit.Actor{ID: ap.Actor, Label: ap.ActorLabel}.String())
 			}
-			set := map[string]any{"approval_mode": ModeManual, "approved_by": strings.Join(append(by, p.Actor.String()), ", ")}
+			set := map[string]any{"approval_mode": ModeManual, "approved_by": strings.Join(append(by, actor.String()), ", ")}
 			if a.Code == asset.USDTTRC20 {
 				// Sent by the operator now: this is the USDT submission, so the
 				// fee quoted at creation (the flat fee then) is fixed here.
@@ -95,7 +124,11 @@ func (s *Service) Approve(ctx context.Context, p DecideParams, rec Completer) (A
 			if err := s.transit(ctx, tx, w, Approve, set); err != nil {
 				return nil, err
 			}
-			out = ApprovedView{AdminView: renderAdmin(*w, a.Decimals)}
+			v, err := s.adminViewTx(ctx, tx, *w, a)
+			if err != nil {
+				return nil, err
+			}
+			out = ApprovedView{AdminView: v}
 			if a.Code == asset.USDTTRC20 {
 				out.AmountToSend = ptr(money.Format(*w.AmountNet, a.Decimals))
 				if s.Config.HotWallet != "" {
@@ -132,7 +165,9 @@ func (s *Service) Reject(ctx context.Context, p DecideParams, rec Completer) (Ad
 		reason = "rejected by an operator: " + strings.TrimSpace(*p.Reason)
 	}
 	return s.refund(ctx, p, audit.WithdrawalReject, map[string]any{"reason": p.Reason}, Reject, "withdrawal rejected",
-		map[string]any{"rejected_by": p.Actor.String(), "failure_reason": reason, "approval_mode": ModeManual}, rec)
+		func(actor audit.Actor) map[string]any {
+			return map[string]any{"rejected_by": actor.String(), "failure_reason": reason, "approval_mode": ModeManual}
+		}, rec)
 }
 
 // Release returns the hold of a withdrawal whose payout may exist, on the
@@ -150,6 +185,9 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 	if n := utf8.RuneCountInString(p.Attestation); n < MinAttestation || n > MaxAttestation {
 		// The HTTP handler reports this as a field error before getting here.
 		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("attestation must have %d to %d characters", MinAttestation, MaxAttestation))
+	}
+	if err := s.refuseUnsigned(p); err != nil {
+		return AdminView{}, nil, err
 	}
 	// A payout the processor has not cancelled may still pay: ask it
 	// first (no network call inside the transaction), and refuse if the
@@ -172,14 +210,14 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 	}
 	var out AdminView
 	body, err := s.decideTx(ctx, p, audit.WithdrawalRelease, map[string]any{"attestation": p.Attestation}, rec,
-		func(ctx context.Context, tx bun.Tx, cur *Withdrawal, a asset.Asset) (any, error) {
+		func(ctx context.Context, tx bun.Tx, cur *Withdrawal, a asset.Asset, actor audit.Actor) (any, error) {
 			if cur.SubmitAttempts != w.SubmitAttempts || derefStr(cur.BackendRef) != derefStr(w.BackendRef) || derefStr(cur.Txid) != derefStr(w.Txid) {
 				return nil, fault.Wrap(fault.Conflict, "the withdrawal's payout changed while the processor was asked about it; retry", ErrIllegalTransition)
 			}
 			if err := s.claimLapsed(*cur); err != nil {
 				return nil, err
 			}
-			set := map[string]any{"released_by": p.Actor.String(), "release_attestation": p.Attestation}
+			set := map[string]any{"released_by": actor.String(), "release_attestation": p.Attestation}
 			if cur.Status == StatusSubmitting {
 				set["claim_token"], set["next_attempt_at"] = nil, nil
 			}
@@ -187,8 +225,8 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 			if err != nil {
 				return nil, err
 			}
-			out = renderAdmin(done, a.Decimals)
-			return out, nil
+			out, err = s.adminViewTx(ctx, tx, done, a)
+			return out, err
 		})
 	if err != nil {
 		return AdminView{}, nil, err
@@ -196,19 +234,19 @@ func (s *Service) Release(ctx context.Context, p DecideParams, rec Completer) (A
 	return out, body, nil
 }
 
-// refund is a decision that returns the hold (reject, release): the
-// withdrawal becomes refunded with the columns of set.
+// refund is a decision that returns the hold (reject): the withdrawal
+// becomes refunded with the columns set gives for the deciding actor.
 func (s *Service) refund(ctx context.Context, p DecideParams, action string, params map[string]any, t Trigger, memo string,
-	set map[string]any, rec Completer) (AdminView, []byte, error) {
+	set func(audit.Actor) map[string]any, rec Completer) (AdminView, []byte, error) {
 	var out AdminView
 	body, err := s.decideTx(ctx, p, action, params, rec,
-		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error) {
-			cur, err := s.returnHold(ctx, tx, w, t, memo, set)
+		func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, actor audit.Actor) (any, error) {
+			cur, err := s.returnHold(ctx, tx, w, t, memo, set(actor))
 			if err != nil {
 				return nil, err
 			}
-			out = renderAdmin(cur, a.Decimals)
-			return out, nil
+			out, err = s.adminViewTx(ctx, tx, cur, a)
+			return out, err
 		})
 	if err != nil {
 		return AdminView{}, nil, err
@@ -248,12 +286,15 @@ func (s *Service) returnHold(ctx context.Context, tx bun.Tx, w *Withdrawal, t Tr
 	return *w, nil
 }
 
-// decideTx runs one operator decision: it locks the withdrawal, runs fn,
-// records the audit row and completes the idempotency key with fn's answer
-// (200), all in one transaction.
+// decideTx runs one operator decision: it locks the withdrawal, reads its
+// asset, authorizes the decision against the row as locked (authorize:
+// the operator's signature of DecisionExpect, or the request's own actor),
+// runs fn as that actor, records the audit row (with the signature) and
+// completes the idempotency key with fn's answer (200), all in one
+// transaction.
 func (s *Service) decideTx(ctx context.Context, p DecideParams, action string, params map[string]any, rec Completer,
-	fn func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) (any, error)) ([]byte, error) {
-	if !p.Actor.Valid() {
+	fn func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, actor audit.Actor) (any, error)) ([]byte, error) {
+	if !p.Actor.Valid() && p.Signature == nil {
 		return nil, fault.New(fault.Unauthenticated, "the operator is not known")
 	}
 	var body []byte
@@ -266,12 +307,16 @@ func (s *Service) decideTx(ctx context.Context, p DecideParams, action string, p
 		if err != nil {
 			return err
 		}
-		answer, err := fn(ctx, tx, &w, a)
+		actor, err := s.authorize(ctx, tx, p, action, w, a)
+		if err != nil {
+			return err
+		}
+		answer, err := fn(ctx, tx, &w, a, actor)
 		if err != nil {
 			return err
 		}
 		params["withdrawal_id"] = w.ID.String()
-		if _, err := audit.Record(ctx, tx, s.now(), p.Actor, action, w.ID.String(), params); err != nil {
+		if _, err := audit.Record(ctx, tx, s.now(), actor, action, w.ID.String(), params); err != nil {
 			return err
 		}
 		if body, err = json.Marshal(answer); err != nil {

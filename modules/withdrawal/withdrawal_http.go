@@ -11,6 +11,7 @@ import (
 
 	"svc/modules/apikey"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/metadata"
@@ -29,16 +30,21 @@ import (
 //	GET  /withdrawals/{withdrawal_id}               Withdrawal
 //	GET  /users/{external_user_id}/withdrawals      {withdrawals, next_cursor}, newest first (replica)
 //	GET  /admin/withdrawals?status=&limit=&cursor=  {withdrawals, next_cursor}, oldest first (replica)
+//	GET  /admin/withdrawals/{id}                    admin withdrawal, with its approvals
 //	POST /admin/withdrawals/{id}/approve            approved withdrawal (+ amount_to_send)
 //	POST /admin/withdrawals/{id}/reject             admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/release            admin withdrawal, refunded
 //	POST /admin/withdrawals/{id}/mark-broadcast     admin withdrawal, broadcast (USDT_TRC20)
+//
+// A decision signed by an operator carries the statement in the
+// Svc-Operator-Signature header (operator.EnvelopeFrom; DecisionExpect).
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler, claimIn func(fiber.Handler) fiber.Handler) {
 	platform.Post("/withdrawals", claimIn(s.handleCreate))
 	platform.Get("/withdrawals", s.handleFind)
 	platform.Get("/withdrawals/:withdrawal_id", s.handleGet)
 	platform.Get("/users/:external_user_id/withdrawals", s.handleList)
 	admin.Get("/withdrawals", s.handleAdminList)
+	admin.Get("/withdrawals/:id", s.handleAdminGet)
 	admin.Post("/withdrawals/:id/approve", idem, s.handleApprove)
 	admin.Post("/withdrawals/:id/reject", idem, s.handleReject)
 	admin.Post("/withdrawals/:id/release", idem, s.handleRelease)
@@ -160,7 +166,26 @@ func (s *Service) handleAdminList(c *fiber.Ctx) error {
 	return httpapi.SendPage(c, s.lists(), DefaultAdminLimit,
 		func(ctx context.Context, idb bun.IDB, at httpapi.PageAt) ([]Withdrawal, *uuid.UUID, error) {
 			return adminList(ctx, idb, AdminListParams{Status: status, Cursor: at.Cursor, Limit: at.Limit})
-		}, adminViews, func(vs []AdminView, next *string) any { return AdminListView{Withdrawals: vs, NextCursor: next} })
+		}, s.adminViews, func(vs []AdminView, next *string) any { return AdminListView{Withdrawals: vs, NextCursor: next} })
+}
+
+// handleAdminGet answers GET /admin/withdrawals/{id}: the admin view, with
+// the approvals and their signatures verified, read from the primary.
+func (s *Service) handleAdminGet(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	w, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	vs, err := s.AdminViews(ctx, []Withdrawal{w})
+	if err != nil {
+		return err
+	}
+	return c.JSON(vs[0])
 }
 
 // lists is where the two lists read (the replica).
@@ -175,10 +200,11 @@ type decideRequest struct {
 	Txid        *string `json:"txid"`
 }
 
-// decide answers an operator decision: it reads the path's withdrawal and
-// the body (which may be empty for approve and reject: {} is implied), then
-// runs the decision with the request's Idempotency-Key.
-func decide(c *fiber.Ctx, run func(context.Context, DecideParams, decideRequest, Completer) ([]byte, error)) error {
+// decide answers an operator decision: it reads the path's withdrawal, the
+// body (which may be empty for approve and reject: {} is implied) and the
+// operator's signature (Svc-Operator-Signature, optional), then runs the
+// decision with the request's Idempotency-Key.
+func decide(c *fiber.Ctx, run func(context.Context, DecideParams, Completer) ([]byte, error)) error {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return err
@@ -191,37 +217,46 @@ func decide(c *fiber.Ctx, run func(context.Context, DecideParams, decideRequest,
 	if !ok {
 		return apikey.ErrMissing
 	}
-	p := DecideParams{WithdrawalID: id, Actor: apikey.ActorOf(key), Note: req.Note, Reason: req.Reason}
+	sig, err := operator.EnvelopeFrom(c)
+	if err != nil {
+		return err
+	}
+	p := DecideParams{WithdrawalID: id, Actor: apikey.ActorOf(key), Signature: sig, Note: req.Note, Reason: req.Reason}
+	if req.Attestation != nil {
+		p.Attestation = *req.Attestation
+	}
+	if req.Txid != nil {
+		p.Txid = *req.Txid
+	}
 	return httpapi.Mutate(c, fiber.StatusOK, func(ctx context.Context, rec httpapi.Completer, _ string) ([]byte, error) {
-		return run(ctx, p, req, rec)
+		return run(ctx, p, rec)
 	})
 }
 
 func (s *Service) handleApprove(c *fiber.Ctx) error {
-	return decide(c, func(ctx context.Context, p DecideParams, _ decideRequest, rec Completer) ([]byte, error) {
+	return decide(c, func(ctx context.Context, p DecideParams, rec Completer) ([]byte, error) {
 		_, body, err := s.Approve(ctx, p, rec)
 		return body, err
 	})
 }
 
 func (s *Service) handleReject(c *fiber.Ctx) error {
-	return decide(c, func(ctx context.Context, p DecideParams, _ decideRequest, rec Completer) ([]byte, error) {
+	return decide(c, func(ctx context.Context, p DecideParams, rec Completer) ([]byte, error) {
 		_, body, err := s.Reject(ctx, p, rec)
 		return body, err
 	})
 }
 
 func (s *Service) handleRelease(c *fiber.Ctx) error {
-	return decide(c, func(ctx context.Context, p DecideParams, req decideRequest, rec Completer) ([]byte, error) {
-		p.Attestation = *req.Attestation // required by the document
-		_, body, err := s.Release(ctx, p, rec)
+	return decide(c, func(ctx context.Context, p DecideParams, rec Completer) ([]byte, error) {
+		_, body, err := s.Release(ctx, p, rec) // attestation: required by the document
 		return body, err
 	})
 }
 
 func (s *Service) handleMarkBroadcast(c *fiber.Ctx) error {
-	return decide(c, func(ctx context.Context, p DecideParams, req decideRequest, rec Completer) ([]byte, error) {
-		_, body, err := s.MarkBroadcast(ctx, p, *req.Txid, rec) // txid: required by the document
+	return decide(c, func(ctx context.Context, p DecideParams, rec Completer) ([]byte, error) {
+		_, body, err := s.MarkBroadcast(ctx, p, rec) // txid: required by the document
 		return body, err
 	})
 }

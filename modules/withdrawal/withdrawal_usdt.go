@@ -59,7 +59,9 @@ func mismatch(field, format string, args ...any) error {
 }
 
 // MarkBroadcast records that the operator sent an approved USDT_TRC20
-// withdrawal off-service in transaction p.Txid. The transaction is read
+// withdrawal off-service in transaction p.Txid (trimmed: the txid the
+// operator signs). An unsigned report is refused first when signatures
+// are required, before the node is asked. The transaction is read
 // from the TRON node (before any database transaction) and checked against
 // the withdrawal, never against anything else in the request: the
 // configured USDT contract, the sender (the hot wallet), a successful
@@ -69,10 +71,14 @@ func mismatch(field, format string, args ...any) error {
 // custody to in-flight), withdrawal.broadcast, the audit row and the key's
 // answer. The worker confirms it once its block is solidified
 // (ConfirmUSDT).
-func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string, rec Completer) (AdminView, []byte, error) {
-	txid = strings.TrimSpace(txid)
+func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, rec Completer) (AdminView, []byte, error) {
+	txid := strings.TrimSpace(p.Txid)
+	p.Txid = txid
 	if n := utf8.RuneCountInString(txid); n < MinTxid || n > MaxTxid || !storable(txid) {
 		return AdminView{}, nil, fault.New(fault.Invalid, fmt.Sprintf("txid must have %d to %d characters", MinTxid, MaxTxid))
+	}
+	if err := s.refuseUnsigned(p); err != nil {
+		return AdminView{}, nil, err
 	}
 	w, err := s.Get(ctx, p.WithdrawalID)
 	if err != nil {
@@ -105,7 +111,7 @@ func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string
 	}
 	var out AdminView
 	body, err := s.decideTx(ctx, p, audit.WithdrawalMarkBroadcast, map[string]any{"txid": tx.ID}, rec,
-		func(ctx context.Context, tx2 bun.Tx, cur *Withdrawal, a asset.Asset) (any, error) {
+		func(ctx context.Context, tx2 bun.Tx, cur *Withdrawal, a asset.Asset, _ audit.Actor) (any, error) {
 			if _, err := Next(cur.Status, MarkBroadcast); err != nil {
 				return nil, err
 			}
@@ -134,8 +140,8 @@ func (s *Service) MarkBroadcast(ctx context.Context, p DecideParams, txid string
 			if err := s.emitPayout(ctx, tx2, event.WithdrawalBroadcast, *cur, a); err != nil {
 				return nil, err
 			}
-			out = renderAdmin(*cur, a.Decimals)
-			return out, nil
+			out, err = s.adminViewTx(ctx, tx2, *cur, a)
+			return out, err
 		})
 	if err != nil {
 		if db.IsUniqueViolation(err, "withdrawals_txid") {

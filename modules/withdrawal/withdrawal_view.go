@@ -50,6 +50,9 @@ type AdminView struct {
 	// ApprovalReason is beyond the SPEC's admin view: why it waited for an
 	// operator.
 	ApprovalReason *string `json:"approval_reason"`
+	// Approvals are its operators' approvals, oldest first, each with its
+	// signature verified again (beyond the SPEC: four-eyes).
+	Approvals []ApprovalView `json:"approvals"`
 }
 
 // ApprovedView answers approve.
@@ -85,10 +88,12 @@ func render(w Withdrawal, decimals int) View {
 	}
 }
 
+// renderAdmin is w's admin view without its approvals (renderAdmins
+// adds them).
 func renderAdmin(w Withdrawal, decimals int) AdminView {
 	return AdminView{View: render(w, decimals), ApprovedBy: w.ApprovedBy, RejectedBy: w.RejectedBy,
 		ReleasedBy: w.ReleasedBy, ReleaseAttestation: w.ReleaseAttestation, BackendRef: w.BackendRef,
-		ApprovalReason: w.ApprovalReason}
+		ApprovalReason: w.ApprovalReason, Approvals: []ApprovalView{}}
 }
 
 func renderCreated(w Withdrawal, decimals int) CreatedView {
@@ -109,13 +114,19 @@ func views(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]View, error) {
 	return renderAll(ctx, idb, ws, render)
 }
 
-// AdminViews renders withdrawals (admin view).
+// AdminViews renders withdrawals (admin view), with their approvals.
 func (s *Service) AdminViews(ctx context.Context, ws []Withdrawal) ([]AdminView, error) {
-	return adminViews(ctx, s.DB, ws)
+	return s.adminViews(ctx, s.DB, ws)
 }
 
-func adminViews(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]AdminView, error) {
-	return renderAll(ctx, idb, ws, renderAdmin)
+// adminViews renders withdrawals (admin view) with what idb reads: the
+// assets' decimals, the approvals and the enrollment chain.
+func (s *Service) adminViews(ctx context.Context, idb bun.IDB, ws []Withdrawal) ([]AdminView, error) {
+	dec, err := decimals(ctx, idb)
+	if err != nil {
+		return nil, err
+	}
+	return s.renderAdmins(ctx, idb, ws, dec)
 }
 
 // renderAll renders withdrawals, each with its asset's decimals.

@@ -13,8 +13,10 @@ import (
 )
 
 // withdrawalArea holds the withdrawal module: requests, reads and the
-// operators' decisions. It is initialised after the processor area, whose
-// client gives the BTC fee rate.
+// operators' decisions, which a.Operators verifies (signed decisions,
+// four-eyes by operators). It is initialised after the processor area,
+// whose client gives the BTC fee rate, and the audit area, which makes
+// a.Operators.
 type withdrawalArea struct {
 	Withdrawals *withdrawal.Service
 }
@@ -31,7 +33,7 @@ func (a *App) initWithdrawals(context.Context) error {
 		}
 	}
 	a.Withdrawals = &withdrawal.Service{
-		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
+		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Operators: a.Operators, Now: a.Clock.Now, Log: a.Log,
 		Config: withdrawal.Config{
 			Network: n, FeeMode: ledger.FeeMode(c.Payouts.FeeMode), AssumedTxVBytes: int64(c.Payouts.AssumedTxVBytes),
 			FeeRateTTL: c.Payouts.FeeRateTTL, USDTPool: c.Deposits.USDTPool, HotWallet: c.Tron.HotWallet,
