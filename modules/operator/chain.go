@@ -221,6 +221,30 @@ func (r *Roster) Verify(env Envelope, x Expect, now time.Time, rp RelyingParty) 
 	return Signed{Operator: op.Name, Role: op.Role, KeyID: k.ID, Statement: st, Envelope: env}, nil
 }
 
+// VerifyRecorded checks a signature the service accepted before (a stored
+// approval or audit row): a key the chain enrolled signed env, for action
+// on resource, whether the key or its operator has been revoked since.
+// Its freshness and the signer's role were checked when it was accepted,
+// and the console's origin then too (rp.Recorded).
+func (r *Roster) VerifyRecorded(env Envelope, action, resource string, rp RelyingParty) (Signed, error) {
+	st, err := env.Parse()
+	if err != nil {
+		return Signed{}, err
+	}
+	k, ok := r.Keys[st.KeyID]
+	if !ok {
+		return Signed{}, unauthenticated(fmt.Sprintf("key %s was never enrolled", st.KeyID))
+	}
+	if err := env.verifySignature(k.Public, rp.recorded()); err != nil {
+		return Signed{}, err
+	}
+	if st.Action != action || st.Resource != resource {
+		return Signed{}, forbidden(fmt.Sprintf("the signed statement is for %s of %s, not %s of %s", st.Action, st.Resource, action, resource))
+	}
+	op := r.Operators[k.Operator]
+	return Signed{Operator: op.Name, Role: op.Role, KeyID: k.ID, Statement: st, Envelope: env}, nil
+}
+
 // fresh refuses a statement older than MaxAge or more than MaxSkew ahead.
 func fresh(st Statement, now time.Time) error {
 	t, _ := time.Parse(TimeLayout, st.At) // Parse checked it

@@ -90,6 +90,15 @@ func TestFourEyesCountsPeople(t *testing.T) {
 	require.Equal(t, "checked the destination", *v.Approvals[1].Note)
 	require.Len(t, e.auditRows(t, w.WithdrawalID), 2)
 
+	// bob leaves: what he signed while enrolled still verifies.
+	head, err = svc.Head(ctx, e.App.DB.Bun)
+	require.NoError(t, err)
+	revoke := operator.Change{Action: operator.ActionRevoke, Name: "bob"}
+	_, err = svc.Submit(ctx, operatortest.Sign(t, ops["alice"], revoke.Statement(head, e.Clock.Now())))
+	require.NoError(t, err)
+	v = e.adminView(t, w.WithdrawalID)
+	require.True(t, v.Approvals[1].SignatureVerified, "bob's approval, after his revocation")
+
 	// A row changed afterwards no longer matches what was signed.
 	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawal_approvals SET note = 'edited' WHERE withdrawal_id = ? AND operator = 'bob'", w.WithdrawalID)
 	require.NoError(t, err)

@@ -109,12 +109,11 @@ type ApprovalView struct {
 	// ApprovedAt is when the approval was recorded.
 	ApprovedAt string  `json:"approved_at"`
 	Note       *string `json:"note"`
-	// SignatureVerified: the stored statement verifies now with the
-	// enrollment chain's key of its key id (active, of an active
-	// operator), is an approval of this withdrawal, states its asset,
-	// gross and destination as they are now and the approval's note. False
-	// for an unsigned approval, and for one whose key or operator has since
-	// been revoked.
+	// SignatureVerified: the stored statement verifies with the key the
+	// enrollment chain enrolled under its key id (revoked since or not),
+	// is an approval of this withdrawal by the approval's operator and key,
+	// and states its asset, gross and destination as they are now and the
+	// approval's note. False for an unsigned approval.
 	SignatureVerified bool `json:"signature_verified"`
 }
 
@@ -198,10 +197,9 @@ func (s *Service) approvalView(roster *operator.Roster, v AdminView, ap Approval
 		hasNote != (ap.Note != nil) || (ap.Note != nil && note != *ap.Note) {
 		return out
 	}
-	// At the statement's own time: its freshness was checked when it was
-	// accepted. Any role: the role it needed was checked then too.
-	x := operator.Expect{Action: audit.WithdrawalApprove, Resource: v.WithdrawalID, Facts: st.Facts, Role: operator.Viewer}
-	signer, err := roster.Verify(env, x, at, s.Operators.RP)
+	// By the key the chain enrolled, revoked since or not: its freshness
+	// and the role it needed were checked when it was accepted.
+	signer, err := roster.VerifyRecorded(env, audit.WithdrawalApprove, v.WithdrawalID, s.Operators.RP)
 	out.SignatureVerified = err == nil && ap.Operator != nil && signer.Operator == *ap.Operator &&
 		ap.KeyID != nil && signer.KeyID == *ap.KeyID
 	return out
