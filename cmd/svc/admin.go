@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"svc/cmd/svc/app"
 	"svc/modules/apikey"
 	"svc/modules/asset"
+	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/platform/money"
 	"svc/platform/timefmt"
 )
@@ -26,34 +29,61 @@ func newAdminCmd() *cobra.Command {
 	return c
 }
 
+// requireKey fails at once, before any work, when the operator's key
+// (--key, else $SVC_OPERATOR_KEY) is missing or unreadable: the commands
+// that call it always sign.
+func requireKey(path string) error {
+	_, err := loadKey(path)
+	return err
+}
+
+// signedBy names the operator whose key signed env as the audit trail
+// does ("op:NAME"), or the key's id when the roster cannot say.
+func signedBy(ctx context.Context, a *app.App, env *operator.Envelope) string {
+	st, err := env.Parse()
+	if err != nil {
+		return "?"
+	}
+	r, err := a.Operators.Roster(ctx, a.DB.Bun)
+	if err != nil || r.Keys[st.KeyID] == nil {
+		return st.KeyID
+	}
+	return "op:" + r.Keys[st.KeyID].Operator
+}
+
 func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Mint, list and revoke API keys"}
-	var scope, label, mintAs, revokeAs string
+	var scope, label, mintKey, revokeKey string
 	var expiresIn time.Duration
 	mint := &cobra.Command{
-		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h] [--as NAME]",
-		Short: "Mint an API key; it is printed once, alone on the last line",
+		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h] --key FILE",
+		Short: "Mint an API key, signed by an admin; it is printed once, alone on the last line",
 		Long: `Mint an API key; it is printed once, alone on the last line.
 
-The mint is recorded in the audit trail as made by "cli:NAME" (--as, default the login name),
-with the scope, label, mode and expiry, never the key.`,
+The mint is signed with an enrolled admin's key (--key, default $SVC_OPERATOR_KEY): the statement
+names the label, the scope, the deployment's key mode and the lifetime. It is recorded in the audit
+trail as made by "op:NAME", with the scope, label, mode and expiry, never the key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := apikey.ParseScope(scope)
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
 			}
-			actor, err := loginActor(mintAs)
-			if err != nil {
+			if err := requireKey(mintKey); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Actor: actor})
+				env, err := signWith(mintKey, apikey.MintExpect(label, s, a.Keys.Mode, expiresIn))
+				if err != nil {
+					return err
+				}
+				k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Signature: env})
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s); store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt))
+				fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s) by %s; store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt),
+					signedBy(cmd.Context(), a, env))
 				fmt.Fprintln(out, plain)
 				return nil
 			})
@@ -62,7 +92,7 @@ with the scope, label, mode and expiry, never the key.`,
 	mint.Flags().StringVar(&scope, "scope", "", "readwrite (platform backend) or admin (operators)")
 	mint.Flags().StringVar(&label, "label", "", "who or what the key is for")
 	mint.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h; 0 never expires")
-	asFlag(mint, &mintAs, asUsage)
+	keyFlag(mint, &mintKey)
 	_ = mint.MarkFlagRequired("scope")
 	_ = mint.MarkFlagRequired("label")
 
@@ -82,23 +112,26 @@ with the scope, label, mode and expiry, never the key.`,
 		},
 	}
 	revoke := &cobra.Command{
-		Use: "revoke ID [--as NAME]", Short: "Revoke a key at once (recorded in the audit trail as cli:NAME)", Args: cobra.ExactArgs(1),
+		Use: "revoke ID --key FILE", Short: "Revoke a key at once, signed by an admin (recorded in the audit trail as op:NAME)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			actor, err := loginActor(revokeAs)
-			if err != nil {
+			if err := requireKey(revokeKey); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				k, err := a.Keys.Revoke(cmd.Context(), args[0], actor)
+				env, err := signWith(revokeKey, apikey.RevokeExpect(args[0]))
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s at %s\n", k.ID, orDash(k.RevokedAt))
+				k, err := a.Keys.RevokeSigned(cmd.Context(), args[0], audit.Actor{}, env)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s at %s by %s\n", k.ID, orDash(k.RevokedAt), signedBy(cmd.Context(), a, env))
 				return nil
 			})
 		},
 	}
-	asFlag(revoke, &revokeAs, asUsage)
+	keyFlag(revoke, &revokeKey)
 	keys.AddCommand(mint, list, revoke)
 	return keys
 }
@@ -131,9 +164,9 @@ func newAssetsCmd() *cobra.Command {
 			})
 		},
 	}
-	var minS, autoS, capS, feeS, userCapS, fourEyesS, as string
+	var minS, autoS, capS, feeS, userCapS, fourEyesS, key string
 	set := &cobra.Command{
-		Use:   "set ASSET [--withdrawal-min N] [--withdrawal-auto-limit N] [--withdrawal-daily-cap N] [--withdrawal-flat-fee N] [--withdrawal-user-daily-cap N|off] [--four-eyes-threshold N|off] [--as NAME]",
+		Use:   "set ASSET [--withdrawal-min N] [--withdrawal-auto-limit N] [--withdrawal-daily-cap N] [--withdrawal-flat-fee N] [--withdrawal-user-daily-cap N|off] [--four-eyes-threshold N|off] --key FILE",
 		Short: "Change an asset's withdrawal limits; every flag takes an integer in the asset's SMALLEST unit (sat for BTC, micro-USDT for USDT_TRC20)",
 		Long: `Change an asset's withdrawal limits at run time (GET /v1/assets shows them at once).
 
@@ -145,7 +178,9 @@ USDT_TRC20). The two optional settings also take "off":
   --four-eyes-threshold        a gross amount above which approving a withdrawal needs two
                                different operators (off by default)
 
-The change is recorded in the audit trail as made by "cli:NAME" (--as, default the login name).`,
+The change is signed with an enrolled admin's key (--key, default $SVC_OPERATOR_KEY): the statement
+names the asset and each limit being set with its new value in display units (or off). It is
+recorded in the audit trail as made by "op:NAME".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var l asset.Limits
@@ -182,12 +217,19 @@ The change is recorded in the audit trail as made by "cli:NAME" (--as, default t
 			if l.IsZero() {
 				return fmt.Errorf("nothing to change: give at least one limit flag")
 			}
-			actor, err := loginActor(as)
-			if err != nil {
+			if err := requireKey(key); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				x, err := a.Assets.SetLimits(cmd.Context(), args[0], l, actor)
+				cur, err := a.Assets.Get(cmd.Context(), args[0])
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				env, err := signWith(key, asset.SetLimitsExpect(cur, l))
+				if err != nil {
+					return err
+				}
+				x, err := a.Assets.SetLimitsSigned(cmd.Context(), args[0], l, audit.Actor{}, env)
 				if err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
@@ -204,7 +246,7 @@ The change is recorded in the audit trail as made by "cli:NAME" (--as, default t
 	set.Flags().StringVar(&feeS, "withdrawal-flat-fee", "", "flat service fee, in smallest units")
 	set.Flags().StringVar(&userCapS, "withdrawal-user-daily-cap", "", "per-user rolling 24-hour total beyond which the user's withdrawals need an operator, in smallest units, or off")
 	set.Flags().StringVar(&fourEyesS, "four-eyes-threshold", "", "gross above which approval needs two different operators, in smallest units, or off")
-	asFlag(set, &as, asUsage)
+	keyFlag(set, &key)
 	assets.AddCommand(list, set)
 	return assets
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -20,12 +21,10 @@ func adminDepositsCmd() *cobra.Command {
 		(*deposit.Service).ReviewDetails,
 		"the review queue is empty", "DEPOSIT\tUSER\tASSET\tIN REVIEW SINCE\tCREDITED\tREASON", reviewRows)
 
-	var (
-		action, paymentID, as string
-	)
+	var action, paymentID, key string
 	resolve := &cobra.Command{
-		Use:   "resolve ID --action credit|dismiss [--payment-id PAYMENT] [--as NAME]",
-		Short: "Resolve a deposit in review: credit what the processor says a payment was worth, or dismiss it",
+		Use:   "resolve ID --action credit|dismiss [--payment-id PAYMENT] --key FILE",
+		Short: "Resolve a deposit in review, signed: credit what the processor says a payment was worth, or dismiss it",
 		Long: `Resolve a deposit in review.
 
   --action credit   asks the payment processor what the payment was worth and credits exactly
@@ -34,8 +33,10 @@ func adminDepositsCmd() *cobra.Command {
                     hand with no payment is credited at the invoice's amount.
   --action dismiss  closes the review without crediting.
 
-The decision is recorded as resolved by "cli:NAME" (--as, default the login name), also in
-the audit trail.`,
+The decision is signed with an enrolled operator's key (--key, default $SVC_OPERATOR_KEY; an
+approver's or an admin's): the statement names the deposit, the action, the asset, the user or
+platform account, the payment when given and, for a credit, the amount the processor says now.
+The payments' resolved_by and the audit trail record "op:NAME".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])
@@ -45,63 +46,87 @@ the audit trail.`,
 			if action != deposit.ActionCredit && action != deposit.ActionDismiss {
 				return fmt.Errorf("--action %q: want credit or dismiss", action)
 			}
-			actor, err := loginActor(as)
-			if err != nil {
+			if err := requireKey(key); err != nil {
 				return err
 			}
-			by := actor.ID
-			p := deposit.ResolveParams{DepositID: id, Action: action, By: by, Actor: actor}
+			p := deposit.ResolveParams{DepositID: id, Action: action}
 			if paymentID != "" {
 				p.PaymentID = &paymentID
 			}
 			return withApp(cmd, func(a *app.App) error {
-				res, _, err := a.Deposits.Resolve(cmd.Context(), p, nil)
+				ctx := cmd.Context()
+				pv, err := a.Deposits.Preview(ctx, p)
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				if p.Signature, err = signWith(key, deposit.ResolveExpect(pv.Deposit, pv.Asset, action, p.PaymentID, pv.Credit)); err != nil {
+					return err
+				}
+				res, _, err := a.Deposits.Resolve(ctx, p, nil)
 				if err != nil {
 					return fmt.Errorf("%s: %w", id, err)
 				}
 				return showLine(cmd, res, "deposit %s is %s: credited %s %s by this resolution, %s in total (resolved by %s)\n",
-					res.Deposit.DepositID, res.Deposit.Status, res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited, by)
+					res.Deposit.DepositID, res.Deposit.Status, res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited, signedBy(ctx, a, p.Signature))
 			})
 		},
 	}
 	resolve.Flags().StringVar(&action, "action", "", "credit or dismiss")
 	resolve.Flags().StringVar(&paymentID, "payment-id", "", "for credit: which uncredited payment (needed when there are several)")
-	asFlag(resolve, &as, "the operator's name recorded as the resolver (default: the login name)")
+	keyFlag(resolve, &key)
 	_ = resolve.MarkFlagRequired("action")
 
-	var creditPayment, creditAs, reason string
+	var creditPayment, creditKey, reason string
 	credit := &cobra.Command{
-		Use:   "credit-after-dismissal ID --payment-id PAYMENT --reason TEXT --as NAME",
-		Short: "Credit a payment that confirmed after its deposit was dismissed (the deposit stays dismissed)",
+		Use:   "credit-after-dismissal ID --payment-id PAYMENT --reason TEXT --key FILE",
+		Short: "Credit a payment that confirmed after its deposit was dismissed, signed (the deposit stays dismissed)",
 		Long: `Credits one payment that arrived or confirmed after an operator dismissed its deposit (the
 deposit.payment_after_dismissal alert names it), through the ledger as any deposit payment is:
-at most once, resolved by cli:NAME, with the reason in the audit trail. The deposit stays
-dismissed. Only a payment the processor settled, with an exact amount.`,
+at most once, with the reason in the audit trail. The deposit stays dismissed. Only a payment the
+processor settled, with an exact amount.
+
+The credit is signed with an enrolled operator's key (--key, default $SVC_OPERATOR_KEY; an
+approver's or an admin's): the statement names the deposit, the payment, its amount, the asset,
+the user or platform account and the reason. The payment's resolved_by and the audit trail
+record "op:NAME".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := uuid.Parse(args[0])
 			if err != nil {
 				return fmt.Errorf("%q is not a deposit id", args[0])
 			}
-			if creditAs == "" {
-				return errAsRequired("credit")
-			}
-			actor, err := loginActor(creditAs)
-			if err != nil {
+			if err := requireKey(creditKey); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				p, err := a.Deposits.CreditAfterDismissal(cmd.Context(), id, creditPayment, actor, reason)
+				ctx := cmd.Context()
+				d, rows, err := a.Deposits.Snapshot(ctx, id)
 				if err != nil {
 					return fmt.Errorf("%s: %w", id, err)
 				}
-				return showLine(cmd, p, "payment %s of deposit %s credited: %s (resolved by %s)\n", p.PaymentID, id, p.Amount, actor.ID)
+				i := slices.IndexFunc(rows, func(p deposit.Payment) bool { return p.PaymentID == creditPayment })
+				if i < 0 {
+					return fmt.Errorf("%s: deposit %s has no payment %s", id, id, creditPayment)
+				}
+				x, err := a.Assets.Get(ctx, d.Asset)
+				if err != nil {
+					return err
+				}
+				env, err := signWith(creditKey, deposit.CreditAfterDismissalExpect(d, x, rows[i], reason))
+				if err != nil {
+					return err
+				}
+				p, err := a.Deposits.CreditAfterDismissal(ctx, deposit.CreditParams{DepositID: id, PaymentID: creditPayment, Reason: reason, Signature: env})
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				return showLine(cmd, p, "payment %s of deposit %s credited: %s (resolved by %s)\n", p.PaymentID, id, p.Amount, dashIfNil(p.ResolvedBy))
 			})
 		},
 	}
 	credit.Flags().StringVar(&creditPayment, "payment-id", "", "the payment to credit (required)")
 	credit.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (10 to 2000 characters; required)")
-	asFlag(credit, &creditAs, asRequiredUsage)
+	keyFlag(credit, &creditKey)
 	_ = credit.MarkFlagRequired("payment-id")
 	_ = credit.MarkFlagRequired("reason")
 

@@ -11,6 +11,7 @@ import (
 
 	"svc/cmd/svc/app"
 	"svc/modules/alert"
+	"svc/modules/audit"
 	"svc/modules/event"
 	"svc/platform/timefmt"
 )
@@ -48,22 +49,34 @@ func adminEventsCmd() *cobra.Command {
 	list.Flags().StringVar(&status, "status", "", "only events in this status: pending, delivered or dead")
 	list.Flags().IntVar(&limit, "limit", 50, "at most this many events (1 to 200)")
 
-	var as string
+	var key string
 	redeliver := &cobra.Command{
-		Use:   "redeliver ID [--as NAME]",
-		Short: "Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id); recorded in the audit trail as cli:NAME",
-		Args:  cobra.ExactArgs(1),
+		Use:   "redeliver ID --key FILE",
+		Short: "Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id), signed; recorded in the audit trail as op:NAME",
+		Long: `Queue a dead event again with a fresh schedule (ID: its raw uuid or its evt_ id).
+
+The redelivery is signed with an enrolled operator's key (--key, default $SVC_OPERATOR_KEY; an
+approver's or an admin's): the statement names the event and its type. It is recorded in the audit
+trail as made by "op:NAME".`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := event.ParseID(args[0])
 			if err != nil {
 				return err
 			}
-			actor, err := loginActor(as)
-			if err != nil {
+			if err := requireKey(key); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				e, err := a.Events.Redeliver(cmd.Context(), id, actor)
+				cur, err := a.Events.Get(cmd.Context(), id)
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				env, err := signWith(key, event.RedeliverExpect(cur))
+				if err != nil {
+					return err
+				}
+				e, err := a.Events.Redeliver(cmd.Context(), id, audit.Actor{}, env)
 				if err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
@@ -72,7 +85,7 @@ func adminEventsCmd() *cobra.Command {
 			})
 		},
 	}
-	asFlag(redeliver, &as, asUsage)
+	keyFlag(redeliver, &key)
 	events.AddCommand(list, redeliver)
 	return events
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/cmd/svc/app"
-	"svc/modules/audit"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/fault"
 	"svc/platform/money"
 )
@@ -24,18 +24,17 @@ import (
 // confirm a booking: nothing was posted.
 var errNotConfirmed = errors.New("not confirmed: nothing was posted (answer yes, or pass --yes)")
 
-// bookingOperator checks what every booking needs, and returns its
-// operator: --as (no default to the login name, as for a withdrawal
-// decision) and --memo, whose absence missing explains.
-func bookingOperator(as, memo, missing string) (audit.Actor, error) {
-	actor, err := requiredOperator(as, "booking")
-	if err != nil {
-		return audit.Actor{}, err
-	}
+// bookingChecks checks what every booking needs: --memo, whose absence
+// missing explains, and, unless it is a dry run, the operator's key that
+// signs it (--key, else $SVC_OPERATOR_KEY).
+func bookingChecks(key, memo, missing string, dryRun bool) error {
 	if strings.TrimSpace(memo) == "" {
-		return audit.Actor{}, fmt.Errorf("--memo TEXT is required: %s", missing)
+		return fmt.Errorf("--memo TEXT is required: %s", missing)
 	}
-	return actor, nil
+	if dryRun {
+		return nil
+	}
+	return requireKey(key)
 }
 
 // parseAccount reads "custody" or "user_available:EXTERNAL_USER_ID".
@@ -138,18 +137,20 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 	return false
 }
 
-// booking is what a booking command runs: show the entry, ask, post. P
-// is what it books (a correction, a transfer), with its ledger's preview
-// and booking.
+// booking is what a booking command runs: show the entry, ask, sign,
+// post. P is what it books (a correction, a transfer), with its ledger's
+// preview, what the operator signs (with the assets' decimals by code) and
+// the booking of p signed with env.
 type booking[P any] struct {
 	what    string // "correction", "transfer"
 	codes   []string
 	p       P
 	preview func(ctx context.Context, idb bun.IDB, p P) (ledger.Booked, error)
-	book    func(ctx context.Context, idb bun.IDB, now time.Time, p P, then func(ctx context.Context, tx bun.IDB, b ledger.Booked) error) (ledger.Booked, error)
+	expect  func(p P, decimals map[string]int) operator.Expect
+	book    func(ctx context.Context, idb bun.IDB, ops *operator.Service, now time.Time, p P, env *operator.Envelope) (ledger.Booked, error)
 }
 
-func runBooking[P any](cmd *cobra.Command, bk booking[P], yes, dryRun bool) error {
+func runBooking[P any](cmd *cobra.Command, bk booking[P], key string, yes, dryRun bool) error {
 	return withApp(cmd, func(a *app.App) error {
 		ctx := cmd.Context()
 		decimals := map[string]int{}
@@ -180,7 +181,11 @@ func runBooking[P any](cmd *cobra.Command, bk booking[P], yes, dryRun bool) erro
 		if !yes && !confirm(cmd.InOrStdin(), preview, "Post this "+bk.what+"?") {
 			return errNotConfirmed
 		}
-		b, err = bk.book(ctx, a.DB.Bun, a.Clock.Now(), bk.p, nil)
+		env, err := signWith(key, bk.expect(bk.p, decimals))
+		if err != nil {
+			return err
+		}
+		b, err = bk.book(ctx, a.DB.Bun, a.Operators, a.Clock.Now(), bk.p, env)
 		if err != nil {
 			return refused("the "+bk.what, err)
 		}
@@ -188,7 +193,7 @@ func runBooking[P any](cmd *cobra.Command, bk booking[P], yes, dryRun bool) erro
 			if b.Replayed() {
 				fmt.Fprintf(out, "this %s was posted before with the same lines; nothing changed\n", bk.what)
 			} else {
-				fmt.Fprintf(out, "posted; audit record %d\n", b.AuditID)
+				fmt.Fprintf(out, "posted by %s; audit record %d\n", signedBy(ctx, a, env), b.AuditID)
 			}
 			printBooking(out, b, decimals)
 			return nil
@@ -199,16 +204,17 @@ func runBooking[P any](cmd *cobra.Command, bk booking[P], yes, dryRun bool) erro
 // adminCorrectCmd is `svc admin ledger correct`.
 func adminCorrectCmd() *cobra.Command {
 	var (
-		code, memo, ref, as string
-		debits, credits     []string
-		yes, dryRun         bool
+		code, memo, ref, key string
+		debits, credits      []string
+		yes, dryRun          bool
 	)
 	c := &cobra.Command{
-		Use:   "correct --asset ASSET --memo TEXT --as NAME --debit ACCOUNT=UNITS... --credit ACCOUNT=UNITS... [--ref REF] [--yes | --dry-run]",
+		Use:   "correct --asset ASSET --memo TEXT --key FILE --debit ACCOUNT=UNITS... --credit ACCOUNT=UNITS... [--ref REF] [--yes | --dry-run]",
 		Short: "Post a balanced, audited correction entry; shows it with the balances before and after, then asks",
 		Long: `Posts a correction entry: lines that balance (debits equal credits), in one asset, with a memo
-saying why, recorded in the audit trail as cli:NAME (ledger.correct) in the same transaction. It never
-edits an earlier entry. Every amount is an integer in the asset's smallest unit.
+saying why, signed with an enrolled admin's key (--key, default $SVC_OPERATOR_KEY) and recorded in the
+audit trail as op:NAME (ledger.correct) in the same transaction. It never edits an earlier entry. Every
+amount is an integer in the asset's smallest unit.
 
 ACCOUNT is custody, network_fees, fee_income, suspense, or user_available:EXTERNAL_USER_ID. user_hold,
 in_flight and transfer are refused (release a withdrawal instead; transfers between custodies have
@@ -216,18 +222,19 @@ their own command). No line may leave a balance below zero. Balances are shown i
 sense: custody and network_fees grow with a debit, the others with a credit.
 
 The entry, every line's account, amount and the balance before and after it are shown first; then
-the command asks for confirmation on standard input. --yes posts without asking; with no answer
-(standard input closed) nothing is posted. --dry-run shows the entry and stops. --ref names the
+the command asks for confirmation on standard input, then signs what it showed: the asset, every
+line's account and amount in display units, the memo and the reference. --yes posts without asking;
+with no answer (standard input closed) nothing is posted. --dry-run shows the entry and stops (no
+key needed). --ref names the
 correction (source_ref correction:REF): posting the same reference again with the same lines changes
 nothing. docs/reconciliation.md ("Booking what the chain did") has the usual bookings, e.g. a
 Lightning routing fee:
 
   svc admin ledger correct --asset BTC_LN --debit network_fees=12 --credit custody=12 \
-    --memo "routing fees of withdrawal ..." --as alice-ops`,
+    --memo "routing fees of withdrawal ..." --key alice.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := bookingOperator(as, memo, "say why the correction is booked")
-			if err != nil {
+			if err := bookingChecks(key, memo, "say why the correction is booked", dryRun); err != nil {
 				return err
 			}
 			lines, err := parseLines(debits, credits)
@@ -237,14 +244,21 @@ Lightning routing fee:
 			if ref == "" {
 				ref = uuid.NewString()
 			}
-			p := ledger.OperatorCorrection{Asset: code, Reference: ref, Memo: memo, Lines: lines, Actor: actor}
+			p := ledger.OperatorCorrection{Asset: code, Reference: ref, Memo: memo, Lines: lines}
 			return runBooking(cmd, booking[ledger.OperatorCorrection]{what: "correction", codes: []string{code}, p: p,
-				preview: ledger.PreviewCorrection, book: ledger.BookCorrection}, yes, dryRun)
+				preview: ledger.PreviewCorrection,
+				expect: func(p ledger.OperatorCorrection, d map[string]int) operator.Expect {
+					return ledger.CorrectionExpect(p, d[p.Asset])
+				},
+				book: func(ctx context.Context, idb bun.IDB, ops *operator.Service, now time.Time, p ledger.OperatorCorrection, env *operator.Envelope) (ledger.Booked, error) {
+					p.Signature = env
+					return ledger.BookCorrection(ctx, idb, ops, now, p, nil)
+				}}, key, yes, dryRun)
 		},
 	}
 	c.Flags().StringVar(&code, "asset", "", "the asset of every line")
 	c.Flags().StringVar(&memo, "memo", "", "why (required; kept on the entry and in the audit trail)")
-	asFlag(c, &as, asRequiredUsage)
+	keyFlag(c, &key)
 	c.Flags().StringArrayVar(&debits, "debit", nil, "ACCOUNT=UNITS to debit (repeatable)")
 	c.Flags().StringArrayVar(&credits, "credit", nil, "ACCOUNT=UNITS to credit (repeatable)")
 	c.Flags().StringVar(&ref, "ref", "", "the correction's reference (default: a new one)")
@@ -258,11 +272,11 @@ Lightning routing fee:
 // adminTransferCmd is `svc admin ledger transfer`.
 func adminTransferCmd() *cobra.Command {
 	var (
-		from, to, amountS, feeS, ref, memo, as string
-		yes, dryRun                            bool
+		from, to, amountS, feeS, ref, memo, key string
+		yes, dryRun                             bool
 	)
 	c := &cobra.Command{
-		Use:   "transfer --from BTC --to BTC_LN --amount UNITS [--network-fee UNITS] --ref TXID --memo TEXT --as NAME [--yes | --dry-run]",
+		Use:   "transfer --from BTC --to BTC_LN --amount UNITS [--network-fee UNITS] --ref TXID --memo TEXT --key FILE [--yes | --dry-run]",
 		Short: "Book money moved between two custodies of the same coin (a Lightning channel opened from the on-chain wallet, or closed back to it)",
 		Long: `Books a move between the BTC and BTC_LN custodies as two correction entries posted together, one per
 asset, with one audit record (ledger.transfer):
@@ -276,12 +290,13 @@ to zero. A channel opened from the on-chain wallet: --from BTC --to BTC_LN, --am
 local balance, --network-fee the funding transaction's fee, --ref its txid. A channel closed to the
 wallet: --from BTC_LN --to BTC, --amount what reached the wallet, --network-fee the closing fee.
 Amounts are integers in sat. The sending custody may not go below zero. The entries are shown with
-every balance before and after, then the command asks (--yes posts without asking, --dry-run stops);
-booking the same --ref again changes nothing.`,
+every balance before and after, then the command asks (--yes posts without asking, --dry-run stops
+and needs no key); booking the same --ref again changes nothing. The booking is signed with an
+enrolled admin's key (--key, default $SVC_OPERATOR_KEY): the statement names from, to, the amount,
+the network fee, the reference and the memo; the audit trail records op:NAME.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			actor, err := bookingOperator(as, memo, "say what moved")
-			if err != nil {
+			if err := bookingChecks(key, memo, "say what moved", dryRun); err != nil {
 				return err
 			}
 			amount, err := money.ParseUnits(amountS, true)
@@ -294,9 +309,16 @@ booking the same --ref again changes nothing.`,
 					return fmt.Errorf("--network-fee %q: %w (sat)", feeS, err)
 				}
 			}
-			t := ledger.CustodyTransfer{From: from, To: to, Amount: amount, NetworkFee: fee, Reference: ref, Memo: memo, Actor: actor}
+			t := ledger.CustodyTransfer{From: from, To: to, Amount: amount, NetworkFee: fee, Reference: ref, Memo: memo}
 			return runBooking(cmd, booking[ledger.CustodyTransfer]{what: "transfer", codes: []string{from, to}, p: t,
-				preview: ledger.PreviewTransfer, book: ledger.BookTransfer}, yes, dryRun)
+				preview: ledger.PreviewTransfer,
+				expect: func(t ledger.CustodyTransfer, d map[string]int) operator.Expect {
+					return ledger.TransferExpect(t, d[t.From], d[t.To])
+				},
+				book: func(ctx context.Context, idb bun.IDB, ops *operator.Service, now time.Time, t ledger.CustodyTransfer, env *operator.Envelope) (ledger.Booked, error) {
+					t.Signature = env
+					return ledger.BookTransfer(ctx, idb, ops, now, t, nil)
+				}}, key, yes, dryRun)
 		},
 	}
 	c.Flags().StringVar(&from, "from", "", "the asset whose custody sent (BTC for a channel open)")
@@ -305,7 +327,7 @@ booking the same --ref again changes nothing.`,
 	c.Flags().StringVar(&feeS, "network-fee", "", "the transaction's fee paid out of --from's custody, in sat (default 0)")
 	c.Flags().StringVar(&ref, "ref", "", "the funding or closing transaction id (required)")
 	c.Flags().StringVar(&memo, "memo", "", "what moved (required)")
-	asFlag(c, &as, asRequiredUsage)
+	keyFlag(c, &key)
 	c.Flags().BoolVar(&yes, "yes", false, "post without asking")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "show the entries and post nothing")
 	for _, f := range []string{"from", "to", "amount", "ref"} {

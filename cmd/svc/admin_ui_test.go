@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
+	"svc/platform/db"
 	"svc/platform/dbtest"
 	"svc/platform/logtest"
 )
@@ -21,6 +24,10 @@ func TestAdminUI(t *testing.T) {
 	t.Setenv("DATABASE_URL", u)
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
+	d, err := db.Open(context.Background(), u, 2)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	t.Setenv(KeyEnv, operatorKeys(t, d, operatortest.Member{Name: "ada", Role: operator.Admin})["ada"])
 	out, err := run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops")
 	require.NoError(t, err, out)
 	admin := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])

@@ -17,6 +17,8 @@ import (
 	"svc/modules/audit"
 	"svc/modules/event"
 	"svc/modules/ledger"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
 	"svc/platform/db"
 	"svc/platform/dbtest"
 )
@@ -77,8 +79,12 @@ func TestAdminKeysAndAssets(t *testing.T) {
 	}
 	out, err := run(t, "migrate")
 	require.NoError(t, err, out)
+	d, err := db.Open(context.Background(), u, 2)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	ada := operatorKeys(t, d, operatortest.Member{Name: "ada", Role: operator.Admin})["ada"]
 
-	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend")
+	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend", "--key", ada)
 	require.NoError(t, err, out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	key := lines[len(lines)-1]
@@ -91,21 +97,21 @@ func TestAdminKeysAndAssets(t *testing.T) {
 	id := strings.Fields(strings.Split(out, "\n")[1])[0]
 	require.True(t, strings.HasPrefix(id, "key_"), out)
 
-	out, err = run(t, "admin", "keys", "revoke", id)
+	out, err = run(t, "admin", "keys", "revoke", id, "--key", ada)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "revoked "+id)
-	_, err = run(t, "admin", "keys", "revoke", "key_nope")
+	_, err = run(t, "admin", "keys", "revoke", "key_nope", "--key", ada)
 	require.Error(t, err)
 
-	_, err = run(t, "admin", "keys", "mint", "--scope", "root", "--label", "x")
+	_, err = run(t, "admin", "keys", "mint", "--scope", "root", "--label", "x", "--key", ada)
 	require.ErrorContains(t, err, "--scope")
 
-	out, err = run(t, "admin", "assets", "set", "BTC", "--withdrawal-min", "20000", "--withdrawal-flat-fee", "150")
+	out, err = run(t, "admin", "assets", "set", "BTC", "--withdrawal-min", "20000", "--withdrawal-flat-fee", "150", "--key", ada)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "min 0.00020000")
-	_, err = run(t, "admin", "assets", "set", "BTC", "--withdrawal-min", "0.0002")
+	_, err = run(t, "admin", "assets", "set", "BTC", "--withdrawal-min", "0.0002", "--key", ada)
 	require.ErrorContains(t, err, "smallest units")
-	_, err = run(t, "admin", "assets", "set", "DOGE", "--withdrawal-min", "1")
+	_, err = run(t, "admin", "assets", "set", "DOGE", "--withdrawal-min", "1", "--key", ada)
 	require.ErrorContains(t, err, "unknown asset")
 	out, err = run(t, "admin", "assets", "list")
 	require.NoError(t, err)
@@ -192,22 +198,26 @@ func TestAdminLedgerCheck(t *testing.T) {
 func TestAdminAudit(t *testing.T) {
 	d := adminDB(t)
 	ctx := context.Background()
-	me, err := loginActor("")
-	require.NoError(t, err, "the login name is the default operator")
 
 	out, err := run(t, "admin", "audit")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "no audit entries")
 
-	out, err = run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops", "--as", "alice")
+	// Enrolling alice, bob (admins) and carol (an approver) is four
+	// entries: alice's init, bob's enrollment, and carol's, which needs
+	// both admins.
+	keys := operatorKeys(t, d, operatortest.Member{Name: "alice", Role: operator.Admin},
+		operatortest.Member{Name: "bob", Role: operator.Admin}, operatortest.Member{Name: "carol", Role: operator.Approver})
+	out, err = run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops", "--key", keys["alice"])
 	require.NoError(t, err, out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	plain := lines[len(lines)-1]
 	id := strings.Fields(lines[0])[1]
 	require.True(t, strings.HasPrefix(id, "key_"), out)
-	out, err = run(t, "admin", "keys", "revoke", id, "--as", "bob")
+	require.Contains(t, out, "by op:alice")
+	out, err = run(t, "admin", "keys", "revoke", id, "--key", keys["bob"])
 	require.NoError(t, err, out)
-	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend")
+	out, err = run(t, "admin", "keys", "mint", "--scope", "readwrite", "--label", "backend", "--key", keys["alice"])
 	require.NoError(t, err, out)
 
 	// A dead event, redelivered from the command line.
@@ -215,7 +225,7 @@ func TestAdminAudit(t *testing.T) {
 	_, err = d.Pool.Exec(ctx, `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, dead_at)
 		VALUES ($1, 'deposit.expired', 'dead', 10, now(), '{}', now(), now())`, evID)
 	require.NoError(t, err)
-	out, err = run(t, "admin", "events", "redeliver", event.PublicID(evID), "--as", "carol")
+	out, err = run(t, "admin", "events", "redeliver", event.PublicID(evID), "--key", keys["carol"])
 	require.NoError(t, err, out)
 
 	out, err = run(t, "admin", "audit", "--json")
@@ -224,39 +234,40 @@ func TestAdminAudit(t *testing.T) {
 	var all audit.ListView
 	require.NoError(t, json.Unmarshal([]byte(out), &all), out)
 	require.Nil(t, all.NextCursor)
-	type row struct{ actor, action, target string }
+	type row struct{ actor, label, action, target string }
 	var got []row
 	for _, x := range all.Entries {
-		got = append(got, row{x.Actor, x.Action, x.Target})
+		got = append(got, row{x.Actor, x.ActorLabel, x.Action, x.Target})
 	}
+	require.Len(t, got, 8)
 	require.Equal(t, []row{
-		{"cli:carol", audit.EventRedeliver, event.PublicID(evID)},
-		{me.ID, audit.KeyMint, all.Entries[1].Target},
-		{"cli:bob", audit.KeyRevoke, id},
-		{"cli:alice", audit.KeyMint, id},
-	}, got, "newest first")
-	require.Equal(t, "alice", all.Entries[3].ActorLabel)
+		{"op:carol", "carol", audit.EventRedeliver, event.PublicID(evID)},
+		{"op:alice", "alice", audit.KeyMint, all.Entries[1].Target},
+		{"op:bob", "bob", audit.KeyRevoke, id},
+		{"op:alice", "alice", audit.KeyMint, id},
+	}, got[:4], "newest first")
+	require.Equal(t, row{"op:alice", "alice", operator.ActionInit, "alice"}, got[7])
 
 	// Page by page with the cursor.
-	out, err = run(t, "admin", "audit", "--json", "--limit", "3")
+	out, err = run(t, "admin", "audit", "--json", "--limit", "5")
 	require.NoError(t, err, out)
 	var first audit.ListView
 	require.NoError(t, json.Unmarshal([]byte(out), &first))
-	require.Len(t, first.Entries, 3)
+	require.Len(t, first.Entries, 5)
 	require.NotNil(t, first.NextCursor)
-	out, err = run(t, "admin", "audit", "--json", "--limit", "3", "--cursor", fmt.Sprint(*first.NextCursor))
+	out, err = run(t, "admin", "audit", "--json", "--limit", "5", "--cursor", fmt.Sprint(*first.NextCursor))
 	require.NoError(t, err, out)
 	var second audit.ListView
 	require.NoError(t, json.Unmarshal([]byte(out), &second))
-	require.Len(t, second.Entries, 1)
-	require.Equal(t, all.Entries[3].ID, second.Entries[0].ID)
+	require.Len(t, second.Entries, 3)
+	require.Equal(t, all.Entries[7].ID, second.Entries[2].ID)
 	require.Nil(t, second.NextCursor)
 
 	out, err = run(t, "admin", "audit", "--action", "apikey.revoke")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "ACTION")
-	require.Contains(t, out, "cli:bob")
-	require.NotContains(t, out, "cli:alice")
+	require.Contains(t, out, "op:bob")
+	require.NotContains(t, out, "op:alice")
 	out, err = run(t, "admin", "audit", "--target", id, "--limit", "1")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "more: --cursor ")

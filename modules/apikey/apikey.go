@@ -9,7 +9,8 @@
 // authentication cheap; lookup is by hash, and the stored and computed hashes
 // are compared in constant time.
 //
-// Minting and revoking are operator actions: each is recorded in the audit
+// Minting and revoking are operator actions, signed by an enrolled admin
+// (modules/operator; svc admin keys --key): each is recorded in the audit
 // trail (modules/audit) in its own transaction, with the parameters and
 // never the secret or its hash.
 package apikey
@@ -29,6 +30,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/timefmt"
@@ -99,6 +101,10 @@ type Store struct {
 	// forgets counts revocations here, so that a read that began before
 	// one is not remembered after it.
 	forgets uint64
+
+	// Operators authorizes minting and revoking (MintExpect,
+	// RevokeExpect); nil acts unsigned, as the caller's actor.
+	Operators *operator.Service
 }
 
 // cachedKey is an active key as read at some time.
@@ -120,7 +126,44 @@ type MintParams struct {
 	Scope     Scope
 	Label     string
 	ExpiresIn time.Duration // zero: never expires
-	Actor     audit.Actor   // who mints it (required: every mint is audited)
+	// Actor is who mints it, unsigned (every mint is audited): required
+	// without a Signature.
+	Actor audit.Actor
+	// Signature is the enrolled admin's signed statement of the mint
+	// (MintExpect); the admin is then the actor.
+	Signature *operator.Envelope
+}
+
+// MintExpect is what an admin signs to mint a key: the action apikey.mint
+// on the key's label (trimmed, as it is stored), and as facts the label,
+// the scope, the mode of the deployment's keys (live or test) and, when
+// the key expires, its lifetime as a Go duration ("720h0m0s").
+func MintExpect(label string, scope Scope, mode string, expiresIn time.Duration) operator.Expect {
+	label = strings.TrimSpace(label)
+	facts := map[string]string{"label": label, "scope": string(scope), "mode": mode}
+	if expiresIn > 0 {
+		facts["expires_in"] = expiresIn.String()
+	}
+	return operator.Expect{Action: audit.KeyMint, Resource: label, Facts: facts, Role: operator.Admin}
+}
+
+// RevokeExpect is what an admin signs to revoke key id: the action
+// apikey.revoke on the key's id, with the fact key_id.
+func RevokeExpect(id string) operator.Expect {
+	return operator.Expect{Action: audit.KeyRevoke, Resource: id, Facts: map[string]string{"key_id": id}, Role: operator.Admin}
+}
+
+// authorize is the actor of a signed action: what Operators.Authorize
+// says, or, without an operator service (a Store built by hand), the
+// unsigned actor; a signature then cannot be verified and is refused.
+func (s *Store) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
+	if s.Operators == nil {
+		if sig != nil {
+			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
+		}
+		return unsigned, nil
+	}
+	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // mintDetail is what the audit trail keeps of a mint: never the secret or
@@ -133,9 +176,10 @@ type mintDetail struct {
 }
 
 // Mint creates a key and returns it with its only copy of the secret. The
-// key and its audit entry commit together.
+// operator service authorizes it (MintExpect) in the transaction that
+// stores the key and its audit entry.
 func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
-	if !p.Actor.Valid() {
+	if p.Signature == nil && !p.Actor.Valid() {
 		return Key{}, "", fmt.Errorf("mint: name who mints the key (audit actor)")
 	}
 	if _, err := ParseScope(string(p.Scope)); err != nil {
@@ -174,10 +218,14 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 		k.ExpiresAt = &exp
 	}
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		who, err := s.authorize(ctx, tx, p.Actor, p.Signature, MintExpect(p.Label, p.Scope, s.Mode, p.ExpiresIn))
+		if err != nil {
+			return err
+		}
 		if _, err := tx.NewInsert().Model(&k).Exec(ctx); err != nil {
 			return fmt.Errorf("store key: %w", err)
 		}
-		_, err := audit.Record(ctx, tx, now, p.Actor, audit.KeyMint, k.ID,
+		_, err = audit.Record(ctx, tx, now, who, audit.KeyMint, k.ID,
 			mintDetail{Scope: k.Scope, Label: k.Label, Mode: k.Mode, ExpiresAt: timefmt.Ptr(k.ExpiresAt)})
 		return err
 	})
@@ -195,11 +243,20 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	return keys, err
 }
 
-// Revoke revokes the key with id on behalf of actor, and records it in the
-// audit trail in the same transaction. Revoking twice is harmless (the
-// first revocation time stays; each call is recorded).
+// Revoke is RevokeSigned without a signature: the revocation is actor's,
+// unless signatures are required.
 func (s *Store) Revoke(ctx context.Context, id string, actor audit.Actor) (Key, error) {
-	if !actor.Valid() {
+	return s.RevokeSigned(ctx, id, actor, nil)
+}
+
+// RevokeSigned revokes the key with id and records it in the audit trail
+// in the same transaction, where, with the key's row locked, the operator
+// service authorizes it (RevokeExpect): with sig, the enrolled admin who
+// signed it is the actor; without, actor (refused when signatures are
+// required). Revoking twice is harmless (the first revocation time stays;
+// each call is recorded).
+func (s *Store) RevokeSigned(ctx context.Context, id string, actor audit.Actor, sig *operator.Envelope) (Key, error) {
+	if sig == nil && !actor.Valid() {
 		return Key{}, fmt.Errorf("revoke %s: name who revokes the key (audit actor)", id)
 	}
 	var k Key
@@ -214,7 +271,11 @@ func (s *Store) Revoke(ctx context.Context, id string, actor audit.Actor) (Key, 
 		if err != nil {
 			return fmt.Errorf("revoke %s: %w", id, err)
 		}
-		_, err = audit.Record(ctx, tx, now, actor, audit.KeyRevoke, k.ID, map[string]string{"key_id": k.ID})
+		who, err := s.authorize(ctx, tx, actor, sig, RevokeExpect(k.ID))
+		if err != nil {
+			return err
+		}
+		_, err = audit.Record(ctx, tx, now, who, audit.KeyRevoke, k.ID, map[string]string{"key_id": k.ID})
 		return err
 	})
 	if err != nil {

@@ -6,11 +6,13 @@ package asset
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/money"
@@ -70,6 +72,9 @@ func (a Asset) Format(units int64) string { return money.Format(units, a.Decimal
 type Store struct {
 	DB  bun.IDB
 	Now func() time.Time
+	// Operators authorizes a change of limits (SetLimitsSigned); nil
+	// acts unsigned, as the caller's actor.
+	Operators *operator.Service
 }
 
 // All returns every asset, enabled or not, by code.
@@ -129,52 +134,125 @@ type Optional struct {
 // IsZero reports a Limits that changes nothing.
 func (l Limits) IsZero() bool { return l == Limits{} }
 
-// SetLimits changes an asset's withdrawal limits and records the change in
-// the audit trail, in one transaction.
-func (s *Store) SetLimits(ctx context.Context, code string, l Limits, actor audit.Actor) (Asset, error) {
-	now := s.Now().UTC()
-	q := s.DB.NewUpdate().Model((*Asset)(nil)).Set("updated_at = ?", now)
-	params := map[string]any{}
-	for col, v := range map[string]*int64{"withdrawal_min": l.Min, "withdrawal_auto_limit": l.AutoLimit,
-		"withdrawal_daily_cap": l.DailyCap, "withdrawal_flat_fee": l.FlatFee} {
-		if v == nil {
-			continue
+// limitChange is one setting a Limits changes: its column and its new
+// value, or nil to turn it off.
+type limitChange struct {
+	col   string
+	value *int64
+}
+
+// changes lists the settings l changes, in a fixed order.
+func (l Limits) changes() []limitChange {
+	var out []limitChange
+	for _, c := range []struct {
+		col string
+		v   *int64
+	}{{"withdrawal_min", l.Min}, {"withdrawal_auto_limit", l.AutoLimit}, {"withdrawal_daily_cap", l.DailyCap}, {"withdrawal_flat_fee", l.FlatFee}} {
+		if c.v != nil {
+			out = append(out, limitChange{col: c.col, value: c.v})
 		}
-		if *v < 0 {
-			return Asset{}, fault.New(fault.Invalid, col+" must not be negative")
-		}
-		q = q.Set("? = ?", bun.Ident(col), *v)
-		params[col] = *v
 	}
-	for col, v := range map[string]*Optional{"withdrawal_user_daily_cap": l.UserDailyCap,
-		"withdrawal_four_eyes_threshold": l.FourEyesThreshold} {
+	for _, c := range []struct {
+		col string
+		v   *Optional
+	}{{"withdrawal_user_daily_cap", l.UserDailyCap}, {"withdrawal_four_eyes_threshold", l.FourEyesThreshold}} {
 		switch {
-		case v == nil:
-		case v.Off:
-			q = q.Set("? = NULL", bun.Ident(col))
-			params[col] = nil
-		case v.Value < 0:
-			return Asset{}, fault.New(fault.Invalid, col+" must not be negative")
+		case c.v == nil:
+		case c.v.Off:
+			out = append(out, limitChange{col: c.col})
 		default:
-			q = q.Set("? = ?", bun.Ident(col), v.Value)
-			params[col] = v.Value
+			v := c.v.Value
+			out = append(out, limitChange{col: c.col, value: &v})
 		}
 	}
-	if len(params) == 0 {
+	return out
+}
+
+// SetLimitsExpect is what an admin signs to set l on asset a: the action
+// asset.set_limits on the asset's code, and as facts each setting being
+// changed (its column: withdrawal_min, withdrawal_auto_limit,
+// withdrawal_daily_cap, withdrawal_flat_fee, withdrawal_user_daily_cap,
+// withdrawal_four_eyes_threshold) with its new value in the asset's
+// display units, or "off".
+func SetLimitsExpect(a Asset, l Limits) operator.Expect {
+	facts := map[string]string{}
+	for _, c := range l.changes() {
+		facts[c.col] = "off"
+		if c.value != nil {
+			facts[c.col] = a.Format(*c.value)
+		}
+	}
+	return operator.Expect{Action: audit.AssetSetLimits, Resource: a.Code, Facts: facts, Role: operator.Admin}
+}
+
+// SetLimits is SetLimitsSigned without a signature: the change is actor's,
+// unless signatures are required.
+func (s *Store) SetLimits(ctx context.Context, code string, l Limits, actor audit.Actor) (Asset, error) {
+	return s.SetLimitsSigned(ctx, code, l, actor, nil)
+}
+
+// SetLimitsSigned changes an asset's withdrawal limits and records the
+// change in the audit trail, in one transaction. With the asset's row
+// locked, the operator service authorizes the change (SetLimitsExpect of
+// the asset as it is then): with sig, the enrolled admin who signed it is
+// the actor; without, actor (refused when signatures are required).
+func (s *Store) SetLimitsSigned(ctx context.Context, code string, l Limits, actor audit.Actor, sig *operator.Envelope) (Asset, error) {
+	changes := l.changes()
+	params := map[string]any{}
+	for _, c := range changes {
+		if c.value != nil && *c.value < 0 {
+			return Asset{}, fault.New(fault.Invalid, c.col+" must not be negative")
+		}
+		params[c.col] = nil
+		if c.value != nil {
+			params[c.col] = *c.value
+		}
+	}
+	if len(changes) == 0 {
 		return Asset{}, fault.New(fault.Invalid, "nothing to change")
 	}
+	now := s.Now().UTC()
 	var a Asset
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		if err := q.Conn(tx).Where("asset = ?", code).Returning("*").Scan(ctx, &a); err != nil {
+		var cur Asset
+		if err := tx.NewSelect().Model(&cur).Where("asset = ?", code).For("UPDATE").Scan(ctx); err != nil {
 			return err
 		}
-		_, err := audit.Record(ctx, tx, now, actor, audit.AssetSetLimits, code, params)
+		who, err := authorize(ctx, tx, s.Operators, actor, sig, SetLimitsExpect(cur, l))
+		if err != nil {
+			return err
+		}
+		q := tx.NewUpdate().Model((*Asset)(nil)).Set("updated_at = ?", now)
+		for _, c := range changes {
+			if c.value == nil {
+				q = q.Set("? = NULL", bun.Ident(c.col))
+			} else {
+				q = q.Set("? = ?", bun.Ident(c.col), *c.value)
+			}
+		}
+		if err := q.Where("asset = ?", code).Returning("*").Scan(ctx, &a); err != nil {
+			return err
+		}
+		_, err = audit.Record(ctx, tx, now, who, audit.AssetSetLimits, code, params)
 		return err
 	})
 	if db.IsNoRows(err) {
 		return Asset{}, ErrUnknown
 	}
 	return a, err
+}
+
+// authorize is the actor of a signed action: what Operators.Authorize
+// says, or, without an operator service (a Store built by hand), the
+// unsigned actor; a signature then cannot be verified and is refused.
+func authorize(ctx context.Context, idb bun.IDB, ops *operator.Service, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
+	if ops == nil {
+		if sig != nil {
+			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
+		}
+		return unsigned, nil
+	}
+	return ops.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // SetEnabled turns an asset on or off (discovery does this; assets are

@@ -79,6 +79,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/event"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/btcpay"
 	"svc/platform/db"
 	"svc/platform/fault"
@@ -139,6 +140,10 @@ type Service struct {
 	Now       func() time.Time
 	Log       *slog.Logger
 	Config    Config
+	// Operators authorizes the operators' decisions (ResolveExpect,
+	// CreditAfterDismissalExpect); nil acts unsigned, as the caller's
+	// actor.
+	Operators *operator.Service
 
 	// webhooks folds the reconciliations that processor webhooks ask for
 	// while one of the same deposit runs (deposit_coalesce.go).

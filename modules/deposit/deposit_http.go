@@ -11,6 +11,7 @@ import (
 	"svc/modules/apikey"
 	"svc/modules/asset"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/metadata"
@@ -46,7 +47,7 @@ func MaxExpectedAmount(code string) (int64, bool) {
 //	GET  /deposits/{deposit_id}/address-history      Address history
 //	GET  /users/{external_user_id}/deposits          {deposits, next_cursor} (replica)
 //	GET  /admin/deposits/review?limit=               {deposits}, oldest first (replica)
-//	POST /admin/deposits/{deposit_id}/resolve        {deposit, credited}
+//	POST /admin/deposits/{deposit_id}/resolve        {deposit, credited}, signed (ResolveExpect; the Svc-Operator-Signature header)
 //	GET  /admin/wallet-alerts?limit=                 {alerts}, newest first (replica)
 func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 	platform.Post("/deposits", idem, s.handleCreate)
@@ -229,7 +230,11 @@ func (s *Service) handleResolve(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	p := ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID, By: actor.ID, Actor: actor}
+	sig, err := operator.EnvelopeFrom(c)
+	if err != nil {
+		return err
+	}
+	p := ResolveParams{DepositID: id, Action: req.Action, PaymentID: req.PaymentID, Actor: actor, Signature: sig}
 	return httpapi.Mutate(c, fiber.StatusOK, func(ctx context.Context, rec httpapi.Completer, _ string) ([]byte, error) {
 		_, body, err := s.Resolve(ctx, p, rec)
 		return body, err

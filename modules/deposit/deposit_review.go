@@ -18,6 +18,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/audit"
 	"svc/modules/event"
+	"svc/modules/operator"
 	"svc/platform/btcpay"
 	"svc/platform/db"
 	"svc/platform/fault"
@@ -38,9 +39,71 @@ type ResolveParams struct {
 	DepositID uuid.UUID
 	Action    string  // ActionCredit or ActionDismiss
 	PaymentID *string // for credit: which uncredited payment
-	By        string  // the admin key's id (or the CLI operator): the payments' resolved_by
-	// Actor is who decides, for the audit trail (required).
+	// Actor is who decides, unsigned (the admin API key): required
+	// without a Signature.
 	Actor audit.Actor
+	// Signature is the enrolled operator's signed statement of the
+	// decision (ResolveExpect); the operator is then who decides. Whoever
+	// decides is the audit trail's actor and the payments' resolved_by.
+	Signature *operator.Envelope
+}
+
+// ResolveExpect is what an approver signs to resolve deposit d in review:
+// the action deposit.resolve on the deposit's id, and as facts the action
+// (credit or dismiss), the asset, the deposit's external_user_id or
+// platform_account, the payment_id when the request names one, and, for
+// a credit, amount: what the resolution credits (credit, in smallest
+// units of a), in display units as the answer's credited shows it.
+func ResolveExpect(d Deposit, a asset.Asset, action string, paymentID *string, credit int64) operator.Expect {
+	facts := holderFacts(d)
+	facts["action"] = action
+	if paymentID != nil {
+		facts["payment_id"] = *paymentID
+	}
+	if action == ActionCredit {
+		facts["amount"] = money.Format(credit, a.Decimals)
+	}
+	return operator.Expect{Action: audit.DepositResolve, Resource: d.ID.String(), Facts: facts, Role: operator.Approver}
+}
+
+// CreditAfterDismissalExpect is what an approver signs to credit payment
+// p of dismissed deposit d: the action deposit.credit_after_dismissal on
+// the deposit's id, and as facts the asset, the deposit's
+// external_user_id or platform_account, the payment_id, the amount
+// credited (the payment's exact amount in display units) and the reason.
+func CreditAfterDismissalExpect(d Deposit, a asset.Asset, p Payment, reason string) operator.Expect {
+	facts := holderFacts(d)
+	facts["payment_id"] = p.PaymentID
+	facts["reason"] = reason
+	if p.Units != nil {
+		facts["amount"] = money.Format(*p.Units, a.Decimals)
+	}
+	return operator.Expect{Action: audit.DepositCreditDismissed, Resource: d.ID.String(), Facts: facts, Role: operator.Approver}
+}
+
+// holderFacts are a deposit's asset and holder, as signed facts.
+func holderFacts(d Deposit) map[string]string {
+	facts := map[string]string{"asset": d.Asset}
+	if d.ExternalUserID != "" {
+		facts["external_user_id"] = d.ExternalUserID
+	}
+	if d.PlatformAccount != "" {
+		facts["platform_account"] = d.PlatformAccount
+	}
+	return facts
+}
+
+// authorize is the actor of a signed action: what Operators.Authorize
+// says, or, without an operator service (a Service built by hand), the
+// unsigned actor; a signature then cannot be verified and is refused.
+func (s *Service) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
+	if s.Operators == nil {
+		if sig != nil {
+			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
+		}
+		return unsigned, nil
+	}
+	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // resolveDetail is what the audit trail keeps of a resolution: the
@@ -76,64 +139,107 @@ type target struct {
 	marked  bool
 }
 
-// Resolve applies an operator's decision to a deposit in review: credit
-// asks the processor what the payment (or an invoice marked settled by
-// hand) was worth and credits exactly that; dismiss closes the review
-// without crediting. The answer's body is also stored as rec's response,
-// and the decision recorded in the audit trail, in the same transaction.
-func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (ResolveResult, []byte, error) {
-	if !p.Actor.Valid() {
-		return ResolveResult{}, nil, fmt.Errorf("resolve %s: no audit actor", p.DepositID)
-	}
+// ResolvePreview is what a resolution would do, read before it: the
+// deposit and its asset, and what a credit would credit (zero for a
+// dismissal), in smallest units, as the processor says now.
+type ResolvePreview struct {
+	Deposit Deposit
+	Asset   asset.Asset
+	Credit  int64
+}
+
+// resolution is a resolution prepared before its transaction.
+type resolution struct {
+	ResolvePreview
+	target         target
+	creditedBefore int64
+}
+
+// Preview reads what resolving p would do, changing nothing: what the
+// operator signs (ResolveExpect of its deposit, asset and credit) before
+// Resolve. It refuses what Resolve would refuse before its transaction (a
+// deposit not in review, a payment to name, a processor that cannot say).
+func (s *Service) Preview(ctx context.Context, p ResolveParams) (ResolvePreview, error) {
+	r, err := s.prepare(ctx, p)
+	return r.ResolvePreview, err
+}
+
+// prepare reads the deposit and, for a credit, chooses its target and asks
+// the processor what it was worth.
+func (s *Service) prepare(ctx context.Context, p ResolveParams) (resolution, error) {
 	// The deposit and its payments from one snapshot, so that a concurrent
 	// resolution is seen whole (409) and never half (a deposit still in
 	// review whose payment was just credited).
 	d, rows, err := s.snapshot(ctx, p.DepositID)
 	if err != nil {
-		return ResolveResult{}, nil, err
+		return resolution{}, err
 	}
 	if d.Status != StatusReview {
-		return ResolveResult{}, nil, notInReview(d)
+		return resolution{}, notInReview(d)
 	}
 	a, err := s.assets().Get(ctx, d.Asset)
 	if err != nil {
-		return ResolveResult{}, nil, err
+		return resolution{}, err
 	}
+	r := resolution{ResolvePreview: ResolvePreview{Deposit: d, Asset: a}}
 	switch p.Action {
 	case ActionDismiss:
-		return s.finish(ctx, p, a, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error) {
-			if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("resolved_by = ?, updated_at = ?", p.By, s.now()).
+		return r, nil
+	case ActionCredit:
+	default:
+		return resolution{}, fault.Validation(fault.FieldError{Loc: []any{"body", "action"}, Type: "enum",
+			Msg: "Input should be 'credit' or 'dismiss'", Input: p.Action})
+	}
+	if s.Processor == nil {
+		return resolution{}, ErrNoProcessor
+	}
+	if r.target, err = chooseTarget(d, rows, p.PaymentID); err != nil {
+		return resolution{}, err
+	}
+	// What the processor says, read before the transaction.
+	r.creditedBefore = credited(rows)
+	if r.Credit, err = s.worth(ctx, d, a, r.target, rows); err != nil {
+		return resolution{}, err
+	}
+	return r, nil
+}
+
+// Resolve applies an operator's decision to a deposit in review: credit
+// asks the processor what the payment (or an invoice marked settled by
+// hand) was worth and credits exactly that; dismiss closes the review
+// without crediting. In its transaction, with the deposit locked, the
+// operator service authorizes the decision (ResolveExpect of the deposit
+// as it is then, and of what the processor said): with p.Signature, the
+// enrolled operator who signed it decides; without, p.Actor (refused when
+// signatures are required). The answer's body is also stored as rec's
+// response, and the decision recorded in the audit trail, in the same
+// transaction.
+func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (ResolveResult, []byte, error) {
+	if p.Signature == nil && !p.Actor.Valid() {
+		return ResolveResult{}, nil, fmt.Errorf("resolve %s: no audit actor", p.DepositID)
+	}
+	r, err := s.prepare(ctx, p)
+	if err != nil {
+		return ResolveResult{}, nil, err
+	}
+	a, units, t, before := r.Asset, r.Credit, r.target, r.creditedBefore
+	if p.Action == ActionDismiss {
+		return s.finish(ctx, p, a, 0, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment, by string) (int64, error) {
+			if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("resolved_by = ?, updated_at = ?", by, s.now()).
 				Where("deposit_id = ? AND NOT credited AND resolved_by IS NULL AND review_reason IS NOT NULL", d.ID).Exec(ctx); err != nil {
 				return 0, err
 			}
 			return 0, s.transit(ctx, tx, d, ResolveDismiss, nil)
 		})
-	case ActionCredit:
-	default:
-		return ResolveResult{}, nil, fault.Validation(fault.FieldError{Loc: []any{"body", "action"}, Type: "enum",
-			Msg: "Input should be 'credit' or 'dismiss'", Input: p.Action})
 	}
-	if s.Processor == nil {
-		return ResolveResult{}, nil, ErrNoProcessor
-	}
-	t, err := chooseTarget(d, rows, p.PaymentID)
-	if err != nil {
-		return ResolveResult{}, nil, err
-	}
-	// What the processor says, read before the transaction.
-	creditedBefore := credited(rows)
-	units, err := s.worth(ctx, d, a, t, rows)
-	if err != nil {
-		return ResolveResult{}, nil, err
-	}
-	return s.finish(ctx, p, a, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error) {
+	return s.finish(ctx, p, a, units, rec, func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment, by string) (int64, error) {
 		now := s.now()
 		var row *Payment
 		if t.marked {
 			// units was computed from a snapshot read before the
 			// transaction; a payment credited since (by a webhook's
 			// reconcile) would be credited a second time inside it.
-			if credited(rows) != creditedBefore {
+			if credited(rows) != before {
 				return 0, fault.New(fault.Conflict, "the deposit was credited while this resolve ran; read it again and retry").WithRetryAfter(time.Second)
 			}
 			pid := markedPrefix + *d.InvoiceID
@@ -163,12 +269,12 @@ func (s *Service) Resolve(ctx context.Context, p ResolveParams, rec Completer) (
 				return 0, fault.Wrap(fault.Conflict, fmt.Sprintf("payment %s was resolved meanwhile", t.payment.PaymentID), ErrIllegalTransition)
 			}
 		}
-		if err := s.credit(ctx, tx, *d, row, units, a.Decimals, p.By, now); err != nil {
+		if err := s.credit(ctx, tx, *d, row, units, a.Decimals, by, now); err != nil {
 			return 0, err
 		}
 		trigger := ResolveCredit
-		for _, r := range rows {
-			if r.openForReview() {
+		for _, other := range rows {
+			if other.openForReview() {
 				trigger = ResolveCreditPartial
 			}
 		}
@@ -200,13 +306,16 @@ func (s *Service) snapshot(ctx context.Context, id uuid.UUID) (Deposit, []Paymen
 
 // finish runs a resolution's change in one transaction with the deposit
 // locked (a concurrent resolution waits and then finds it resolved: 409),
-// records it in the audit trail and completes the idempotency key with the
-// answer.
-func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, rec Completer,
-	change func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment) (int64, error)) (ResolveResult, []byte, error) {
+// after the operator service authorized it (ResolveExpect, with credit what
+// a credit credits), records it in the audit trail as the authorized
+// actor's and completes the idempotency key with the answer. change gets
+// the actor's id, the payments' resolved_by.
+func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, credit int64, rec Completer,
+	change func(ctx context.Context, tx bun.Tx, d *Deposit, rows []Payment, by string) (int64, error)) (ResolveResult, []byte, error) {
 	var (
 		out  ResolveResult
 		body []byte
+		who  audit.Actor
 	)
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		d, err := lockDeposit(ctx, tx, p.DepositID)
@@ -220,11 +329,14 @@ func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, re
 		if err != nil {
 			return err
 		}
-		units, err := change(ctx, tx, &d, byID[d.ID])
+		if who, err = s.authorize(ctx, tx, p.Actor, p.Signature, ResolveExpect(d, a, p.Action, p.PaymentID, credit)); err != nil {
+			return err
+		}
+		units, err := change(ctx, tx, &d, byID[d.ID], who.ID)
 		if err != nil {
 			return err
 		}
-		if _, err := audit.Record(ctx, tx, s.now(), p.Actor, audit.DepositResolve, d.ID.String(),
+		if _, err := audit.Record(ctx, tx, s.now(), who, audit.DepositResolve, d.ID.String(),
 			resolveDetail{DepositID: d.ID.String(), Action: p.Action, PaymentID: p.PaymentID}); err != nil {
 			return err
 		}
@@ -248,7 +360,7 @@ func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, re
 		return ResolveResult{}, nil, err
 	}
 	idempotency.MarkCompleted(rec)
-	s.log().InfoContext(ctx, "deposit: review resolved", "deposit_id", p.DepositID, "action", p.Action, "by", p.By, "credited", out.Credited)
+	s.log().InfoContext(ctx, "deposit: review resolved", "deposit_id", p.DepositID, "action", p.Action, "by", who.ID, "credited", out.Credited)
 	return out, body, nil
 }
 
@@ -432,6 +544,25 @@ func (s *Service) ReviewDetails(ctx context.Context, limit int) ([]ReviewDetail,
 	return out, nil
 }
 
+// CreditParams describe an operator's credit of a payment that confirmed
+// after its deposit was dismissed.
+type CreditParams struct {
+	DepositID uuid.UUID
+	PaymentID string
+	Reason    string // why, for the audit trail: 10 to 2000 characters
+	// Actor is who credits it, unsigned: required without a Signature.
+	Actor audit.Actor
+	// Signature is the enrolled operator's signed statement of the credit
+	// (CreditAfterDismissalExpect); the operator is then who credits it.
+	Signature *operator.Envelope
+}
+
+// Snapshot reads a deposit and its payments as one snapshot: what an
+// operator sees of them before acting (CreditAfterDismissalExpect).
+func (s *Service) Snapshot(ctx context.Context, id uuid.UUID) (Deposit, []Payment, error) {
+	return s.snapshot(ctx, id)
+}
+
 // CreditAfterDismissal credits, on an operator's decision, a payment that
 // confirmed after its deposit was dismissed (or after an operator credited
 // the invoice's hand-marked value): the deposit stays dismissed, the
@@ -439,11 +570,15 @@ func (s *Service) ReviewDetails(ctx context.Context, limit int) ([]ReviewDetail,
 // deposit_credit entry under the payment's own source_ref, so it can never
 // be credited twice), resolved_by names the operator, and the audit trail
 // keeps the operator's reason. Only a payment the processor settled, with
-// an exact amount, that is not credited yet.
-func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID, paymentID string, actor audit.Actor, reason string) (Payment, error) {
-	if !actor.Valid() {
+// an exact amount, that is not credited yet. With the deposit locked, the
+// operator service authorizes the credit (CreditAfterDismissalExpect):
+// with p.Signature, the enrolled operator who signed it credits it;
+// without, p.Actor (refused when signatures are required).
+func (s *Service) CreditAfterDismissal(ctx context.Context, p CreditParams) (Payment, error) {
+	if p.Signature == nil && !p.Actor.Valid() {
 		return Payment{}, fault.New(fault.Unauthenticated, "the operator is not known")
 	}
+	depositID, paymentID, reason := p.DepositID, p.PaymentID, p.Reason
 	if n := utf8.RuneCountInString(strings.TrimSpace(reason)); n < 10 || n > 2000 || !httpapi.IsStorable(reason) {
 		return Payment{}, fault.New(fault.Invalid, "reason must say why, in 10 to 2000 characters")
 	}
@@ -465,29 +600,33 @@ func (s *Service) CreditAfterDismissal(ctx context.Context, depositID uuid.UUID,
 		if i < 0 {
 			return fault.New(fault.NotFound, fmt.Sprintf("deposit %s has no payment %s", d.ID, paymentID))
 		}
-		p := &rows[i]
+		pay := &rows[i]
 		switch {
-		case p.Credited:
+		case pay.Credited:
 			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is credited already", paymentID))
-		case p.ResolvedBy != nil:
-			return fault.New(fault.Conflict, fmt.Sprintf("payment %s was dismissed by %s with its deposit; it is not credited after that", paymentID, *p.ResolvedBy))
-		case p.ProcessorStatus != string(btcpay.PaymentSettled):
-			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is %s at the processor, not settled", paymentID, p.ProcessorStatus))
-		case p.Units == nil || *p.Units <= 0:
+		case pay.ResolvedBy != nil:
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s was dismissed by %s with its deposit; it is not credited after that", paymentID, *pay.ResolvedBy))
+		case pay.ProcessorStatus != string(btcpay.PaymentSettled):
+			return fault.New(fault.Conflict, fmt.Sprintf("payment %s is %s at the processor, not settled", paymentID, pay.ProcessorStatus))
+		case pay.Units == nil || *pay.Units <= 0:
 			return fault.New(fault.Conflict, fmt.Sprintf("payment %s has no exact amount in %s's smallest unit", paymentID, d.Asset))
 		}
 		a, err := (&asset.Store{DB: tx}).Get(ctx, d.Asset)
 		if err != nil {
 			return err
 		}
-		if err := s.credit(ctx, tx, d, p, *p.Units, a.Decimals, actor.ID, s.now()); err != nil {
+		who, err := s.authorize(ctx, tx, p.Actor, p.Signature, CreditAfterDismissalExpect(d, a, *pay, reason))
+		if err != nil {
 			return err
 		}
-		if _, err := audit.Record(ctx, tx, s.now(), actor, audit.DepositCreditDismissed, d.ID.String(),
-			map[string]any{"deposit_id": d.ID.String(), "payment_id": paymentID, "units": *p.Units, "reason": reason}); err != nil {
+		if err := s.credit(ctx, tx, d, pay, *pay.Units, a.Decimals, who.ID, s.now()); err != nil {
 			return err
 		}
-		out = *p
+		if _, err := audit.Record(ctx, tx, s.now(), who, audit.DepositCreditDismissed, d.ID.String(),
+			map[string]any{"deposit_id": d.ID.String(), "payment_id": paymentID, "units": *pay.Units, "reason": reason}); err != nil {
+			return err
+		}
+		out = *pay
 		return nil
 	})
 	return out, err

@@ -328,14 +328,17 @@ func TestPaymentToADismissedDepositIsNotCredited(t *testing.T) {
 	id := uuid.MustParse(v.DepositID)
 	pid := v.Payments[0].PaymentID
 	op := audit.CLI("ops")
-	_, err := e.Svc.CreditAfterDismissal(ctx, id, pid, op, "short")
+	credit := func(pid, reason string) (deposit.Payment, error) {
+		return e.Svc.CreditAfterDismissal(ctx, deposit.CreditParams{DepositID: id, PaymentID: pid, Reason: reason, Actor: op})
+	}
+	_, err := credit(pid, "short")
 	require.Error(t, err)
-	_, err = e.Svc.CreditAfterDismissal(ctx, id, "no-such-payment", op, "the payer asked us to keep it")
+	_, err = credit("no-such-payment", "the payer asked us to keep it")
 	require.Error(t, err)
-	p, err := e.Svc.CreditAfterDismissal(ctx, id, pid, op, "the payer confirmed the late payment is a top-up")
+	p, err := credit(pid, "the payer confirmed the late payment is a top-up")
 	require.NoError(t, err)
 	require.True(t, p.Credited)
-	_, err = e.Svc.CreditAfterDismissal(ctx, id, pid, op, "the payer confirmed the late payment is a top-up")
+	_, err = credit(pid, "the payer confirmed the late payment is a top-up")
 	require.ErrorContains(t, err, "credited already")
 	v = e.deposit(t, v.DepositID)
 	require.Equal(t, deposit.StatusDismissed, v.Status)

@@ -168,12 +168,12 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 
 	// Only a dead event can be redelivered.
 	other := b.emit(t, event.DepositExpired, samples()[4])
-	_, err := b.events.Redeliver(ctx, other.ID, operator)
+	_, err := b.events.Redeliver(ctx, other.ID, operator, nil)
 	require.ErrorIs(t, err, event.ErrNotDead)
-	_, err = b.events.Redeliver(ctx, [16]byte{1}, operator)
+	_, err = b.events.Redeliver(ctx, [16]byte{1}, operator, nil)
 	require.ErrorIs(t, err, event.ErrNotFound)
 
-	re, err := b.events.Redeliver(ctx, e.ID, operator)
+	re, err := b.events.Redeliver(ctx, e.ID, operator, nil)
 	require.NoError(t, err)
 	require.Equal(t, event.StatusPending, re.Status)
 	require.Zero(t, re.Attempts)
@@ -191,7 +191,7 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	require.Len(t, alerts, 2)
 	require.Equal(t, e.PublicID()+" redelivery 1", alerts[0].Subject)
 
-	_, err = b.events.Redeliver(ctx, e.ID, operator)
+	_, err = b.events.Redeliver(ctx, e.ID, operator, nil)
 	require.NoError(t, err)
 	rcv.setMode("ok")
 	out, err := d.Attempt(ctx, e.ID)
@@ -201,7 +201,7 @@ func TestRedeliverStartsAFreshCycle(t *testing.T) {
 	require.Equal(t, event.StatusDelivered, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Nil(t, got.LastError, "the last attempt went well")
-	_, err = b.events.Redeliver(ctx, e.ID, operator)
+	_, err = b.events.Redeliver(ctx, e.ID, operator, nil)
 	require.ErrorIs(t, err, event.ErrNotDead, "a delivered event was acknowledged")
 
 	reqs, bad, _ := rcv.snapshot()

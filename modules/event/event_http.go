@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
@@ -50,7 +51,7 @@ type RedeliverResponse struct {
 // the Idempotency-Key middleware that mutating routes need.
 //
 //	GET  /admin/events?status=&limit=          {events: [Record]}, newest first (replica: Service.Replica)
-//	POST /admin/events/{event_id}/redeliver    {id, status}
+//	POST /admin/events/{event_id}/redeliver    {id, status}, signed (RedeliverExpect; the Svc-Operator-Signature header)
 //
 // Both routers check requests against openapi.json
 // (httpapi.Validator.Router): a status that is not one of the three, a
@@ -93,10 +94,14 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	sig, err := operator.EnvelopeFrom(c)
+	if err != nil {
+		return err
+	}
 	rec := idempotency.FromCtx(c)
 	var body []byte
 	err = db.RunInTx(c.UserContext(), s.DB, func(ctx context.Context, tx bun.Tx) error {
-		e, err := s.RedeliverTx(ctx, tx, id, actor)
+		e, err := s.RedeliverTx(ctx, tx, id, actor, sig)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/queue"
@@ -30,6 +31,9 @@ type Service struct {
 	// event id a webhook just gave it, and the stream's order rests on the
 	// primary's snapshots (see listed).
 	Replica *db.Replica
+	// Operators authorizes a redelivery (RedeliverExpect); nil acts
+	// unsigned, as the caller's actor.
+	Operators *operator.Service
 }
 
 // envelope is the body of a delivery. Its field order is the order on the
@@ -140,13 +144,20 @@ func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Event, error) {
 	return out, nil
 }
 
-// Redeliver puts the event back in the queue on behalf of actor; see
-// RedeliverTx.
-func (s *Service) Redeliver(ctx context.Context, id uuid.UUID, actor audit.Actor) (Event, error) {
+// RedeliverExpect is what an approver signs to redeliver event e: the
+// action event.redeliver on the event's evt_ id, with the fact type (the
+// event's type).
+func RedeliverExpect(e Event) operator.Expect {
+	return operator.Expect{Action: audit.EventRedeliver, Resource: e.PublicID(), Facts: map[string]string{"type": string(e.Type)},
+		Role: operator.Approver}
+}
+
+// Redeliver puts the event back in the queue; see RedeliverTx.
+func (s *Service) Redeliver(ctx context.Context, id uuid.UUID, actor audit.Actor, sig *operator.Envelope) (Event, error) {
 	var e Event
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		e, err = s.RedeliverTx(ctx, tx, id, actor)
+		e, err = s.RedeliverTx(ctx, tx, id, actor, sig)
 		return err
 	})
 	return e, err
@@ -157,10 +168,13 @@ func (s *Service) Redeliver(ctx context.Context, id uuid.UUID, actor audit.Actor
 // delivery job; last_error is kept until the next attempt replaces it. Only
 // a dead event can be redelivered (SPEC "Outbound event"): a pending one is
 // already queued and a delivered one was acknowledged, so both are
-// ErrNotDead. Events are never deleted. The redelivery is recorded in the
-// audit trail as actor's, inside tx.
-func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, actor audit.Actor) (Event, error) {
-	if !actor.Valid() {
+// ErrNotDead. Events are never deleted. With the event's row locked, the
+// operator service authorizes the redelivery (RedeliverExpect): with sig,
+// the enrolled operator who signed it is the actor; without, actor
+// (refused when signatures are required). The redelivery is recorded in
+// the audit trail as the actor's, inside tx; tx must roll back on an error.
+func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, actor audit.Actor, sig *operator.Envelope) (Event, error) {
+	if sig == nil && !actor.Valid() {
 		return Event{}, fmt.Errorf("redeliver event %s: no audit actor", PublicID(id))
 	}
 	now := s.Now().UTC().Truncate(time.Microsecond)
@@ -182,14 +196,31 @@ func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, acto
 	if err != nil {
 		return Event{}, fmt.Errorf("redeliver event %s: %w", id, err)
 	}
+	who, err := s.authorize(ctx, tx, actor, sig, RedeliverExpect(e))
+	if err != nil {
+		return Event{}, err
+	}
 	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: id, Attempt: 1, Cycle: e.Redeliveries}, nil); err != nil {
 		return Event{}, fmt.Errorf("redeliver event %s: insert delivery job: %w", id, err)
 	}
-	if _, err := audit.Record(ctx, tx, now, actor, audit.EventRedeliver, e.PublicID(),
+	if _, err := audit.Record(ctx, tx, now, who, audit.EventRedeliver, e.PublicID(),
 		map[string]string{"event_id": e.PublicID()}); err != nil {
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// authorize is the actor of a signed action: what Operators.Authorize
+// says, or, without an operator service (a Service built by hand), the
+// unsigned actor; a signature then cannot be verified and is refused.
+func (s *Service) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
+	if s.Operators == nil {
+		if sig != nil {
+			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
+		}
+		return unsigned, nil
+	}
+	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // DeliverArgs wakes the Deliverer for one event. Attempt and Cycle are not

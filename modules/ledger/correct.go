@@ -12,8 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
+	"svc/modules/asset"
 	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/platform/fault"
+	"svc/platform/money"
 )
 
 // Audit actions of the operator bookings.
@@ -75,7 +78,73 @@ type OperatorCorrection struct {
 	Reference string
 	Memo      string // why: required
 	Lines     []Line
-	Actor     audit.Actor
+	// Actor is who books it, unsigned (the admin API key): required
+	// without a Signature.
+	Actor audit.Actor
+	// Signature is the enrolled admin's signed statement of the booking
+	// (CorrectionExpect); the admin is then who books it.
+	Signature *operator.Envelope
+}
+
+// CorrectionExpect is what an admin signs to book correction c in an asset
+// of decimals: the action ledger.correct on the asset, and as facts the
+// asset, the memo, the reference when one is given, and each line in
+// order as line.1, line.2, ...: "debit ACCOUNT=AMOUNT" or "credit
+// ACCOUNT=AMOUNT", ACCOUNT the account kind (user_available:ID for a
+// user's), AMOUNT in display units, as the booking's preview shows it.
+func CorrectionExpect(c OperatorCorrection, decimals int) operator.Expect {
+	facts := map[string]string{"asset": c.Asset, "memo": c.Memo}
+	if c.Reference != "" {
+		facts["reference"] = c.Reference
+	}
+	for i, l := range c.Lines {
+		dir, n := "credit", l.Amount
+		if n < 0 {
+			dir, n = "debit", -n
+		}
+		acct := string(l.Account.Kind)
+		if l.Account.Owner != "" {
+			acct += ":" + l.Account.Owner
+		}
+		facts[fmt.Sprintf("line.%d", i+1)] = dir + " " + acct + "=" + money.Format(n, decimals)
+	}
+	return operator.Expect{Action: AuditCorrect, Resource: c.Asset, Facts: facts, Role: operator.Admin}
+}
+
+// TransferExpect is what an admin signs to book transfer t: the action
+// ledger.transfer on its reference, and as facts from, to, amount (in
+// To's display units, toDecimals), network_fee (in From's, fromDecimals;
+// zero, so formatted, when there is none), the reference and the memo.
+func TransferExpect(t CustodyTransfer, fromDecimals, toDecimals int) operator.Expect {
+	return operator.Expect{Action: AuditTransfer, Resource: t.Reference, Role: operator.Admin, Facts: map[string]string{
+		"from": t.From, "to": t.To, "amount": money.Format(t.Amount, toDecimals), "network_fee": money.Format(t.NetworkFee, fromDecimals),
+		"reference": t.Reference, "memo": t.Memo}}
+}
+
+// authorize is the actor of a signed booking: what ops.Authorize says,
+// or, without an operator service, the unsigned actor; a signature then
+// cannot be verified and is refused.
+func authorize(ctx context.Context, idb bun.IDB, ops *operator.Service, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
+	if ops == nil {
+		if sig != nil {
+			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
+		}
+		return unsigned, nil
+	}
+	return ops.Authorize(ctx, idb, unsigned, sig, x)
+}
+
+// decimalsOf reads the decimals of the assets named by codes, with idb.
+func decimalsOf(ctx context.Context, idb bun.IDB, codes ...string) ([]int, error) {
+	out := make([]int, len(codes))
+	for i, code := range codes {
+		a, err := (&asset.Store{DB: idb}).Get(ctx, code)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", code, err)
+		}
+		out[i] = a.Decimals
+	}
+	return out, nil
 }
 
 // LineBalance is one line of a booking with its account's balance, in the
@@ -108,9 +177,6 @@ func invalid(typ, msg string, loc ...any) error {
 
 // entry checks c against the policy and returns its entry.
 func (c OperatorCorrection) entry() (Entry, error) {
-	if !c.Actor.Valid() {
-		return Entry{}, ErrNoOperator
-	}
 	var errs []error
 	if strings.TrimSpace(c.Memo) == "" {
 		errs = append(errs, invalid("missing", "a correction needs a memo saying why", "memo"))
@@ -194,15 +260,27 @@ func PreviewCorrection(ctx context.Context, idb bun.IDB, c OperatorCorrection) (
 
 // BookCorrection posts the correction c with its audit record in one transaction of
 // db, after the same checks as PreviewCorrection against the balances read
-// in that transaction. then, when not nil, runs last in the transaction
-// (an Idempotency-Key's completion).
-func BookCorrection(ctx context.Context, db bun.IDB, now time.Time, c OperatorCorrection, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+// in that transaction. In it, ops authorizes the booking
+// (CorrectionExpect): with c.Signature, the enrolled admin who signed it
+// books it; without, c.Actor (refused when signatures are required); a nil
+// ops acts unsigned. then, when not nil, runs last in the transaction (an
+// Idempotency-Key's completion).
+func BookCorrection(ctx context.Context, db bun.IDB, ops *operator.Service, now time.Time, c OperatorCorrection, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+	if c.Signature == nil && !c.Actor.Valid() {
+		return Booked{}, ErrNoOperator
+	}
 	e, err := c.entry()
 	if err != nil {
 		return Booked{}, err
 	}
-	return book(ctx, db, []Entry{e}, never, func(ctx context.Context, tx bun.IDB, b Booked) (int64, error) {
-		a, err := audit.Record(ctx, tx, now, c.Actor, AuditCorrect, e.SourceRef, bookingDetail(b, c.Memo))
+	return book(ctx, db, []Entry{e}, never, func(ctx context.Context, tx bun.IDB) (audit.Actor, error) {
+		d, err := decimalsOf(ctx, tx, c.Asset)
+		if err != nil {
+			return audit.Actor{}, err
+		}
+		return authorize(ctx, tx, ops, c.Actor, c.Signature, CorrectionExpect(c, d[0]))
+	}, func(ctx context.Context, tx bun.IDB, b Booked, who audit.Actor) (int64, error) {
+		a, err := audit.Record(ctx, tx, now, who, AuditCorrect, e.SourceRef, bookingDetail(b, c.Memo))
 		return a.ID, err
 	}, then)
 }
@@ -273,10 +351,14 @@ func preview(ctx context.Context, idb bun.IDB, entries []Entry, mayGoNegative fu
 	return b, nil
 }
 
-// book posts entries with their audit record (record) in one transaction,
-// after preview's checks in it.
+// book posts entries with their audit record (record, as the actor
+// authorize returns) in one transaction, after preview's checks in it.
+// authorize runs first, once the operator bookings are locked, for every
+// booking, a replay too: a replay posts and records nothing, and a signed
+// statement it carries must not have been accepted before.
 func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(Account) bool,
-	record func(ctx context.Context, tx bun.IDB, b Booked) (int64, error), then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+	authorize func(ctx context.Context, tx bun.IDB) (audit.Actor, error),
+	record func(ctx context.Context, tx bun.IDB, b Booked, who audit.Actor) (int64, error), then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
 	var out Booked
 	err := inTx(ctx, db, func(ctx context.Context, tx bun.IDB) error {
 		if err := knownAsset(ctx, tx, entries[0].Asset); err != nil {
@@ -286,6 +368,10 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 		// pass the check against the same balance.
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('svc.ledger.operator_booking'))`); err != nil {
 			return fmt.Errorf("ledger: lock operator bookings: %w", err)
+		}
+		who, err := authorize(ctx, tx)
+		if err != nil {
+			return err
 		}
 		// A replay of the same booking (same references) posts nothing and
 		// records nothing.
@@ -309,6 +395,9 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 			replays = append(replays, p)
 		}
 		if len(replays) == len(entries) {
+			if err := unused(ctx, tx, who); err != nil {
+				return err
+			}
 			out = Booked{Entries: entries, Posted: replays}
 			for _, p := range replays {
 				for _, ps := range p.Postings {
@@ -330,7 +419,7 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 				}
 				b.Posted = append(b.Posted, p)
 			}
-			if b.AuditID, err = record(ctx, tx, b); err != nil {
+			if b.AuditID, err = record(ctx, tx, b, who); err != nil {
 				return err
 			}
 			out = b
@@ -344,6 +433,23 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 		return Booked{}, err
 	}
 	return out, nil
+}
+
+// unused refuses a signed actor whose statement the audit trail already
+// holds (audit.ErrReplayed): what audit.Record refuses, for a replayed
+// booking, which records nothing.
+func unused(ctx context.Context, tx bun.IDB, who audit.Actor) error {
+	if who.Signature == nil {
+		return nil
+	}
+	used, err := tx.NewSelect().Table("audit_log").Where("nonce = ?", who.Signature.Nonce).Exists(ctx)
+	if err != nil {
+		return fmt.Errorf("ledger: read the audit trail: %w", err)
+	}
+	if used {
+		return audit.ErrReplayed
+	}
+	return nil
 }
 
 // entryID is the id of the entry stored under e's (kind, source_ref), 0
@@ -401,13 +507,15 @@ type CustodyTransfer struct {
 	// it, so booking it twice changes nothing.
 	Reference string
 	Memo      string
-	Actor     audit.Actor
+	// Actor is who books it, unsigned (the admin API key): required
+	// without a Signature.
+	Actor audit.Actor
+	// Signature is the enrolled admin's signed statement of the booking
+	// (TransferExpect); the admin is then who books it.
+	Signature *operator.Envelope
 }
 
 func (t CustodyTransfer) entries() ([]Entry, error) {
-	if !t.Actor.Valid() {
-		return nil, ErrNoOperator
-	}
 	var errs []error
 	pair := false
 	for _, p := range TransferPairs {
@@ -483,8 +591,14 @@ func PreviewTransfer(ctx context.Context, idb bun.IDB, t CustodyTransfer) (Booke
 // one's) with their audit record in one transaction of db: in From,
 // custody +(Amount+NetworkFee), network_fees -NetworkFee, transfer -Amount;
 // in To, custody -Amount, transfer +Amount. From's custody may not go
-// below zero. then, when not nil, runs last in the transaction.
-func BookTransfer(ctx context.Context, db bun.IDB, now time.Time, t CustodyTransfer, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+// below zero. In the transaction, ops authorizes the booking
+// (TransferExpect): with t.Signature, the enrolled admin who signed it
+// books it; without, t.Actor (refused when signatures are required); a nil
+// ops acts unsigned. then, when not nil, runs last in the transaction.
+func BookTransfer(ctx context.Context, db bun.IDB, ops *operator.Service, now time.Time, t CustodyTransfer, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
+	if t.Signature == nil && !t.Actor.Valid() {
+		return Booked{}, ErrNoOperator
+	}
 	entries, err := t.entries()
 	if err != nil {
 		return Booked{}, err
@@ -492,10 +606,16 @@ func BookTransfer(ctx context.Context, db bun.IDB, now time.Time, t CustodyTrans
 	if err := knownAsset(ctx, db, t.To); err != nil {
 		return Booked{}, fmt.Errorf("%s: %w", t.To, err)
 	}
-	return book(ctx, db, entries, transferMayGoNegative, func(ctx context.Context, tx bun.IDB, b Booked) (int64, error) {
+	return book(ctx, db, entries, transferMayGoNegative, func(ctx context.Context, tx bun.IDB) (audit.Actor, error) {
+		d, err := decimalsOf(ctx, tx, t.From, t.To)
+		if err != nil {
+			return audit.Actor{}, err
+		}
+		return authorize(ctx, tx, ops, t.Actor, t.Signature, TransferExpect(t, d[0], d[1]))
+	}, func(ctx context.Context, tx bun.IDB, b Booked, who audit.Actor) (int64, error) {
 		d := bookingDetail(b, t.Memo)
 		d["from"], d["to"], d["amount"], d["network_fee"], d["reference"] = t.From, t.To, t.Amount, t.NetworkFee, t.Reference
-		a, err := audit.Record(ctx, tx, now, t.Actor, AuditTransfer, t.Reference, d)
+		a, err := audit.Record(ctx, tx, now, who, AuditTransfer, t.Reference, d)
 		return a.ID, err
 	}, then)
 }

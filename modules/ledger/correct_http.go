@@ -12,6 +12,7 @@ import (
 
 	"svc/modules/apikey"
 	"svc/modules/asset"
+	"svc/modules/operator"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
 	"svc/platform/idempotency"
@@ -21,13 +22,15 @@ import (
 
 // AdminRoutes registers the operator bookings on the admin router
 // (/v1/admin, admin scope), which checks requests against openapi.json
-// (httpapi.Validator.Router); idem is the Idempotency-Key middleware:
+// (httpapi.Validator.Router); idem is the Idempotency-Key middleware; ops
+// authorizes the bookings (the Svc-Operator-Signature header; a dry run
+// needs none):
 //
-//	POST /ledger/corrections   201 Booking (200 for a dry run or a replay)
-//	POST /ledger/transfers     201 Booking (200 for a dry run or a replay)
-func (a *API) AdminRoutes(admin fiber.Router, idem fiber.Handler) {
-	admin.Post("/ledger/corrections", idem, a.handleCorrection)
-	admin.Post("/ledger/transfers", idem, a.handleTransfer)
+//	POST /ledger/corrections   201 Booking (200 for a dry run or a replay), signed (CorrectionExpect)
+//	POST /ledger/transfers     201 Booking (200 for a dry run or a replay), signed (TransferExpect)
+func (a *API) AdminRoutes(admin fiber.Router, idem fiber.Handler, ops *operator.Service) {
+	admin.Post("/ledger/corrections", idem, func(c *fiber.Ctx) error { return a.handleCorrection(c, ops) })
+	admin.Post("/ledger/transfers", idem, func(c *fiber.Ctx) error { return a.handleTransfer(c, ops) })
 }
 
 // BookingLineView is the API's BookingLine: amounts and balances in the
@@ -146,7 +149,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func (a *API) handleCorrection(c *fiber.Ctx) error {
+func (a *API) handleCorrection(c *fiber.Ctx, ops *operator.Service) error {
 	var req correctionRequest
 	if err := httpapi.Bind(c, &req); err != nil {
 		return err
@@ -168,16 +171,19 @@ func (a *API) handleCorrection(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if p.Signature, err = operator.EnvelopeFrom(c); err != nil {
+		return err
+	}
 	p.Actor = actor
 	dry := req.DryRun != nil && *req.DryRun
 	return a.respond(c, dry, []string{p.Asset},
 		func(ctx context.Context) (Booked, error) { return PreviewCorrection(ctx, a.DB, p) },
 		func(ctx context.Context, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
-			return BookCorrection(ctx, a.DB, a.now(), p, then)
+			return BookCorrection(ctx, a.DB, ops, a.now(), p, then)
 		})
 }
 
-func (a *API) handleTransfer(c *fiber.Ctx) error {
+func (a *API) handleTransfer(c *fiber.Ctx, ops *operator.Service) error {
 	var req transferRequest
 	if err := httpapi.Bind(c, &req); err != nil {
 		return err
@@ -195,12 +201,15 @@ func (a *API) handleTransfer(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if t.Signature, err = operator.EnvelopeFrom(c); err != nil {
+		return err
+	}
 	t.Actor = actor
 	dry := req.DryRun != nil && *req.DryRun
 	return a.respond(c, dry, []string{t.From, t.To},
 		func(ctx context.Context) (Booked, error) { return PreviewTransfer(ctx, a.DB, t) },
 		func(ctx context.Context, then func(ctx context.Context, tx bun.IDB, b Booked) error) (Booked, error) {
-			return BookTransfer(ctx, a.DB, a.now(), t, then)
+			return BookTransfer(ctx, a.DB, ops, a.now(), t, then)
 		})
 }
 

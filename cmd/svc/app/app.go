@@ -99,11 +99,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		init func(context.Context) error
 	}{
 		{"metrics", a.initMetrics},
+		{"audit", a.initAudit},
 		{"foundation", a.initFoundation},
 		{"ledger", a.initLedger},
 		{"events", a.initEvents},
 		{"processor", a.initProcessor},
-		{"audit", a.initAudit},
 		{"deposits", a.initDeposits},
 		{"withdrawals", a.initWithdrawals},
 		{"transfers", a.initTransfers},

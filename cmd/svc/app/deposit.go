@@ -26,7 +26,7 @@ func (a *App) initDeposits(context.Context) error {
 		}
 	}
 	a.Deposits = &deposit.Service{
-		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log,
+		DB: a.DB.Bun, Events: a.Events, Alerts: a.Alerts, Now: a.Clock.Now, Log: a.Log, Operators: a.Operators,
 		Config: deposit.Config{
 			ExpirationMinutes: c.Deposits.ExpirationMinutes, MonitoringMinutes: c.Deposits.MonitoringMinutes,
 			SpeedPolicy: c.BTCPay.SpeedPolicy, USDTPool: c.Deposits.USDTPool, USDTPoolGrace: c.Deposits.USDTPoolGrace,

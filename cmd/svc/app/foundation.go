@@ -43,7 +43,9 @@ func (a *App) initFoundation(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now}
+	// Changing limits and minting or revoking keys are signed by admins.
+	a.Assets = &asset.Store{DB: a.DB.Bun, Now: a.Clock.Now, Operators: a.Operators}
+	a.Keys.Operators = a.Operators
 	a.Idem = &idempotency.Store{DB: a.DB.Bun, Now: a.Clock.Now, Observe: a.observeIdempotency}
 	a.Health = &health.Service{DB: a.DB.Bun, Version: Version, Now: a.Clock.Now, StaleAfter: a.Cfg.Worker.StaleAfter,
 		CacheFor: a.Cfg.HTTP.ReadyzCacheTTL, Log: a.Log}

@@ -32,10 +32,11 @@ func (a *App) initLedger(context.Context) error {
 
 // routesLedger registers GET /v1/users/{external_user_id}/balances and
 // /transactions, GET /v1/admin/ledger/checkpoints/key, and the operator
-// bookings POST /v1/admin/ledger/corrections and /transfers.
+// bookings POST /v1/admin/ledger/corrections and /transfers, signed by
+// admins (a.Operators).
 func (a *App) routesLedger(r Routers) {
 	a.LedgerAPI.Routes(r.Checked(r.Platform))
-	a.LedgerAPI.AdminRoutes(r.Checked(r.Admin), r.Idem)
+	a.LedgerAPI.AdminRoutes(r.Checked(r.Admin), r.Idem, a.Operators)
 	a.Checkpointer.AdminRoutes(r.Checked(r.Admin))
 }
 

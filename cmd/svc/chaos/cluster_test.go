@@ -142,12 +142,14 @@ func startClusterOn(t testing.TB, dir string, database database, env ...string) 
 	)
 	c.env = append(c.env, env...) // a test's own settings win: the last of a name is used
 	c.svc("migrate")
-	c.rwKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform", "--as", "chaos"))
-	c.admKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator", "--as", "chaos"))
+	// Minting keys and setting limits are signed by an admin's key.
+	c.env = append(c.env, "SVC_OPERATOR_KEY="+clustertest.OperatorKey(t, runtime, dir, "chaos"))
+	c.rwKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "readwrite", "--label", "chaos platform"))
+	c.admKey = clustertest.LastLine(c.svc("admin", "keys", "mint", "--scope", "admin", "--label", "chaos operator"))
 	// Some withdrawals under the auto-approval limit, some above; no daily
 	// cap, so the gate that decides is the one the driver chose.
-	c.svc("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "200000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
-	c.svc("admin", "assets", "set", "BTC_LN", "--withdrawal-auto-limit", "50000", "--withdrawal-daily-cap", "100000000000", "--as", "chaos")
+	c.svc("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "200000", "--withdrawal-daily-cap", "100000000000")
+	c.svc("admin", "assets", "set", "BTC_LN", "--withdrawal-auto-limit", "50000", "--withdrawal-daily-cap", "100000000000")
 
 	for i := 0; i < 2; i++ {
 		port := dbtest.FreePort(t)

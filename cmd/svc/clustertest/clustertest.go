@@ -7,6 +7,7 @@ package clustertest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -18,8 +19,30 @@ import (
 	"testing"
 	"time"
 
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
+	"svc/platform/db"
 	"svc/platform/dbtest"
 )
+
+// OperatorKey enrolls name as the first admin of the migrated database at
+// dbURL and writes their key to a file of dir (mode 0600), whose path it
+// returns: what svc admin's signed commands take as --key or
+// SVC_OPERATOR_KEY.
+func OperatorKey(t testing.TB, dbURL, dir, name string) string {
+	t.Helper()
+	d, err := db.Open(context.Background(), dbURL, 1)
+	if err != nil {
+		t.Fatalf("operator key: %v", err)
+	}
+	defer d.Close()
+	s := operatortest.Team(t, d.Bun, time.Now, operatortest.Member{Name: name, Role: operator.Admin})[name]
+	path := filepath.Join(dir, name+".key")
+	if err := s.WriteFile(path); err != nil {
+		t.Fatalf("operator key: %v", err)
+	}
+	return path
+}
 
 // Build compiles ./cmd/svc into dir and returns the binary's path.
 func Build(t testing.TB, dir string) string {

@@ -97,10 +97,12 @@ func startCluster(t testing.TB) *cluster {
 		Env:   append(append([]string(nil), c.env...), fmt.Sprintf("METRICS_ADDR=127.0.0.1:%d", workerMetrics)),
 		Ready: fmt.Sprintf("http://127.0.0.1:%d/metrics", workerMetrics)}
 
-	c.key = clustertest.LastLine(c.run("admin", "keys", "mint", "--scope", "readwrite", "--label", "load benchmark", "--as", "bench"))
+	// Minting keys and setting limits are signed by an admin's key.
+	c.env = append(c.env, "SVC_OPERATOR_KEY="+clustertest.OperatorKey(t, c.dbURL, dir, "bench"))
+	c.key = clustertest.LastLine(c.run("admin", "keys", "mint", "--scope", "readwrite", "--label", "load benchmark"))
 	// Every withdrawal of the load is auto-approved (the busiest path), and
 	// the rolling 24-hour cap never sends one to an operator.
-	c.run("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "100000000000", "--withdrawal-daily-cap", "1000000000000000", "--as", "bench")
+	c.run("admin", "assets", "set", "BTC", "--withdrawal-auto-limit", "100000000000", "--withdrawal-daily-cap", "1000000000000000")
 	for _, p := range []*proc{c.sim, c.api, c.worker} {
 		if err := p.Start(); err != nil {
 			t.Fatalf("start %s: %v", p.Name, err)

@@ -149,14 +149,17 @@ func New(t testing.TB, opts ...Option) *Env {
 		e.MetricsURL = "http://" + maddr
 	}
 	// Minting is audited: two apikey.mint entries by cli:apptest open every
-	// Env's audit trail.
+	// Env's audit trail. They are unsigned, through a store without the
+	// operator service, whatever OPERATOR_SIGNATURES says: no operator is
+	// enrolled yet.
 	actor := audit.CLI("apptest")
-	_, e.RW, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test platform", Actor: actor})
+	boot := &apikey.Store{DB: a.DB.Bun, Prefix: a.Keys.Prefix, Mode: a.Keys.Mode, Now: a.Keys.Now}
+	_, e.RW, err = boot.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "test platform", Actor: actor})
 	if err != nil {
 		t.Fatalf("apptest: mint: %v", err)
 	}
 	var k apikey.Key
-	k, e.Admin, err = a.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "test operator", Actor: actor})
+	k, e.Admin, err = boot.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeAdmin, Label: "test operator", Actor: actor})
 	if err != nil {
 		t.Fatalf("apptest: mint: %v", err)
 	}
