@@ -48,9 +48,12 @@ func TestAdminAuditVerify(t *testing.T) {
 	require.Contains(t, out, "verified: ")
 	require.Contains(t, out, "trail head: seq 2 hash ")
 
-	// An unsigned apikey.mint (OPERATOR_SIGNATURES is off here).
-	out, err = run(t, "admin", "keys", "mint", "--scope", "admin", "--label", "ops")
-	require.NoError(t, err, out)
+	// An unsigned apikey.mint: what OPERATOR_SIGNATURES=off records for a
+	// mint over an admin API key, or a row the runtime role inserts by hand
+	// (the CLI always signs a mint).
+	_, err = d.Bun.ExecContext(ctx, `INSERT INTO audit_log (at, actor, actor_label, action, target, request_digest, detail)
+		VALUES (now(), 'key_handmade', 'ops', 'apikey.mint', 'key_handmade', repeat('0', 64), '{}')`)
+	require.NoError(t, err)
 	out, err = run(t, "admin", "audit", "verify")
 	require.ErrorIs(t, err, errAuditUnverified, out)
 	require.Contains(t, out, "FAILED seq 3 (id 3): apikey.mint of key_")
@@ -102,9 +105,9 @@ func TestAdminAuditVerify(t *testing.T) {
 	require.Contains(t, out, "FAILED seq 2 (id 2): its actor_label is not the actor_label its hash covers")
 	require.Contains(t, out, "NOT VERIFIED: 1 failure(s)")
 	// And one byte of the hashed text itself.
-	canon := []byte(`\"cli:`)
+	canon := []byte(`\"key_handmade\"`)
 	require.True(t, bytes.Contains(raw, canon), "the mint row's canonical text names its actor")
-	bad = bytes.Replace(raw, canon, []byte(`\"clI:`), 1)
+	bad = bytes.Replace(raw, canon, []byte(`\"key_handmadE\"`), 1)
 	require.NoError(t, os.WriteFile(badFile, bad, 0o600))
 	out, err = run(t, "admin", "audit", "verify", "--file", badFile, "--allow-unsigned")
 	require.ErrorIs(t, err, errAuditUnverified, out)
