@@ -41,6 +41,12 @@ ADMIN_UI_ADDR="${ADMIN_UI_ADDR:-127.0.0.1:8092}"
 bin/svc admin ui --addr "$ADMIN_UI_ADDR" > .data/logs/admin-ui.log 2>&1 & pids+=($!)
 
 for _ in $(seq 1 100); do curl -fsS "localhost:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+# The first operator: minting keys and every money action of svc admin are
+# signed with an enrolled operator's key. make run enrolls "dev" (an admin)
+# with a key kept under .data, once per database.
+export SVC_OPERATOR_KEY="$PWD/.data/operator-dev.key"
+[ -f "$SVC_OPERATOR_KEY" ] || bin/svc admin operators keygen --out "$SVC_OPERATOR_KEY" > /dev/null
+bin/svc admin operators init --name dev --key "$SVC_OPERATOR_KEY" > /dev/null 2>&1 || true # only while no operator exists
 RW=$(bin/svc admin keys mint --scope readwrite --label "make run platform" | tail -n1)
 ADMIN=$(bin/svc admin keys mint --scope admin --label "make run operator" | tail -n1)
 cat <<MSG
@@ -53,6 +59,9 @@ svc is running (logs in .data/logs/):
 Dev keys (minted just now):
   readwrite    $RW
   admin        $ADMIN
+
+Operator "dev" (admin), whose key signs svc admin's money actions:
+  export SVC_OPERATOR_KEY=$SVC_OPERATOR_KEY
 
 Try:
   curl -s localhost:$PORT/healthz

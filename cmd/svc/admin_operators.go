@@ -351,7 +351,7 @@ func optionalKey(path string) (*operator.Signer, error) {
 // its operator are active; without one, the login name, "cli:LOGIN".
 func actorOf(ctx context.Context, a *app.App, s *operator.Signer) (audit.Actor, error) {
 	if s == nil {
-		return loginActor("")
+		return loginActor()
 	}
 	r, err := a.Operators.Roster(ctx, a.DB.Bun)
 	if err != nil {

@@ -120,7 +120,7 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	require.Equal(t, int64(2), alerts())
 
 	// Without a key: the login name.
-	me, err := loginActor("")
+	me, err := loginActor()
 	require.NoError(t, err)
 	out, err = run(t, "admin", "reconciliation", "ack")
 	require.NoError(t, err, out)

@@ -51,7 +51,7 @@ func TestAdminLiabilitiesAndVerifyProof(t *testing.T) {
 	require.EqualValues(t, 3, btc.Users)
 	var by string
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT requested_by FROM liabilities_snapshots WHERE id = $1`, btc.SnapshotID).Scan(&by))
-	me, err := loginActor("")
+	me, err := loginActor()
 	require.NoError(t, err)
 	require.Equal(t, me.ID, by, "the login name, without --key")
 
