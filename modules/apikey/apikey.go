@@ -153,19 +153,6 @@ func RevokeExpect(id string) operator.Expect {
 	return operator.Expect{Action: audit.KeyRevoke, Resource: id, Facts: map[string]string{"key_id": id}, Role: operator.Admin}
 }
 
-// authorize is the actor of a signed action: what Operators.Authorize
-// says, or, without an operator service (a Store built by hand), the
-// unsigned actor; a signature then cannot be verified and is refused.
-func (s *Store) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
-	if s.Operators == nil {
-		if sig != nil {
-			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
-		}
-		return unsigned, nil
-	}
-	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
-}
-
 // mintDetail is what the audit trail keeps of a mint: never the secret or
 // its hash.
 type mintDetail struct {
@@ -218,7 +205,7 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 		k.ExpiresAt = &exp
 	}
 	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		who, err := s.authorize(ctx, tx, p.Actor, p.Signature, MintExpect(p.Label, p.Scope, s.Mode, p.ExpiresIn))
+		who, err := s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, MintExpect(p.Label, p.Scope, s.Mode, p.ExpiresIn))
 		if err != nil {
 			return err
 		}
@@ -271,7 +258,7 @@ func (s *Store) RevokeSigned(ctx context.Context, id string, actor audit.Actor, 
 		if err != nil {
 			return fmt.Errorf("revoke %s: %w", id, err)
 		}
-		who, err := s.authorize(ctx, tx, actor, sig, RevokeExpect(k.ID))
+		who, err := s.Operators.Authorize(ctx, tx, actor, sig, RevokeExpect(k.ID))
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,6 @@ package asset
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -218,7 +217,7 @@ func (s *Store) SetLimitsSigned(ctx context.Context, code string, l Limits, acto
 		if err := tx.NewSelect().Model(&cur).Where("asset = ?", code).For("UPDATE").Scan(ctx); err != nil {
 			return err
 		}
-		who, err := authorize(ctx, tx, s.Operators, actor, sig, SetLimitsExpect(cur, l))
+		who, err := s.Operators.Authorize(ctx, tx, actor, sig, SetLimitsExpect(cur, l))
 		if err != nil {
 			return err
 		}
@@ -240,19 +239,6 @@ func (s *Store) SetLimitsSigned(ctx context.Context, code string, l Limits, acto
 		return Asset{}, ErrUnknown
 	}
 	return a, err
-}
-
-// authorize is the actor of a signed action: what Operators.Authorize
-// says, or, without an operator service (a Store built by hand), the
-// unsigned actor; a signature then cannot be verified and is refused.
-func authorize(ctx context.Context, idb bun.IDB, ops *operator.Service, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
-	if ops == nil {
-		if sig != nil {
-			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
-		}
-		return unsigned, nil
-	}
-	return ops.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // SetEnabled turns an asset on or off (discovery does this; assets are

@@ -93,19 +93,6 @@ func holderFacts(d Deposit) map[string]string {
 	return facts
 }
 
-// authorize is the actor of a signed action: what Operators.Authorize
-// says, or, without an operator service (a Service built by hand), the
-// unsigned actor; a signature then cannot be verified and is refused.
-func (s *Service) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
-	if s.Operators == nil {
-		if sig != nil {
-			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
-		}
-		return unsigned, nil
-	}
-	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
-}
-
 // resolveDetail is what the audit trail keeps of a resolution: the
 // request's parameters.
 type resolveDetail struct {
@@ -329,7 +316,7 @@ func (s *Service) finish(ctx context.Context, p ResolveParams, a asset.Asset, cr
 		if err != nil {
 			return err
 		}
-		if who, err = s.authorize(ctx, tx, p.Actor, p.Signature, ResolveExpect(d, a, p.Action, p.PaymentID, credit)); err != nil {
+		if who, err = s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, ResolveExpect(d, a, p.Action, p.PaymentID, credit)); err != nil {
 			return err
 		}
 		units, err := change(ctx, tx, &d, byID[d.ID], who.ID)
@@ -615,7 +602,7 @@ func (s *Service) CreditAfterDismissal(ctx context.Context, p CreditParams) (Pay
 		if err != nil {
 			return err
 		}
-		who, err := s.authorize(ctx, tx, p.Actor, p.Signature, CreditAfterDismissalExpect(d, a, *pay, reason))
+		who, err := s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, CreditAfterDismissalExpect(d, a, *pay, reason))
 		if err != nil {
 			return err
 		}

@@ -196,7 +196,7 @@ func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, acto
 	if err != nil {
 		return Event{}, fmt.Errorf("redeliver event %s: %w", id, err)
 	}
-	who, err := s.authorize(ctx, tx, actor, sig, RedeliverExpect(e))
+	who, err := s.Operators.Authorize(ctx, tx, actor, sig, RedeliverExpect(e))
 	if err != nil {
 		return Event{}, err
 	}
@@ -208,19 +208,6 @@ func (s *Service) RedeliverTx(ctx context.Context, tx bun.Tx, id uuid.UUID, acto
 		return Event{}, err
 	}
 	return e, nil
-}
-
-// authorize is the actor of a signed action: what Operators.Authorize
-// says, or, without an operator service (a Service built by hand), the
-// unsigned actor; a signature then cannot be verified and is refused.
-func (s *Service) authorize(ctx context.Context, idb bun.IDB, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
-	if s.Operators == nil {
-		if sig != nil {
-			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
-		}
-		return unsigned, nil
-	}
-	return s.Operators.Authorize(ctx, idb, unsigned, sig, x)
 }
 
 // DeliverArgs wakes the Deliverer for one event. Attempt and Cycle are not

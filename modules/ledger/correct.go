@@ -121,19 +121,6 @@ func TransferExpect(t CustodyTransfer, fromDecimals, toDecimals int) operator.Ex
 		"reference": t.Reference, "memo": t.Memo}}
 }
 
-// authorize is the actor of a signed booking: what ops.Authorize says,
-// or, without an operator service, the unsigned actor; a signature then
-// cannot be verified and is refused.
-func authorize(ctx context.Context, idb bun.IDB, ops *operator.Service, unsigned audit.Actor, sig *operator.Envelope, x operator.Expect) (audit.Actor, error) {
-	if ops == nil {
-		if sig != nil {
-			return audit.Actor{}, fmt.Errorf("%s: a signed action needs the operator service to verify it", x.Action)
-		}
-		return unsigned, nil
-	}
-	return ops.Authorize(ctx, idb, unsigned, sig, x)
-}
-
 // decimalsOf reads the decimals of the assets named by codes, with idb.
 func decimalsOf(ctx context.Context, idb bun.IDB, codes ...string) ([]int, error) {
 	out := make([]int, len(codes))
@@ -278,7 +265,7 @@ func BookCorrection(ctx context.Context, db bun.IDB, ops *operator.Service, now 
 		if err != nil {
 			return audit.Actor{}, err
 		}
-		return authorize(ctx, tx, ops, c.Actor, c.Signature, CorrectionExpect(c, d[0]))
+		return ops.Authorize(ctx, tx, c.Actor, c.Signature, CorrectionExpect(c, d[0]))
 	}, func(ctx context.Context, tx bun.IDB, b Booked, who audit.Actor) (int64, error) {
 		a, err := audit.Record(ctx, tx, now, who, AuditCorrect, e.SourceRef, bookingDetail(b, c.Memo))
 		return a.ID, err
@@ -395,9 +382,8 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 			replays = append(replays, p)
 		}
 		if len(replays) == len(entries) {
-			if err := unused(ctx, tx, who); err != nil {
-				return err
-			}
+			// A replayed statement was refused by authorize (its nonce is
+			// in the trail), so this is the same booking newly signed.
 			out = Booked{Entries: entries, Posted: replays}
 			for _, p := range replays {
 				for _, ps := range p.Postings {
@@ -433,23 +419,6 @@ func book(ctx context.Context, db bun.IDB, entries []Entry, mayGoNegative func(A
 		return Booked{}, err
 	}
 	return out, nil
-}
-
-// unused refuses a signed actor whose statement the audit trail already
-// holds (audit.ErrReplayed): what audit.Record refuses, for a replayed
-// booking, which records nothing.
-func unused(ctx context.Context, tx bun.IDB, who audit.Actor) error {
-	if who.Signature == nil {
-		return nil
-	}
-	used, err := tx.NewSelect().Table("audit_log").Where("nonce = ?", who.Signature.Nonce).Exists(ctx)
-	if err != nil {
-		return fmt.Errorf("ledger: read the audit trail: %w", err)
-	}
-	if used {
-		return audit.ErrReplayed
-	}
-	return nil
 }
 
 // entryID is the id of the entry stored under e's (kind, source_ref), 0
@@ -611,7 +580,7 @@ func BookTransfer(ctx context.Context, db bun.IDB, ops *operator.Service, now ti
 		if err != nil {
 			return audit.Actor{}, err
 		}
-		return authorize(ctx, tx, ops, t.Actor, t.Signature, TransferExpect(t, d[0], d[1]))
+		return ops.Authorize(ctx, tx, t.Actor, t.Signature, TransferExpect(t, d[0], d[1]))
 	}, func(ctx context.Context, tx bun.IDB, b Booked, who audit.Actor) (int64, error) {
 		d := bookingDetail(b, t.Memo)
 		d["from"], d["to"], d["amount"], d["network_fee"], d["reference"] = t.From, t.To, t.Amount, t.NetworkFee, t.Reference

@@ -3,7 +3,6 @@ package withdrawal
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,33 +61,14 @@ func DecisionExpect(action string, v AdminView, p DecideParams) operator.Expect 
 // (401). Without an operator service (Operators nil) a decision is
 // unsigned.
 func (s *Service) authorize(ctx context.Context, tx bun.Tx, p DecideParams, action string, w Withdrawal, a asset.Asset) (audit.Actor, error) {
-	if s.Operators == nil {
-		if p.Signature != nil {
-			return audit.Actor{}, errors.New("withdrawal: a signed decision needs the operator service (Service.Operators)")
-		}
-		return p.Actor, nil
-	}
-	actor, err := s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, DecisionExpect(action, renderAdmin(w, a.Decimals), p))
-	if err != nil {
-		return audit.Actor{}, err
-	}
-	if sig := actor.Signature; sig != nil {
-		used, err := tx.NewSelect().Table("audit_log").Where("nonce = ?", sig.Nonce).Exists(ctx)
-		if err != nil {
-			return audit.Actor{}, fmt.Errorf("withdrawal %s: look up the statement's nonce: %w", w.ID, err)
-		}
-		if used {
-			return audit.Actor{}, audit.ErrReplayed
-		}
-	}
-	return actor, nil
+	return s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, DecisionExpect(action, renderAdmin(w, a.Decimals), p))
 }
 
 // refuseUnsigned refuses an unsigned decision when signatures are
 // required, before a decision that asks the processor or the TRON node
 // first does so (decideTx's authorize refuses it too).
 func (s *Service) refuseUnsigned(p DecideParams) error {
-	if s.Operators != nil && s.Operators.Required && p.Signature == nil {
+	if s.Operators.SignaturesRequired() && p.Signature == nil {
 		return operator.ErrUnsigned
 	}
 	return nil
