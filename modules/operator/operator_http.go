@@ -46,6 +46,19 @@ func EnvelopeFrom(c *fiber.Ctx) (*Envelope, error) {
 func (s *Service) Routes(admin fiber.Router, idem fiber.Handler) {
 	admin.Get("/operators", s.handleList)
 	admin.Post("/operators/changes", idem, s.handleChange)
+	admin.Get("/audit/verify", s.handleVerifyAudit)
+}
+
+// handleVerifyAudit is GET /audit/verify?allow_unsigned=: svc admin audit
+// verify over HTTP, the audit trail and the enrollment chain read at one
+// snapshot of the primary and verified (VerifyAudit); 200 with the report
+// whatever it found (ok says).
+func (s *Service) handleVerifyAudit(c *fiber.Ctx) error {
+	x, err := ExportAudit(c.UserContext(), s.DB, s.RP, s.now())
+	if err != nil {
+		return err
+	}
+	return c.JSON(VerifyAudit(x, c.QueryBool("allow_unsigned", false)))
 }
 
 func (s *Service) handleList(c *fiber.Ctx) error {

@@ -13,6 +13,7 @@ import (
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/operator"
 	"svc/modules/operator/operatortest"
+	"svc/platform/dbtest"
 )
 
 // TestOperatorsHTTP: the roster and its changes over the admin API. The
@@ -133,4 +134,50 @@ func TestOperatorsHTTP(t *testing.T) {
 	r = submit(mallory, enrollDave, map[string]any{}, "")
 	require.Equal(t, http.StatusUnauthorized, r.Status, string(r.Body))
 	require.Contains(t, string(r.Body), "is not an enrolled operator key")
+}
+
+// TestAuditVerifyHTTP: GET /v1/admin/audit/verify verifies the trail of
+// signed rows; an unsigned row of a signed action fails it (a warning with
+// allow_unsigned=true); one byte of a stored row changed behind the
+// triggers fails it, naming the row.
+func TestAuditVerifyHTTP(t *testing.T) {
+	t.Parallel()
+	e := apptest.New(t)
+	verify := func(query string) operator.AuditReport {
+		t.Helper()
+		r := e.AdminGet("/v1/admin/audit/verify" + query)
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var rep operator.AuditReport
+		r.JSON(t, &rep)
+		return rep
+	}
+	operatortest.Team(t, e.App.DB.Bun, time.Now,
+		operatortest.Member{Name: "alice", Role: operator.Admin}, operatortest.Member{Name: "bob", Role: operator.Approver})
+
+	// The harness's two key mints are unsigned rows of apikey.mint.
+	rep := verify("")
+	require.False(t, rep.OK)
+	require.Equal(t, 2, rep.Unsigned)
+	rep = verify("?allow_unsigned=true")
+	require.True(t, rep.OK, "%+v", rep.Failures)
+	require.Equal(t, 2, rep.Signed, "init and enroll, signed")
+	require.Len(t, rep.Warnings, 2)
+	require.NotEmpty(t, rep.ChainHead)
+
+	// One byte of bob's enrollment row: "bob" becomes "bOb".
+	require.EqualValues(t, 1, dbtestExec(t, e, "UPDATE audit_log SET target = 'bOb' WHERE action = 'operator.enroll' AND target = 'bob'"))
+	rep = verify("?allow_unsigned=true")
+	require.False(t, rep.OK)
+	var named []string
+	for _, f := range rep.Failures {
+		require.Equal(t, rep.HeadSeq, f.Seq, "only the changed row, the last, is named: %+v", rep.Failures)
+		named = append(named, f.Why)
+	}
+	require.Contains(t, strings.Join(named, "\n"), "hash does not match")
+}
+
+// dbtestExec runs query behind every trigger, as only a superuser could.
+func dbtestExec(t *testing.T, e *apptest.Env, query string) int64 {
+	t.Helper()
+	return dbtest.ExecBehindTriggers(t, e.DBURL, query)
 }
