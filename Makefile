@@ -21,15 +21,10 @@ run: build ## Run everything locally: database, simulator, migrations, API and w
 # once: `go test -race -count=1 -parallel 8 ./modules/deposit/` takes 28-38 s
 # on two cores, 50-68 s with the default of GOMAXPROCS (2).
 TEST_PARALLEL ?= 8
-# For the same reason three packages run at once rather than GOMAXPROCS
-# (2): the fault-injection package (cmd/svc/chaos) spends most of its five
-# minutes waiting on the processes it starts and kills, and would otherwise
-# hold one of two slots while the rest of the suite queues for the other.
-TEST_PACKAGES ?= 3
 
 .PHONY: test
 test: ## Run the whole suite with -race against a real PostgreSQL
-	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout 30m ./...
+	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks (results: docs/performance.md)
