@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"svc/cmd/svc/app"
+	"svc/modules/audit"
+	"svc/modules/operator"
 	"svc/modules/reconcile"
 	"svc/platform/timefmt"
 )
@@ -119,7 +122,7 @@ func custodyRow(tw io.Writer, l reconcile.CustodyLine) {
 func adminReconciliationAckCmd() *cobra.Command {
 	var keyPath, asset, note string
 	ack := &cobra.Command{
-		Use:   "ack [--key FILE] [--asset ASSET] [--note TEXT]",
+		Use:   "ack --key FILE [--asset ASSET] [--note TEXT]",
 		Short: "Acknowledge an insolvency or an inconsistency: lift the halt on withdrawals of the asset (all, without --asset)",
 		Long: `Records that you looked at an insolvency or an inconsistent ledger the reconciliation found: the
 asset's withdrawals flow again at once. The acknowledgement accepts what the latest report found:
@@ -128,21 +131,30 @@ number of findings of an inconsistency. The episode stays open without a halt un
 the asset solvent (consistent); a report that finds a larger shortfall, or more findings, than you
 accepted halts the asset again with a new alert.
 
-It is audited as op:NAME, the operator the enrollment chain enrolled the key for, with --key (or
-$` + KeyEnv + `; an unknown or revoked key is refused), else as cli:LOGIN, your login name. It is not a
-signed action: it moves no money.`,
+It is a signed action of an admin (--key, default $` + KeyEnv + `): the command reads what it would
+accept, signs exactly that (each episode's shortfall or findings, and the note) and acknowledges;
+if a report changed them in between, the service refuses the signature (sign again). Audited as
+op:NAME.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			key, err := optionalKey(keyPath)
+			key, err := loadKey(keyPath)
 			if err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				actor, err := actorOf(cmd.Context(), a, key)
+				open, err := a.Reconcile.Unacknowledged(cmd.Context(), asset)
 				if err != nil {
 					return err
 				}
-				eps, err := a.Reconcile.Ack(cmd.Context(), actor, asset, note)
+				if len(open) == 0 {
+					return reconcile.ErrNothingToAck
+				}
+				x := reconcile.AckExpect(open, note)
+				env, err := key.Sign(operator.NewStatement(x.Action, x.Resource, x.Facts, time.Now()))
+				if err != nil {
+					return err
+				}
+				eps, err := a.Reconcile.Ack(cmd.Context(), audit.Actor{}, &env, asset, note)
 				if err != nil {
 					return err
 				}
@@ -153,7 +165,7 @@ signed action: it moves no money.`,
 							accepted = "findings: " + orNull(countOf(ep.AckedFindings))
 						}
 						fmt.Fprintf(out, "%s: %s since %s acknowledged by %s, accepting %s; withdrawals flow again until a report finds more\n",
-							ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), actor, accepted)
+							ep.Asset, ep.Kind, timefmt.Format(ep.StartedAt), orNull(ep.AckedBy), accepted)
 					}
 					return nil
 				})

@@ -53,6 +53,11 @@ func TestAdminReconciliation(t *testing.T) {
 	require.Len(t, hist, 1)
 
 	_, err = run(t, "admin", "reconciliation", "ack")
+	require.ErrorContains(t, err, "--key FILE", "a signed action")
+	opsKey, _ := keygen(t, t.TempDir(), "ops")
+	out, err = run(t, "admin", "operators", "init", "--name", "ops", "--key", opsKey)
+	require.NoError(t, err, out)
+	_, err = run(t, "admin", "reconciliation", "ack", "--key", opsKey)
 	require.ErrorContains(t, err, "nothing to acknowledge")
 }
 
@@ -91,8 +96,8 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	require.True(t, halted())
 	require.Equal(t, int64(1), alerts())
 
-	// With --key: the operator the chain enrolled it for; an unknown key
-	// is refused.
+	// Signed with an admin's key: the operator the chain enrolled it for;
+	// an unknown key is refused.
 	dir := t.TempDir()
 	opsKey, _ := keygen(t, dir, "ops")
 	out, err = run(t, "admin", "reconciliation", "ack", "--key", opsKey, "--asset", "BTC")
@@ -119,11 +124,12 @@ func TestAdminReconciliationAckAcceptsFindings(t *testing.T) {
 	require.True(t, halted())
 	require.Equal(t, int64(2), alerts())
 
-	// Without a key: the login name.
-	me, err := loginActor()
-	require.NoError(t, err)
-	out, err = run(t, "admin", "reconciliation", "ack")
+	// Without a key nothing is lifted: the acknowledgement is signed.
+	_, err = run(t, "admin", "reconciliation", "ack")
+	require.ErrorContains(t, err, "--key FILE")
+	require.True(t, halted())
+	out, err = run(t, "admin", "reconciliation", "ack", "--key", opsKey)
 	require.NoError(t, err, out)
-	require.Contains(t, out, "acknowledged by "+me.ID)
+	require.Contains(t, out, "acknowledged by op:ops, accepting findings: 2")
 	require.False(t, halted())
 }

@@ -21,7 +21,7 @@ import (
 var signedActions = map[string]bool{
 	WithdrawalApprove: true, WithdrawalReject: true, WithdrawalRelease: true, WithdrawalMarkBroadcast: true,
 	DepositResolve: true, DepositCreditDismissed: true, EventRedeliver: true, AssetSetLimits: true,
-	"ledger.correct": true, "ledger.transfer": true, KeyMint: true, KeyRevoke: true,
+	"ledger.correct": true, "ledger.transfer": true, KeyMint: true, KeyRevoke: true, ReconciliationAck: true,
 }
 
 // IsSignedAction reports an action that an operator signs: the actions

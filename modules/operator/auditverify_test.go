@@ -62,7 +62,8 @@ func TestVerifyAudit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = audit.Record(ctx, d.Bun, time.Now(), operator.ActorOf(sig), x.Action, x.Resource, x.Facts)
 	require.NoError(t, err)
-	_, err = audit.Record(ctx, d.Bun, time.Now(), audit.CLI("ops"), audit.ReconciliationAck, "BTC", map[string]string{})
+	// An action no operator signs (a liabilities snapshot, say).
+	_, err = audit.Record(ctx, d.Bun, time.Now(), audit.CLI("ops"), "liabilities.snapshot", "BTC", map[string]string{})
 	require.NoError(t, err)
 
 	exp, err := operator.ExportAudit(ctx, d.Bun, operator.RelyingParty{}, time.Now())
@@ -114,7 +115,7 @@ func TestVerifyAudit(t *testing.T) {
 	y = clone(t, exp)
 	row := y.AuditLog[3]
 	row.Seq, row.ID, row.Action = 5, 5, audit.WithdrawalApprove
-	row.Canonical = strings.Replace(strings.Replace(row.Canonical, "[4, 4,", "[5, 5,", 1), `"reconciliation.ack"`, `"withdrawal.approve"`, 1)
+	row.Canonical = strings.Replace(strings.Replace(row.Canonical, "[4, 4,", "[5, 5,", 1), `"liabilities.snapshot"`, `"withdrawal.approve"`, 1)
 	y.AuditLog = append(y.AuditLog, row)
 	rehash(y.AuditLog, 4)
 	require.Equal(t, []string{"seq 5 (id 5): withdrawal.approve of BTC by cli:ops: " + operator.Unsigned}, failures(y))

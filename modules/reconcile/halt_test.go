@@ -11,10 +11,13 @@ import (
 
 	"svc/modules/asset"
 	"svc/modules/audit"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
 	"svc/modules/reconcile"
 	"svc/platform/chain"
 	"svc/platform/chain/chaintest"
 	"svc/platform/dbtest"
+	"svc/platform/fault"
 )
 
 // forgeCredit writes, with the database's triggers off, a one-sided entry
@@ -205,10 +208,30 @@ func TestAckAcceptsAShortfall(t *testing.T) {
 	require.True(t, btc.Insolvent)
 	require.Equal(t, "0.00000100", *btc.Shortfall)
 	require.Nil(t, btc.AcknowledgedShortfall)
-	eps, err := e.App.Reconcile.Ack(ctx, audit.CLI("ops"), asset.BTC, "100 sat of fees, booked tomorrow")
+	// A signed acknowledgement states what it accepts: a signature over
+	// another shortfall, or an approver's, is refused and lifts nothing.
+	ops := operatortest.Team(t, e.App.DB.Bun, time.Now,
+		operatortest.Member{Name: "alice", Role: operator.Admin}, operatortest.Member{Name: "bob", Role: operator.Approver})
+	note := "100 sat of fees, booked tomorrow"
+	open, err := e.App.Reconcile.Unacknowledged(ctx, asset.BTC)
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+	x := reconcile.AckExpect(open, note)
+	require.Equal(t, map[string]string{"BTC.insolvency": "100", "note": note}, x.Facts)
+	sign := func(s *operator.Signer, facts map[string]string) *operator.Envelope {
+		env := operatortest.Sign(t, s, operator.NewStatement(x.Action, x.Resource, facts, time.Now()))
+		return &env
+	}
+	_, err = e.App.Reconcile.Ack(ctx, audit.CLI("ops"), sign(ops["alice"], map[string]string{"BTC.insolvency": "50", "note": note}), asset.BTC, note)
+	require.Equal(t, fault.Forbidden, fault.KindOf(err), "%v", err)
+	_, err = e.App.Reconcile.Ack(ctx, audit.CLI("ops"), sign(ops["bob"], x.Facts), asset.BTC, note)
+	require.Equal(t, fault.Forbidden, fault.KindOf(err), "%v", err)
+	require.True(t, line(t, e.report(t), asset.BTC).Insolvent)
+	eps, err := e.App.Reconcile.Ack(ctx, audit.CLI("ops"), sign(ops["alice"], x.Facts), asset.BTC, note)
 	require.NoError(t, err)
 	require.Len(t, eps, 1)
 	require.Equal(t, int64(100), *eps[0].AckedShortfall)
+	require.Equal(t, "op:alice", *eps[0].AckedBy)
 
 	btc = line(t, e.report(t), asset.BTC)
 	require.True(t, btc.Insolvent)
@@ -225,7 +248,7 @@ func TestAckAcceptsAShortfall(t *testing.T) {
 	require.Equal(t, "0.00000100", *btc.AcknowledgedShortfall, "what was accepted, less than the shortfall now")
 	alerts := e.alerts(t, reconcile.AlertInsolvent)
 	require.Len(t, alerts, 2)
-	require.Contains(t, alerts[1].Detail, "more than the shortfall of 0.00000100 BTC that cli:ops accepted")
+	require.Contains(t, alerts[1].Detail, "more than the shortfall of 0.00000100 BTC that op:alice accepted")
 	e.pass(t)
 	e.requireStatus(t, before, "approved", "halted again: nothing is submitted")
 	require.Empty(t, e.Sim.Payouts())
@@ -249,7 +272,7 @@ func TestAckAcceptsTheFindings(t *testing.T) {
 	require.NoError(t, e.Sim.SetWalletBalance("0.02", "0"))
 	btc := line(t, e.report(t), asset.BTC)
 	require.True(t, btc.Inconsistent)
-	eps, err := e.App.Reconcile.Ack(ctx, audit.CLI("ops"), "", "a test entry, corrected")
+	eps, err := e.App.Reconcile.Ack(ctx, audit.CLI("ops"), nil, "", "a test entry, corrected")
 	require.NoError(t, err)
 	require.Len(t, eps, 1)
 	require.Equal(t, reconcile.KindInconsistency, eps[0].Kind)

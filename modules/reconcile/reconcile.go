@@ -97,6 +97,7 @@ import (
 	"svc/modules/alert"
 	"svc/modules/ledger"
 	"svc/modules/liabilities"
+	"svc/modules/operator"
 	"svc/platform/btcpay"
 	"svc/platform/chain"
 	"svc/platform/db"
@@ -168,6 +169,10 @@ type Service struct {
 	// not prove (operator.Service.Problems); each is a line of the report
 	// and an alert. Nil skips the check.
 	Operators func(ctx context.Context, idb bun.IDB) ([]string, error)
+	// Signatures verifies the operator's signature of an acknowledgement
+	// (Ack): lifting a halt lets withdrawals pay out again, so it is a
+	// signed action (AckExpect). Nil acts unsigned.
+	Signatures *operator.Service
 }
 
 // Triggers of a report.

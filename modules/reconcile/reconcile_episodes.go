@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/audit"
 	"svc/modules/ledger"
+	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
 	"svc/platform/httpapi"
@@ -262,6 +264,51 @@ func (s *Service) acknowledged(ctx context.Context, idb bun.IDB) ([]Episode, err
 // episode.
 var ErrNothingToAck = fault.New(fault.Conflict, "no asset is halted by an insolvency or an inconsistency: nothing to acknowledge")
 
+// AckExpect is what an operator signs to acknowledge the open, not yet
+// acknowledged halting episodes eps: action reconciliation.ack, resource
+// their asset codes (sorted, comma-separated: the audit row's target), and
+// as facts each episode's measure ("BTC.insolvency": the shortfall in the
+// asset's smallest units; "BTC.inconsistency": the number of findings)
+// and the note when given. Role admin: it accepts a shortfall and lets
+// withdrawals pay out again.
+func AckExpect(eps []Episode, note string) operator.Expect {
+	var codes []string
+	facts := map[string]string{}
+	for _, ep := range eps {
+		if !slices.Contains(codes, ep.Asset) {
+			codes = append(codes, ep.Asset)
+		}
+		v := ep.Shortfall
+		if ep.Kind == KindInconsistency {
+			v = ep.Findings
+		}
+		facts[ep.Asset+"."+ep.Kind] = "null"
+		if v != nil {
+			facts[ep.Asset+"."+ep.Kind] = strconv.FormatInt(*v, 10)
+		}
+	}
+	slices.Sort(codes)
+	if note != "" {
+		facts["note"] = note
+	}
+	return operator.Expect{Action: audit.ReconciliationAck, Resource: strings.Join(codes, ","), Facts: facts, Role: operator.Admin}
+}
+
+// Unacknowledged reads the open halting episodes of asset code (every
+// asset when empty) that no acknowledgement accepted yet: what Ack would
+// accept now, for the operator to read and sign.
+func (s *Service) Unacknowledged(ctx context.Context, code string) ([]Episode, error) {
+	var open []Episode
+	q := s.DB.NewSelect().Model(&open).Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.List(haltingKinds)).Order("asset", "kind")
+	if code != "" {
+		q = q.Where("asset = ?", code)
+	}
+	if err := q.Scan(ctx); err != nil && !db.IsNoRows(err) {
+		return nil, fmt.Errorf("read the episodes to acknowledge: %w", err)
+	}
+	return open, nil
+}
+
 // Ack records that the operator looked at the open insolvency and
 // inconsistency episodes (of one asset, or all when code is ""): their
 // halts are lifted at once, and each records what it accepts, the
@@ -269,9 +316,12 @@ var ErrNothingToAck = fault.New(fault.Conflict, "no asset is halted by an insolv
 // latest report applied to it. The episodes stay open without halting
 // until a clean report ends them, or a report finds more than was
 // accepted, which opens a new episode (a new halt, a new alert). It
-// returns the episodes it acknowledged.
-func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string) ([]Episode, error) {
-	if !actor.Valid() {
+// returns the episodes it acknowledged. With sig, the acknowledgement is
+// the signing operator's (AckExpect of the episodes it accepts, checked
+// under the episodes' lock); without, actor's, unless signatures are
+// required.
+func (s *Service) Ack(ctx context.Context, actor audit.Actor, sig *operator.Envelope, code, note string) ([]Episode, error) {
+	if sig == nil && !actor.Valid() {
 		return nil, fault.New(fault.Unauthenticated, "the operator is not known")
 	}
 	if !httpapi.IsStorable(note) || !httpapi.IsStorable(code) {
@@ -283,6 +333,24 @@ func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string)
 		if err := lockEpisodes(ctx, tx); err != nil {
 			return err
 		}
+		// What the acknowledgement accepts, under the lock: what the
+		// operator signed must be exactly that.
+		var open []Episode
+		sel := tx.NewSelect().Model(&open).Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.List(haltingKinds))
+		if code != "" {
+			sel = sel.Where("asset = ?", code)
+		}
+		if err := sel.Scan(ctx); err != nil && !db.IsNoRows(err) {
+			return fmt.Errorf("read the episodes to acknowledge: %w", err)
+		}
+		if len(open) == 0 {
+			return ErrNothingToAck
+		}
+		who, err := s.Signatures.Authorize(ctx, tx, actor, sig, AckExpect(open, note))
+		if err != nil {
+			return err
+		}
+		actor = who
 		q := tx.NewUpdate().Model(&acked).
 			Set("acked_at = ?, acked_by = ?, acked_shortfall = shortfall, acked_findings = findings", s.now(), actor.String()).
 			Where("kind IN (?) AND ended_at IS NULL AND acked_at IS NULL", bun.List(haltingKinds))
@@ -310,7 +378,7 @@ func (s *Service) Ack(ctx context.Context, actor audit.Actor, code, note string)
 				return err
 			}
 		}
-		_, err := audit.Record(ctx, tx, s.now(), actor, audit.ReconciliationAck, strings.Join(codes, ","),
+		_, err = audit.Record(ctx, tx, s.now(), actor, audit.ReconciliationAck, strings.Join(codes, ","),
 			map[string]any{"assets": codes, "note": note, "accepted": accepted})
 		return err
 	})
