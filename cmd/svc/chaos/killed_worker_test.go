@@ -19,6 +19,9 @@ import (
 // back by a live worker (queue.DeadWorkerRescue) instead of waiting for
 // River's time-based rescue.
 func TestKilledWorkerDelivery(t *testing.T) {
+	// Its own cluster and server: it runs beside the other scenarios
+	// once TestChaos is done.
+	t.Parallel()
 	c := startCluster(t, scenarioDir(t))
 	v := &violations{}
 	d := newDriver(t, c, v, 1)

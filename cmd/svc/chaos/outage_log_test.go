@@ -51,6 +51,9 @@ func (c *cluster) jobLines(t *testing.T) []jobLine {
 // folded (a few lines, not one per failure) and the end of the outage sums
 // up how many were folded. No key or secret appears in any process's log.
 func TestProcessorOutageIsLogged(t *testing.T) {
+	// Its own cluster and server: it runs beside the other scenarios
+	// once TestChaos is done.
+	t.Parallel()
 	c := startCluster(t, scenarioDir(t), "DEPOSIT_POLL_INTERVAL=1s")
 	d := newDriver(t, c, &violations{}, 1)
 	d.waitAssets(t)

@@ -20,6 +20,9 @@ import (
 // after the restart, starts the periodic passes with RunOnStart. Either
 // alone passes this test; it checks the outcome the operator relies on.
 func TestDepositPaidDuringAnOutageSettlesOnRecovery(t *testing.T) {
+	// Its own cluster and server: it runs beside the other scenarios
+	// once TestChaos is done.
+	t.Parallel()
 	c := startCluster(t, scenarioDir(t), "DEPOSIT_POLL_INTERVAL=10m")
 	d := newDriver(t, c, &violations{}, 1)
 	d.waitAssets(t)
