@@ -88,8 +88,6 @@ var (
 	// ErrUnsigned: OPERATOR_SIGNATURES=required and the request carries
 	// no signature.
 	ErrUnsigned = fault.New(fault.Unauthenticated, "this action needs an operator's signature: send the signed statement in the "+Header+" header (or use svc admin with --key)")
-	// ErrReplayed: the statement's nonce was accepted before.
-	ErrReplayed = fault.New(fault.Unauthenticated, "this signed statement was already used: sign the action again")
 	// ErrChain: the enrollment chain does not verify; no signed action is
 	// accepted until it does.
 	ErrChain = errors.New("operator enrollment chain fails verification")

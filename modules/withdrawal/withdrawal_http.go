@@ -106,7 +106,14 @@ func idParam(c *fiber.Ctx, name string) (uuid.UUID, error) {
 }
 
 func (s *Service) handleGet(c *fiber.Ctx) error {
-	id, err := idParam(c, "withdrawal_id")
+	return getOne(c, s, "withdrawal_id", s.Views)
+}
+
+// getOne answers the withdrawal named by the path parameter param,
+// rendered by render (the platform's view or the admin's), read from the
+// primary.
+func getOne[V any](c *fiber.Ctx, s *Service, param string, render func(context.Context, []Withdrawal) ([]V, error)) error {
+	id, err := idParam(c, param)
 	if err != nil {
 		return err
 	}
@@ -115,7 +122,7 @@ func (s *Service) handleGet(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	vs, err := s.Views(ctx, []Withdrawal{w})
+	vs, err := render(ctx, []Withdrawal{w})
 	if err != nil {
 		return err
 	}
@@ -172,20 +179,7 @@ func (s *Service) handleAdminList(c *fiber.Ctx) error {
 // handleAdminGet answers GET /admin/withdrawals/{id}: the admin view, with
 // the approvals and their signatures verified, read from the primary.
 func (s *Service) handleAdminGet(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	ctx := c.UserContext()
-	w, err := s.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	vs, err := s.AdminViews(ctx, []Withdrawal{w})
-	if err != nil {
-		return err
-	}
-	return c.JSON(vs[0])
+	return getOne(c, s, "id", s.AdminViews)
 }
 
 // lists is where the two lists read (the replica).
