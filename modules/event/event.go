@@ -8,14 +8,19 @@
 //
 // A module that changes state calls Service.Emit inside the transaction of
 // that change. Emit writes the event row (payload bytes fixed once and for
-// all: {id, type, created_at, data}) and inserts its River delivery job on
-// the same transaction, so a change that rolls back leaves no event and no
-// job, and a change that commits cannot lose its event even if the process
-// dies the next instant.
+// all: {id, type, created_at, data}) on that transaction, so a change that
+// rolls back leaves no event, and a change that commits cannot lose its
+// event even if the process dies the next instant. Its first attempt is
+// woken once the transaction has committed, by one River job for all the
+// events the process committed within WakeDelay (Waker, DeliverBatchArgs):
+// not by a job per event inside each transaction, which cost more than the
+// rest of the event's path (event_wake.go says why, and why nothing is lost
+// when a wake is).
 //
 // # Delivery
 //
-// The row is the source of truth; River jobs only wake the Deliverer. An
+// The row is the source of truth; River jobs only wake the Deliverer
+// (a wake job's run claims its events together: AttemptBatch). An
 // attempt first claims the row (status pending, due, not claimed by a live
 // attempt), then POSTs the stored bytes outside any transaction, then
 // records the outcome under its claim in one transaction: delivered on any

@@ -181,6 +181,11 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(
 		d.release(ctx, id, token)
 		return "", fmt.Errorf("record delivery of event %s: %w", id, err)
 	}
+	d.logOutcome(ctx, e, outcome, failure, next)
+	return outcome, nil
+}
+
+func (d *Deliverer) logOutcome(ctx context.Context, e Event, outcome Outcome, failure string, next time.Time) {
 	log := d.log().With("event_id", e.PublicID(), "event_type", e.Type, "attempt", e.Attempts+1)
 	switch outcome {
 	case OutcomeDelivered:
@@ -190,7 +195,110 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), id, string(
 	case OutcomeDead:
 		log.WarnContext(ctx, "event delivery failed for the last time: event is dead", "error", failure)
 	}
-	return outcome, nil
+}
+
+// batchSenders bounds how many of a batch's requests are in flight at once.
+const batchSenders = 16
+
+// AttemptBatch makes one attempt for each event of ids that is pending,
+// due and not held by another attempt, as AttemptAs does for one, with the
+// statements shared: the claims in one statement (one token for the
+// batch), the requests side by side (at most batchSenders at once), and
+// the deliveries recorded in one statement; each failure is recorded as
+// AttemptAs records it, with its next attempt's job. An event that is not
+// claimable is skipped. It returns how many events had each outcome.
+func (d *Deliverer) AttemptBatch(ctx context.Context, ids []uuid.UUID, worker string) (map[Outcome]int, error) {
+	if d.URL == "" {
+		return map[Outcome]int{OutcomeNoURL: len(ids)}, nil
+	}
+	if len(ids) == 0 {
+		return map[Outcome]int{}, nil
+	}
+	start := d.Now().UTC().Truncate(time.Microsecond)
+	token := uuid.New()
+	var claimed []Event
+	err := d.DB.NewRaw(`UPDATE outbound_events
+   SET claim_token = ?, claimed_until = ?, claimed_by = NULLIF(?, ''), claimed_at = ?
+ WHERE id IN (?) AND status = ? AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), worker, start,
+		bun.In(ids), string(StatusPending), start, start).Scan(ctx, &claimed)
+	if err != nil && !db.IsNoRows(err) {
+		return nil, fmt.Errorf("claim %d events: %w", len(ids), err)
+	}
+	outcomes := map[Outcome]int{}
+	if n := len(ids) - len(claimed); n > 0 {
+		outcomes[OutcomeSkipped] = n
+	}
+	if len(claimed) == 0 {
+		return outcomes, nil
+	}
+
+	failures := make([]string, len(claimed))
+	sem := make(chan struct{}, batchSenders)
+	var wg sync.WaitGroup
+	for i := range claimed {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			failures[i] = d.post(ctx, claimed[i].Payload)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		d.release(ctx, uuid.Nil, token) // every claim the batch still holds
+		return nil, fmt.Errorf("deliver %d events: %w", len(claimed), ctx.Err())
+	}
+
+	var delivered []uuid.UUID
+	for i, e := range claimed {
+		if failures[i] == "" {
+			delivered = append(delivered, e.ID)
+		}
+	}
+	recorded := map[uuid.UUID]bool{}
+	if len(delivered) > 0 {
+		var got []uuid.UUID
+		err := d.DB.NewRaw(`UPDATE outbound_events
+   SET status = ?, attempts = attempts + 1, delivered_at = ?, last_error = NULL,
+       claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL
+ WHERE id IN (?) AND claim_token = ?
+RETURNING id`, string(StatusDelivered), d.Now().UTC(), bun.In(delivered), token).Scan(ctx, &got)
+		if err != nil && !db.IsNoRows(err) {
+			// As in AttemptAs: hand every claim back, so the job's retry
+			// attempts again once the database answers.
+			d.release(ctx, uuid.Nil, token) // every claim the batch still holds
+			return nil, fmt.Errorf("record delivery of %d events: %w", len(delivered), err)
+		}
+		for _, id := range got {
+			recorded[id] = true
+		}
+	}
+	var firstErr error
+	for i, e := range claimed {
+		var (
+			outcome Outcome
+			next    time.Time
+		)
+		if failures[i] == "" {
+			outcome = OutcomeSkipped // the claim expired and another attempt took the event over
+			if recorded[e.ID] {
+				outcome = OutcomeDelivered
+			}
+		} else {
+			outcome, next, err = d.recordFailure(ctx, e, token, start, failures[i])
+			if err != nil {
+				d.release(ctx, e.ID, token)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("record delivery of event %s: %w", e.ID, err)
+				}
+				continue
+			}
+		}
+		outcomes[outcome]++
+		d.logOutcome(ctx, e, outcome, failures[i], next)
+	}
+	return outcomes, firstErr
 }
 
 // recordDelivered records the delivery of event id by the attempt holding
@@ -326,7 +434,8 @@ func excerpt(b []byte) string {
 // short of the delivery job's own timeout.
 const releaseWithin = 15 * time.Second
 
-// release hands back the claim token holds on the event, trying again
+// release hands back the claim token holds on the event id (uuid.Nil:
+// every event token holds, a batch's), trying again
 // every releaseEvery for up to releaseWithin (5 s when ctx is done: the
 // worker is stopping) while the database does not take it. A claim it
 // cannot release expires by itself.
@@ -338,14 +447,22 @@ func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
 	for {
-		_, err := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
-			Where("id = ? AND claim_token = ?", id, token).Exec(rctx)
+		q := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
+			Where("claim_token = ?", token)
+		if id != uuid.Nil {
+			q = q.Where("id = ?", id)
+		}
+		_, err := q.Exec(rctx)
 		if err == nil {
 			return
 		}
 		select {
 		case <-rctx.Done():
-			d.log().WarnContext(ctx, "event claim not released; it expires by itself", "event_id", PublicID(id), "error", err)
+			if id == uuid.Nil {
+				d.log().WarnContext(ctx, "a batch's event claims not released; they expire by themselves", "error", err)
+			} else {
+				d.log().WarnContext(ctx, "event claim not released; it expires by itself", "event_id", PublicID(id), "error", err)
+			}
 			return
 		case <-time.After(releaseEvery):
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 
 	"svc/modules/audit"
 	"svc/modules/operator"
@@ -34,6 +35,10 @@ type Service struct {
 	// Operators authorizes a redelivery (RedeliverExpect); nil acts
 	// unsigned, as the caller's actor.
 	Operators *operator.Service
+	// Waker, when set, wakes the delivery of an event that a transaction
+	// of db.RunInTx or db.BatchTx commits, in place of a job of its own in
+	// that transaction (event_wake.go); nil gives every event its job.
+	Waker *Waker
 }
 
 // envelope is the body of a delivery. Its field order is the order on the
@@ -47,8 +52,8 @@ type envelope struct {
 
 // Emit writes an event of type typ with data (the Data struct of that type,
 // or a pointer to it) inside tx, the transaction of the state change it
-// reports, and inserts its delivery job on the same transaction. If tx rolls
-// back, neither the event nor its job exists.
+// reports, and queues its delivery (QueueDelivery). If tx rolls back,
+// neither the event nor its delivery exists.
 func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Event, error) {
 	e, err := s.Prepare(typ, data)
 	if err != nil {
@@ -60,7 +65,7 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 	if _, err := db.Exec(ctx, tx, stmt, args...); err != nil {
 		return Event{}, fmt.Errorf("emit %s: insert: %w", typ, err)
 	}
-	if err := s.InsertJob(ctx, tx.Tx, e); err != nil {
+	if err := s.QueueDelivery(ctx, tx.Tx, e); err != nil {
 		return Event{}, err
 	}
 	return e, nil
@@ -69,7 +74,7 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 // Prepare makes the event Emit would write, with its id, time and payload,
 // and writes nothing: for a state change that writes the event's row in a
 // statement of its own (RowInsert) and inserts its delivery job with
-// InsertJob, both in its own transaction, which then holds the outbox's
+// QueueDelivery, both in its own transaction, which then holds the outbox's
 // guarantee as Emit's does.
 func (s *Service) Prepare(typ Type, data any) (Event, error) {
 	d, err := checkData(typ, data)
@@ -99,9 +104,22 @@ VALUES ($%d::uuid, $%d::text, $%d::text, 0, $%d::timestamptz, $%d::json, $%d::ti
 	return stmt, []any{e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt}
 }
 
-// InsertJob inserts the delivery job of e, an event of Prepare, on tx, the
-// transaction that writes its row (RowInsert).
-func (s *Service) InsertJob(ctx context.Context, tx *sql.Tx, e Event) error {
+// QueueDelivery queues the first attempt of e, an event of Prepare, whose
+// row tx writes (RowInsert): once tx commits, through the Waker when ctx is
+// that of a transaction of db.RunInTx or db.BatchTx (db.AfterCommit) and
+// the service has one; else with e's own delivery job, inserted on tx.
+// Either way the committed row is what guarantees the delivery: the Sweep
+// queues a pending event whose wake was lost.
+//
+// An event emitted inside a sampled trace keeps its own job, which carries
+// the trace on to its delivery (docs/operations.md, "Traces"): a batch's
+// job cannot be the child of every trace it wakes. Traces are off unless
+// configured, and then no span is sampled.
+func (s *Service) QueueDelivery(ctx context.Context, tx *sql.Tx, e Event) error {
+	if w := s.Waker; w != nil && !trace.SpanContextFromContext(ctx).IsSampled() &&
+		db.AfterCommit(ctx, func() { w.Add(e.ID) }) {
+		return nil
+	}
 	if _, err := s.Inserter.InsertTx(ctx, tx, DeliverArgs{EventID: e.ID, Attempt: 1}, nil); err != nil {
 		return fmt.Errorf("emit %s: insert delivery job: %w", e.Type, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -56,8 +57,14 @@ func TestFastWayGivesTheOrdinaryAnswers(t *testing.T) {
 	require.Equal(t, int64(600), e.available(t, "a", asset.BTC))
 	require.Equal(t, int64(400), e.available(t, "b", asset.BTC))
 	require.Len(t, e.events(t), 1)
-	require.Equal(t, 1, count(t, e, `SELECT count(*) FROM river_job j JOIN outbound_events o ON j.args->>'event_id' = o.id::text
- WHERE j.kind = 'event_deliver' AND o.type = 'transfer.completed'`))
+	// Its delivery is woken once it committed, by a job that names it
+	// among the events committed with it (event.Waker), not by a job of
+	// its own in the transaction.
+	apptest.Eventually(t, 10*time.Second, func() bool {
+		return count(t, e, `SELECT count(*) FROM river_job j JOIN outbound_events o ON j.args->'event_ids' @> jsonb_build_array(o.id::text)
+ WHERE j.kind = 'event_deliver_batch' AND o.type = 'transfer.completed'`) == 1
+	}, "the transfer's event woken")
+	require.Zero(t, count(t, e, `SELECT count(*) FROM river_job WHERE kind = 'event_deliver'`))
 
 	// A replay: the same bytes, nothing more.
 	again := post(b, "fast-1")

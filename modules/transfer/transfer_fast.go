@@ -109,7 +109,7 @@ type claimCompleter interface {
 // (*event.Service).
 type outboxEmitter interface {
 	Prepare(typ event.Type, data any) (event.Event, error)
-	InsertJob(ctx context.Context, tx *sql.Tx, e event.Event) error
+	QueueDelivery(ctx context.Context, tx *sql.Tx, e event.Event) error
 }
 
 // FastCreated is how many transfers this service created the fast way
@@ -171,7 +171,7 @@ func (s *Service) createFast(ctx context.Context, p CreateParams, rec claimCompl
 
 	committing := false
 	err = db.BatchTx(ctx, s.DB, func(ctx context.Context, tx *sql.Tx, send db.SendBatch) error {
-		if err := ev.InsertJob(ctx, tx, e); err != nil {
+		if err := ev.QueueDelivery(ctx, tx, e); err != nil {
 			return err
 		}
 		err := send(&b, func(br pgx.BatchResults) error {

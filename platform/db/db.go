@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -136,8 +137,64 @@ const maxTxAttempts = 5
 // transaction a bounded number of times when PostgreSQL reports a
 // serialization failure or a deadlock. fn must therefore be safe to run
 // again: it must not call the network or keep state across attempts.
+//
+// fn's ctx carries the transaction's commit hooks (AfterCommit), unless db
+// is itself a transaction: then RunInTx runs a savepoint, which commits
+// nothing, and a hook waits for the outer transaction's commit.
 func RunInTx(ctx context.Context, db bun.IDB, fn func(ctx context.Context, tx bun.Tx) error) error {
-	return retryTransient(ctx, "transaction", func() error { return db.RunInTx(ctx, nil, fn) })
+	if _, nested := db.(bun.Tx); nested {
+		return retryTransient(ctx, "transaction", func() error { return db.RunInTx(ctx, nil, fn) })
+	}
+	return retryTransient(ctx, "transaction", func() error {
+		hctx, h := withCommitHooks(ctx)
+		if err := db.RunInTx(hctx, nil, fn); err != nil {
+			return err
+		}
+		h.run()
+		return nil
+	})
+}
+
+// commitHooks are the functions one attempt of a transaction runs once it
+// has committed.
+type commitHooks struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+type commitHooksKey struct{}
+
+func withCommitHooks(ctx context.Context) (context.Context, *commitHooks) {
+	h := &commitHooks{}
+	return context.WithValue(ctx, commitHooksKey{}, h), h
+}
+
+func (h *commitHooks) run() {
+	h.mu.Lock()
+	fns := h.fns
+	h.fns = nil
+	h.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// AfterCommit registers fn to run right after the transaction that RunInTx
+// or BatchTx runs with ctx commits, and reports whether ctx belongs to such
+// a transaction (false: nothing is registered). fn runs at most once, not
+// when the transaction rolls back or is retried (the attempt that commits
+// registers its own), and not at all when the process dies between the
+// commit and fn: so fn may only hasten what something the transaction
+// wrote already guarantees, never be that guarantee (event.Waker).
+func AfterCommit(ctx context.Context, fn func()) bool {
+	h, ok := ctx.Value(commitHooksKey{}).(*commitHooks)
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	h.fns = append(h.fns, fn)
+	h.mu.Unlock()
+	return true
 }
 
 // retryTransient runs one transaction's attempt, again while it fails with

@@ -252,6 +252,8 @@ type SendBatch func(b *pgx.Batch, read func(br pgx.BatchResults) error) error
 // batch's. A statement the server refuses fails the transaction: the rest
 // of the batch is skipped and nothing of the transaction commits.
 //
+// fn's ctx carries the transaction's commit hooks (AfterCommit).
+//
 // It never retries: fn runs once. An error that fn returned means nothing
 // committed; so does a *pgconn.PgError from the commit; any other error of
 // the commit (the connection lost) leaves the outcome unknown.
@@ -301,9 +303,14 @@ func BatchTx(ctx context.Context, idb bun.IDB, fn func(ctx context.Context, tx *
 		}
 		return err
 	}
-	if err := fn(ctx, tx, send); err != nil {
+	hctx, hooks := withCommitHooks(ctx)
+	if err := fn(hctx, tx, send); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	hooks.run()
+	return nil
 }

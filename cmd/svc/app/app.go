@@ -119,8 +119,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 	return a, nil
 }
 
-// Close releases the database and sends the spans not yet exported.
+// Close wakes the deliveries of the events committed last, releases the
+// database and sends the spans not yet exported.
 func (a *App) Close() {
+	if a.Events != nil && a.Events.Waker != nil {
+		a.Events.Waker.Close() // wakes the deliveries of what committed last
+	}
 	a.closeReplica()
 	a.DB.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -20,7 +20,8 @@ type eventArea struct {
 
 func (a *App) initEvents(context.Context) error {
 	a.Alerts = &alert.Service{DB: a.DB.Bun, Log: a.Log, Now: a.Clock.Now}
-	a.Events = &event.Service{DB: a.DB.Bun, Inserter: a.Inserter, Now: a.Clock.Now, Operators: a.Operators}
+	a.Events = &event.Service{DB: a.DB.Bun, Inserter: a.Inserter, Now: a.Clock.Now, Operators: a.Operators,
+		Waker: &event.Waker{Inserter: a.Inserter, Log: a.Log}}
 	w := a.Cfg.Webhooks
 	hc := event.NewHTTPClient(w.Timeout)
 	hc.Transport = a.Tracing.Transport(hc.Transport, "platform webhook")
@@ -42,6 +43,7 @@ func (a *App) jobsEvents(j *Jobs) error {
 		a.Log.Warn("PLATFORM_WEBHOOK_URL is not set: outbound events are kept pending until a worker starts with it")
 	}
 	river.AddWorker(j.Workers, &event.DeliverWorker{Deliverer: a.Deliverer})
+	river.AddWorker(j.Workers, &event.DeliverBatchWorker{Deliverer: a.Deliverer})
 	river.AddWorker(j.Workers, &event.SweepWorker{Deliverer: a.Deliverer})
 	// Also at a worker's start, which drains a backlog once a URL is set.
 	j.AddPeriodic(event.SweepEvery, event.SweepArgs{})
