@@ -23,8 +23,8 @@ run: build ## Run everything locally: database, simulator, migrations, API and w
 TEST_PARALLEL ?= 8
 
 .PHONY: test
-test: ## Run the whole suite with -race against a real PostgreSQL
-	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./...
+test: ## Run the whole suite against a real PostgreSQL (-race but for the harnesses of separate processes: scripts/test.sh)
+	@GO=$(GO) TEST_PARALLEL=$(TEST_PARALLEL) scripts/test.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks (results: docs/performance.md)

@@ -48,6 +48,9 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole service as separate processes")
 	}
+	// Its own server and cluster, as every scenario of this package has:
+	// they all run at once.
+	t.Parallel()
 	s := loadSettings(t)
 	// make chaos runs 30 minutes by default and make test 45 seconds: a
 	// replay needs the run's own duration and pause to repeat its faults.

@@ -64,8 +64,8 @@ type pgPair struct{ primary, standby *dbtest.PrivateServer }
 // svc process is restarted. docs/reliability.md has the method and the
 // figures.
 func TestFailover(t *testing.T) {
-	// Its own primary, standby and cluster: it runs beside the shorter
-	// scenarios once TestChaos is done.
+	// Its own primary, standby and cluster: it runs beside the other
+	// scenarios.
 	t.Parallel()
 	s := loadSettings(t)
 	fs := loadFailoverSettings(t)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# make test: the whole suite against a real PostgreSQL (scripts/db.sh finds
+# or starts one).
+#
+# Every package runs with the race detector but two, which drive the
+# service as separate processes built without it: the fault-injection
+# harness (cmd/svc/chaos) and the HTTP load harness (cmd/svc/httpbench).
+# Under -race only their own drivers would be watched, at about half again
+# their CPU (the simulators they embed have race-checked tests of their own
+# in their packages). They run beside the rest, started first since the
+# fault-injection package is the longest, and their output follows the
+# rest's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+TEST_PARALLEL=${TEST_PARALLEL:-8}
+DATABASE_URL=$(scripts/db.sh)
+export DATABASE_URL
+
+processes=(./cmd/svc/chaos/ ./cmd/svc/httpbench/)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"$GO" test -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${processes[@]}" >"$out" 2>&1 &
+pid=$!
+
+mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$')
+status=0
+"$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${rest[@]}" || status=$?
+wait "$pid" || status=$?
+cat "$out"
+exit "$status"
