@@ -520,7 +520,8 @@ RETURNING e.id, e.status, e.attempts, e.redeliveries`, d.Now().UTC().Add(-grace)
 const sweepBatch = 500
 
 // Sweep queues a delivery job for every pending event that is due and not
-// held by an attempt, unless it already has a live job. It is how the
+// held by an attempt, unless it already has a live job or a live wake job
+// names it. It is how the
 // backlog of events written while no URL was configured drains, and how an
 // event whose job was lost (an attempt that died, a database error after
 // the claim) is picked up again. It returns how many jobs it queued.
@@ -539,6 +540,12 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 		q := d.DB.NewSelect().Model(&due).Column("id", "attempts", "redeliveries", "next_attempt_at").
 			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
 			Where("(claimed_until IS NULL OR claimed_until <= ?)", now).
+			// Not one a live wake job names: behind a backlog of wake
+			// jobs, a job of its own would send it a second time.
+			// (The live jobs are read once, through River's index on
+			// state: completed ones, kept a day, are never scanned.)
+			Where(`"event"."id" NOT IN (SELECT jsonb_array_elements_text(j.args->'event_ids')::uuid
+   FROM river_job j WHERE j.state IN (?) AND j.kind = ?)`, bun.In(liveJobStates), DeliverBatchArgs{}.Kind()).
 			OrderExpr("next_attempt_at, id").Limit(sweepBatch)
 		if !afterAt.IsZero() {
 			q = q.Where("(next_attempt_at, id) > (?, ?)", afterAt, afterID)

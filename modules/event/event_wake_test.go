@@ -128,6 +128,25 @@ func TestALostWakeIsSweptUp(t *testing.T) {
 	require.Equal(t, 1, jobs[0].Attempt)
 }
 
+// An event a live wake job names is not swept into a job of its own: behind
+// a backlog of wake jobs it would be sent twice.
+func TestASweepLeavesWhatAWakeJobNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t, secret, b.fake.Now)
+	w := &event.Waker{Inserter: b.ins, Delay: time.Hour}
+	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
+	woken := emitWith(t, b.db.Bun, s, event.DepositSettled, samples()[1])
+	w.Close() // its wake job waits, with no worker to run it
+	lost := emitWith(t, b.db.Bun, s, event.DepositExpired, samples()[4])
+
+	n, err := b.deliverer(rcv.URL(), time.Second).Sweep(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Empty(t, deliveryJobs(t, b.db.Bun, woken.ID))
+	require.Len(t, deliveryJobs(t, b.db.Bun, lost.ID), 1)
+}
+
 // AttemptBatch sends each pending event once, skips what is not pending
 // or unknown, records the deliveries, and records each failure with its
 // next attempt's job, as Attempt does.
