@@ -33,6 +33,14 @@ func wakeJobs(t testing.TB, idb bun.IDB) [][]uuid.UUID {
 	return out
 }
 
+// hourWaker is the service's Waker, waiting an hour: only Close or a full
+// batch wakes.
+func hourWaker(b *bundle) *event.Waker {
+	w := event.NewWaker(b.ins, nil)
+	w.Delay = time.Hour
+	return w
+}
+
 func sortedIDs(ids []uuid.UUID) []uuid.UUID {
 	ids = slices.Clone(ids)
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
@@ -45,7 +53,7 @@ func sortedIDs(ids []uuid.UUID) []uuid.UUID {
 func TestAWakerWakesWhatCommittedInOneJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := &event.Waker{Inserter: b.ins, Delay: time.Hour} // flushed by Close below
+	w := hourWaker(b) // flushed by Close below
 	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
 
 	var committed []uuid.UUID
@@ -75,7 +83,7 @@ func TestAWakerWakesWhatCommittedInOneJob(t *testing.T) {
 func TestWithoutCommitHooksTheEventHasItsOwnJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := &event.Waker{Inserter: b.ins, Delay: time.Hour}
+	w := hourWaker(b)
 	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
 	ctx := context.Background()
 	tx, err := b.db.Bun.BeginTx(ctx, nil)
@@ -93,7 +101,7 @@ func TestWithoutCommitHooksTheEventHasItsOwnJob(t *testing.T) {
 func TestAWakerWakesAFullBatchAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := &event.Waker{Inserter: b.ins, Delay: time.Hour}
+	w := hourWaker(b)
 	var ids []uuid.UUID
 	for range 250 {
 		id := uuid.New()
@@ -115,7 +123,7 @@ func TestALostWakeIsSweptUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rcv := newReceiver(t, secret, b.fake.Now)
-	w := &event.Waker{Inserter: b.ins, Delay: time.Hour} // never flushed: the process died
+	w := hourWaker(b) // never flushed: the process died
 	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
 	e := emitWith(t, b.db.Bun, s, event.DepositSettled, samples()[1])
 	require.Empty(t, deliveryJobs(t, b.db.Bun, e.ID))
@@ -134,7 +142,7 @@ func TestASweepLeavesWhatAWakeJobNames(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rcv := newReceiver(t, secret, b.fake.Now)
-	w := &event.Waker{Inserter: b.ins, Delay: time.Hour}
+	w := hourWaker(b)
 	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
 	woken := emitWith(t, b.db.Bun, s, event.DepositSettled, samples()[1])
 	w.Close() // its wake job waits, with no worker to run it

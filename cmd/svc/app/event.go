@@ -21,7 +21,7 @@ type eventArea struct {
 func (a *App) initEvents(context.Context) error {
 	a.Alerts = &alert.Service{DB: a.DB.Bun, Log: a.Log, Now: a.Clock.Now}
 	a.Events = &event.Service{DB: a.DB.Bun, Inserter: a.Inserter, Now: a.Clock.Now, Operators: a.Operators,
-		Waker: &event.Waker{Inserter: a.Inserter, Log: a.Log}}
+		Waker: event.NewWaker(a.Inserter, a.Log)}
 	w := a.Cfg.Webhooks
 	hc := event.NewHTTPClient(w.Timeout)
 	hc.Transport = a.Tracing.Transport(hc.Transport, "platform webhook")

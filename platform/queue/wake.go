@@ -1,0 +1,116 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"svc/platform/logging"
+)
+
+// JobInserter inserts a job outside any transaction (River's client).
+type JobInserter interface {
+	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// DefaultWakeDelay is how long a Waker gathers ids before it wakes their
+// work, unless its Delay says otherwise.
+const DefaultWakeDelay = 20 * time.Millisecond
+
+// DefaultWakeMax is the most ids one wake job carries, unless a Waker's Max
+// says otherwise.
+const DefaultWakeMax = 200
+
+// wakeTimeout bounds one wake job's insert.
+const wakeTimeout = 10 * time.Second
+
+// Waker wakes the work on rows this process has committed (outbound
+// events, stored processor webhooks) with one River job for many rows
+// instead of a job per row inside each row's transaction: it gathers the
+// ids it is given for Delay after the first, or until it holds Max, and
+// then inserts Job(ids), outside any transaction. A job per row is an
+// insert into River's table of seven indexes (two of them GIN) plus the
+// client's work, then a fetch and a completion, for every row.
+//
+// A Waker only hastens: the rows are what guarantee the work, and a wake
+// lost (the process killed between a commit and the insert, or the insert
+// refused) leaves its rows to the periodic sweep of their module, which
+// must find them without it.
+type Waker[ID any] struct {
+	Inserter JobInserter
+	// Job is the job that carries ids.
+	Job func(ids []ID) river.JobArgs
+	// What the ids name, for the log ("events").
+	What  string
+	Log   *slog.Logger
+	Delay time.Duration // zero: DefaultWakeDelay
+	Max   int           // zero: DefaultWakeMax
+
+	mu      sync.Mutex
+	ids     []ID
+	timer   *time.Timer
+	flushes sync.WaitGroup
+}
+
+// Add wakes the work on the committed row id within the delay.
+func (w *Waker[ID]) Add(id ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ids = append(w.ids, id)
+	max := w.Max
+	if max <= 0 {
+		max = DefaultWakeMax
+	}
+	switch {
+	case len(w.ids) >= max:
+		w.flushLocked()
+	case w.timer == nil:
+		d := w.Delay
+		if d <= 0 {
+			d = DefaultWakeDelay
+		}
+		w.flushes.Add(1)
+		w.timer = time.AfterFunc(d, func() {
+			defer w.flushes.Done()
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.timer = nil
+			w.flushLocked()
+		})
+	}
+}
+
+// flushLocked inserts the gathered ids' job, in a goroutine of its own.
+func (w *Waker[ID]) flushLocked() {
+	if w.timer != nil && w.timer.Stop() {
+		w.flushes.Done() // the timer's function will not run
+	}
+	w.timer = nil
+	if len(w.ids) == 0 {
+		return
+	}
+	ids := w.ids
+	w.ids = nil
+	w.flushes.Add(1)
+	go func() {
+		defer w.flushes.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
+		defer cancel()
+		if _, err := w.Inserter.Insert(ctx, w.Job(ids), nil); err != nil {
+			logging.Or(w.Log).Warn("work on committed rows not woken: their sweep picks them up", "what", w.What,
+				"count", len(ids), "error", err)
+		}
+	}()
+}
+
+// Close wakes what is gathered and waits for the wakes in flight.
+func (w *Waker[ID]) Close() {
+	w.mu.Lock()
+	w.flushLocked()
+	w.mu.Unlock()
+	w.flushes.Wait()
+}
