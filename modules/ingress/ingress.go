@@ -1,8 +1,10 @@
 // Package ingress owns the payment processor's inbound webhooks: POST
 // /webhooks/processor verifies the HMAC-SHA256 signature over the raw body
 // (Processor-Sig, or BTCPay's own BTCPay-Sig), decides whether the service
-// acts on the event, stores each accepted delivery once, and inserts the
-// River job that processes it in the same transaction. The answer comes
+// acts on the event, stores each accepted delivery once, and wakes its
+// processing once stored: one River job for the deliveries stored within
+// 20 ms (queue.Waker), with a periodic sweep for one whose wake was lost
+// (the process killed between the commit and the wake). The answer comes
 // before any processing: BTCPay retries a delivery that fails with a 5xx
 // and waits with later ones while it does, so the handler does nothing slow.
 //
@@ -100,6 +102,12 @@ type Service struct {
 	StoreID  string // the processor store this deployment uses
 	Now      func() time.Time
 	Log      *slog.Logger
+
+	// Waker, when set, wakes the processing of each stored delivery once
+	// its row has committed, many deliveries to a job (ProcessBatchArgs),
+	// in place of a job of its own in the row's transaction; Sweep finds
+	// a delivery whose wake was lost. nil gives each its job.
+	Waker *queue.Waker[int64]
 
 	// Invoices and Payouts receive the events; nil marks them processed
 	// without acting (until the deposit and withdrawal work set them).

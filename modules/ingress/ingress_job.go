@@ -3,12 +3,17 @@ package ingress
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/uptrace/bun"
 
 	"svc/platform/btcpay"
 	"svc/platform/db"
+	"svc/platform/queue"
 )
 
 // ProcessArgs asks for one stored delivery to be processed.
@@ -18,6 +23,12 @@ type ProcessArgs struct {
 
 // Kind is the job kind.
 func (ProcessArgs) Kind() string { return "processor_webhook" }
+
+// InsertOpts makes the job unique among live ones by its delivery: a
+// batch's retry and a sweep never queue a second.
+func (ProcessArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
+}
 
 // Worker processes stored deliveries: it hands the event to the handler of
 // its kind, then marks the delivery processed. A handler's failure is
@@ -29,28 +40,187 @@ type Worker struct {
 
 // Work processes one delivery.
 func (w *Worker) Work(ctx context.Context, job *river.Job[ProcessArgs]) error {
-	s := w.Service
-	d, err := s.Get(ctx, job.Args.DeliveryID)
+	gone, err := w.Service.process(ctx, job.Args.DeliveryID)
+	if gone != nil {
+		return river.JobCancel(gone)
+	}
+	return err
+}
+
+// process processes the stored delivery id unless it was already: it hands
+// the event to the handler of its kind, then marks the delivery processed,
+// or records the handler's failure and returns it. gone is a delivery that
+// no retry can process (missing, or a body that no longer parses).
+func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
+	d, err := s.Get(ctx, id)
 	if db.IsNoRows(err) {
-		return river.JobCancel(fmt.Errorf("processor webhook %d does not exist", job.Args.DeliveryID))
+		return fmt.Errorf("processor webhook %d does not exist", id), nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if d.ProcessedAt != nil {
-		return nil
+		return nil, nil
 	}
 	ev, err := btcpay.ParseWebhookEvent(d.Body)
 	if err != nil { // it parsed when it was stored; the body never changes
-		return river.JobCancel(fmt.Errorf("processor webhook %d: %w", d.ID, err))
+		return fmt.Errorf("processor webhook %d: %w", d.ID, err), nil
 	}
 	if err := s.dispatch(ctx, d, ev); err != nil {
 		if merr := s.markFailed(ctx, d.ID, err); merr != nil {
 			s.log().ErrorContext(ctx, "record processor webhook failure", "delivery", d.ID, "error", merr)
 		}
-		return fmt.Errorf("process processor webhook %d (%s): %w", d.ID, ev.Type, err)
+		return nil, fmt.Errorf("process processor webhook %d (%s): %w", d.ID, ev.Type, err)
 	}
-	return s.markProcessed(ctx, d.ID)
+	return nil, s.markProcessed(ctx, d.ID)
+}
+
+// ProcessBatchArgs wakes the processing of the deliveries a Waker gathered
+// (store).
+type ProcessBatchArgs struct {
+	DeliveryIDs []int64 `json:"delivery_ids"`
+}
+
+// Kind is the job kind.
+func (ProcessBatchArgs) Kind() string { return "processor_webhook_batch" }
+
+// NewWaker returns the Waker of the deliveries this process stores: at
+// most wakeMax a job, so that a job's deliveries, batchProcessors at once,
+// end within its timeout even when each waits on a slow processor.
+func NewWaker(ins queue.JobInserter, log *slog.Logger) *queue.Waker[int64] {
+	return &queue.Waker[int64]{Inserter: ins, Log: log, What: "processor webhooks", Max: wakeMax,
+		Job: func(ids []int64) river.JobArgs { return ProcessBatchArgs{DeliveryIDs: ids} }}
+}
+
+const (
+	wakeMax         = 50
+	batchProcessors = 16
+	// retryAloneAfter is when a delivery whose processing failed in a
+	// batch is tried again, by a job of its own.
+	retryAloneAfter = 10 * time.Second
+)
+
+// BatchWorker processes the deliveries of a wake job.
+type BatchWorker struct {
+	river.WorkerDefaults[ProcessBatchArgs]
+	Service *Service
+}
+
+// Work processes each of the job's deliveries, batchProcessors at once. A
+// delivery whose processing fails gets a job of its own (ProcessArgs),
+// which River retries on its schedule, so that it holds up none of the
+// others; the batch fails (and River runs it again: what was processed is
+// skipped) only when that job cannot be inserted.
+func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]) error {
+	s := w.Service
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		sem      = make(chan struct{}, batchProcessors)
+	)
+	for _, id := range job.Args.DeliveryIDs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			gone, err := s.process(ctx, id)
+			switch {
+			case gone != nil:
+				s.log().WarnContext(ctx, "processor webhook not processed: it cannot be", "delivery", id, "error", gone)
+			case err != nil:
+				s.log().WarnContext(ctx, "processor webhook failed in a batch: retried by a job of its own", "delivery", id, "error", err)
+				if ierr := s.retryAlone(ctx, id); ierr != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("processor webhook %d: %w (and its retry not queued: %v)", id, err, ierr)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// retryAlone queues the processing of delivery id as a job of its own.
+func (s *Service) retryAlone(ctx context.Context, id int64) error {
+	return db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		_, err := s.Inserter.InsertTx(ctx, tx.Tx, ProcessArgs{DeliveryID: id}, &river.InsertOpts{ScheduledAt: s.Now().Add(retryAloneAfter)})
+		return err
+	})
+}
+
+// SweepEvery is how often Sweep runs (and once when a worker starts).
+const SweepEvery = time.Minute
+
+// sweepAfter is how long after it was stored a delivery never attempted is
+// taken for one whose wake was lost.
+const sweepAfter = time.Minute
+
+// Sweep queues the processing of every delivery stored more than
+// sweepAfter ago that was never attempted and that no live wake job names:
+// one whose wake was lost, the process killed between the delivery's
+// commit and its wake. It returns how many it queued.
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	var ids []int64
+	err := s.DB.NewRaw(`SELECT id FROM processor_webhooks
+ WHERE processed_at IS NULL AND attempts = 0 AND received_at < ?
+   AND id NOT IN (SELECT jsonb_array_elements_text(j.args->'delivery_ids')::bigint
+                    FROM river_job j WHERE j.state IN (?) AND j.kind = ?)
+ ORDER BY received_at LIMIT 1000`, s.Now().UTC().Add(-sweepAfter), bun.In(liveJobStates), ProcessBatchArgs{}.Kind()).Scan(ctx, &ids)
+	if err != nil {
+		return 0, fmt.Errorf("sweep processor webhooks: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n := 0
+	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		n = 0
+		for _, id := range ids {
+			res, err := s.Inserter.InsertTx(ctx, tx.Tx, ProcessArgs{DeliveryID: id}, nil)
+			if err != nil {
+				return err
+			}
+			if !res.UniqueSkippedAsDuplicate {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sweep processor webhooks: queue: %w", err)
+	}
+	return n, nil
+}
+
+// SweepArgs asks for a Sweep.
+type SweepArgs struct{}
+
+// Kind is the job kind.
+func (SweepArgs) Kind() string { return "processor_webhook_sweep" }
+
+// SweepWorker runs Sweep.
+type SweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	Service *Service
+}
+
+// Work sweeps.
+func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	n, err := w.Service.Sweep(ctx)
+	if n > 0 {
+		w.Service.log().WarnContext(ctx, "queued processor webhooks whose wake was lost", "count", n)
+	}
+	return err
+}
+
+// liveJobStates are the River states of a job that will still run.
+var liveJobStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 }
 
 func (s *Service) dispatch(ctx context.Context, d Delivery, ev btcpay.WebhookEvent) error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 
 	"svc/platform/btcpay"
 	"svc/platform/db"
@@ -36,8 +37,9 @@ func nullable(s string) *string {
 	return &s
 }
 
-// store records a delivery and its processing job in one transaction, or,
-// for a type stored only for the record (recordOnly), the delivery as
+// store records a delivery, and wakes its processing once it committed
+// (Waker) or, without a Waker, inserts its processing job in the same
+// transaction; a type stored only for the record (recordOnly) is stored as
 // processed in one statement. It reports false when the delivery was
 // already stored (a duplicate), in which case nothing is inserted.
 func (s *Service) store(ctx context.Context, key string, ev btcpay.WebhookEvent, body []byte) (bool, error) {
@@ -48,6 +50,20 @@ func (s *Service) store(ctx context.Context, key string, ev btcpay.WebhookEvent,
 		stored, err := insertDelivery(ctx, s.DB, d)
 		if err != nil {
 			return false, fmt.Errorf("store processor webhook: %w", err)
+		}
+		return stored, nil
+	}
+	if s.Waker != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
+		// One statement that commits on its own; its processing is woken
+		// once it has (Waker), and Sweep finds it if that wake is lost.
+		// (A delivery in a sampled trace keeps its own job, which carries
+		// the trace on: docs/operations.md, "Traces".)
+		stored, err := insertDelivery(ctx, s.DB, d)
+		if err != nil {
+			return false, fmt.Errorf("store processor webhook: %w", err)
+		}
+		if stored {
+			s.Waker.Add(d.ID)
 		}
 		return stored, nil
 	}

@@ -166,7 +166,12 @@ func TestAcceptedDeliveryIsStoredOnceWithItsJob(t *testing.T) {
 	require.Equal(t, btcpay.EventInvoiceSettled, d.EventType)
 	require.Equal(t, "invA", *d.InvoiceID)
 	require.Nil(t, d.ProcessedAt, "the answer comes before any processing")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'processor_webhook' AND (args->>'delivery_id')::bigint = ?`, d.ID))
+	// Its processing is woken once it is stored, by a job that names it
+	// among the deliveries stored with it, not by a job of its own.
+	apptest.Eventually(t, 5*time.Second, func() bool {
+		return b.woken(t, d.ID) == 1
+	}, "the delivery's processing woken")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook'"))
 
 	// A body without a delivery id is identified by its hash.
 	anon := b.event(t, map[string]any{"deliveryId": nil, "invoiceId": "invB"})
@@ -175,7 +180,18 @@ func TestAcceptedDeliveryIsStoredOnceWithItsJob(t *testing.T) {
 	}
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM processor_webhooks"))
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE delivery_key LIKE 'sha256:%'"))
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook'"))
+	apptest.Eventually(t, 5*time.Second, func() bool {
+		return b.count(t, "SELECT count(*) FROM processor_webhooks w WHERE "+wokenSQL) == 2
+	}, "each stored delivery woken")
+}
+
+// wokenSQL: the processor_webhooks row w is named by a wake job.
+const wokenSQL = `EXISTS (SELECT 1 FROM river_job j WHERE j.kind = 'processor_webhook_batch' AND j.args->'delivery_ids' @> to_jsonb(w.id))`
+
+// woken counts the wake jobs that name delivery id.
+func (b *bundle) woken(t *testing.T, id int64) int {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM river_job j WHERE j.kind = 'processor_webhook_batch' AND j.args->'delivery_ids' @> to_jsonb(?::bigint)`, id)
 }
 
 // recorder is an InvoiceHandler and PayoutHandler that keeps what it gets
@@ -277,9 +293,10 @@ func TestSimulatorWebhooksReachTheHandlers(t *testing.T) {
 	}, "every delivery processed")
 	require.Equal(t, 8, b.count(t, "SELECT count(*) FROM processor_webhooks"))
 	// PayoutCreated and PayoutApproved are kept for the record, stored as
-	// processed, with no job: the other six deliveries have one each.
+	// processed, with no job: the other six deliveries were woken.
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE event_type IN ('PayoutCreated', 'PayoutApproved') AND attempts = 0"))
-	require.Equal(t, 6, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook'"))
+	require.Equal(t, 6, b.count(t, "SELECT count(*) FROM processor_webhooks w WHERE "+wokenSQL))
+	require.Zero(t, b.count(t, "SELECT count(*) FROM processor_webhooks w WHERE event_type IN ('PayoutCreated', 'PayoutApproved') AND "+wokenSQL))
 }
 
 func TestFailedProcessingIsRetried(t *testing.T) {
@@ -293,14 +310,62 @@ func TestFailedProcessingIsRetried(t *testing.T) {
 	apptest.Eventually(t, 5*time.Second, func() bool {
 		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE last_error LIKE '%deposit store unavailable%'") == 1
 	}, "the failure is recorded")
-	// River retries after its backoff; hurry it along.
-	_, err := b.e.App.DB.Bun.NewRaw(`UPDATE river_job SET scheduled_at = now() WHERE kind = 'processor_webhook' AND state = 'retryable'`).
+	// The failed delivery gets a job of its own, due 10 s later, which
+	// River retries on its schedule; hurry it along.
+	apptest.Eventually(t, 5*time.Second, func() bool {
+		return b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook' AND state = 'scheduled'") == 1
+	}, "the failed delivery's own job")
+	_, err := b.e.App.DB.Bun.NewRaw(`UPDATE river_job SET state = 'available', scheduled_at = now() WHERE kind = 'processor_webhook' AND state = 'scheduled'`).
 		Exec(context.Background())
 	require.NoError(t, err)
 	apptest.Eventually(t, 10*time.Second, func() bool {
 		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NOT NULL AND last_error IS NULL AND attempts = 2") == 1
 	}, "processed on the retry")
 	require.Equal(t, []string{btcpay.EventInvoiceSettled}, rec.invoiceTypes("invR"))
+}
+
+// A delivery whose wake is lost (the process killed between its commit and
+// the wake job's insert) is queued by the sweep once it is a minute old;
+// one that a live wake job names is not, nor one queued already.
+func TestALostWakeIsSweptUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.e.App.Ingress.Waker
+	w.Delay = time.Hour // nothing woken but by Close: the process "dies" first
+	ctx := context.Background()
+	lost := b.event(t, map[string]any{"invoiceId": "invLost"})
+	require.Equal(t, 200, b.post(lost, signed(lost)).Status)
+	d, err := b.e.App.Ingress.ByKey(ctx, mustDeliveryID(t, lost))
+	require.NoError(t, err)
+
+	later := *b.e.App.Ingress
+	later.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	n, err := b.e.App.Ingress.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "not yet a minute old")
+	n, err = later.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'processor_webhook' AND (args->>'delivery_id')::bigint = ?`, d.ID))
+	n, err = later.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "its job is live")
+
+	woken := b.event(t, map[string]any{"invoiceId": "invWoken"})
+	require.Equal(t, 200, b.post(woken, signed(woken)).Status)
+	w.Close()
+	n, err = later.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a live wake job names it")
+}
+
+func mustDeliveryID(t *testing.T, body []byte) string {
+	t.Helper()
+	var ev struct {
+		DeliveryID string `json:"deliveryId"`
+	}
+	require.NoError(t, json.Unmarshal(body, &ev))
+	return ev.DeliveryID
 }
 
 func TestWithoutHandlersDeliveriesAreMarkedProcessed(t *testing.T) {

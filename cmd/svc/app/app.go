@@ -119,11 +119,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 	return a, nil
 }
 
-// Close wakes the deliveries of the events committed last, releases the
-// database and sends the spans not yet exported.
+// Close wakes the work on the events and processor webhooks committed
+// last, releases the database and sends the spans not yet exported.
 func (a *App) Close() {
 	if a.Events != nil && a.Events.Waker != nil {
 		a.Events.Waker.Close() // wakes the deliveries of what committed last
+	}
+	if a.Ingress != nil && a.Ingress.Waker != nil {
+		a.Ingress.Waker.Close()
 	}
 	a.closeReplica()
 	a.DB.Close()

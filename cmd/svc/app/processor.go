@@ -57,7 +57,7 @@ func (a *App) initProcessor(context.Context) error {
 	}
 	a.BTCPay = c
 	a.Ingress = &ingress.Service{DB: a.DB.Bun, Inserter: a.Inserter, Secret: b.WebhookSecret, StoreID: b.StoreID,
-		Now: a.Clock.Now, Log: a.Log}
+		Now: a.Clock.Now, Log: a.Log, Waker: ingress.NewWaker(a.Inserter, a.Log)}
 	a.Discovery = &discovery.Service{Processor: c, Assets: a.Assets, LightningEnabled: a.Cfg.Chain.LightningEnabled, Log: a.Log,
 		MissesToDisable: discovery.DefaultMissesToDisable, Alerts: a.Alerts}
 	a.Health.Checks = append(a.Health.Checks, health.Check{Name: "processor", Upstream: true, Classify: refusal, Run: func(ctx context.Context) error {
@@ -82,6 +82,10 @@ func (a *App) routesProcessorPublic(r Routers) {
 func (a *App) jobsProcessor(j *Jobs) error {
 	if a.Ingress != nil {
 		river.AddWorker(j.Workers, &ingress.Worker{Service: a.Ingress})
+		river.AddWorker(j.Workers, &ingress.BatchWorker{Service: a.Ingress})
+		river.AddWorker(j.Workers, &ingress.SweepWorker{Service: a.Ingress})
+		j.AddPeriodic(ingress.SweepEvery, ingress.SweepArgs{})
+		j.Recovery = append(j.Recovery, ingress.SweepArgs{})
 		river.AddWorker(j.Workers, &ingress.PruneWorker{Service: a.Ingress, Retention: a.Cfg.HTTP.IngressRetention})
 		j.AddPeriodic(time.Hour, ingress.PruneArgs{})
 	}
