@@ -62,6 +62,15 @@ func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
 	if d.ProcessedAt != nil {
 		return nil, nil
 	}
+	if gone, err := s.hand(ctx, d); gone != nil || err != nil {
+		return gone, err
+	}
+	return nil, s.markProcessed(ctx, d.ID)
+}
+
+// hand hands the stored delivery d to the handler of its kind; a failure is
+// recorded on d and returned.
+func (s *Service) hand(ctx context.Context, d Delivery) (gone, err error) {
 	ev, err := btcpay.ParseWebhookEvent(d.Body)
 	if err != nil { // it parsed when it was stored; the body never changes
 		return fmt.Errorf("processor webhook %d: %w", d.ID, err), nil
@@ -72,7 +81,7 @@ func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
 		}
 		return nil, fmt.Errorf("process processor webhook %d (%s): %w", d.ID, ev.Type, err)
 	}
-	return nil, s.markProcessed(ctx, d.ID)
+	return nil, nil
 }
 
 // ProcessBatchArgs wakes the processing of the deliveries a Waker gathered
@@ -106,41 +115,55 @@ type BatchWorker struct {
 	Service *Service
 }
 
-// Work processes each of the job's deliveries, batchProcessors at once. A
-// delivery whose processing fails gets a job of its own (ProcessArgs),
-// which River retries on its schedule, so that it holds up none of the
-// others; the batch fails (and River runs it again: what was processed is
-// skipped) only when that job cannot be inserted.
+// Work processes each of the job's deliveries not processed yet,
+// batchProcessors at once, with the reads and the processed marks shared:
+// one statement reads them all, one marks those handled. A delivery whose
+// processing fails gets a job of its own (ProcessArgs), which River
+// retries on its schedule, so that it holds up none of the others. The
+// batch fails, and River runs it again (the deliveries marked are
+// skipped, the others handed again, which their handlers allow), only
+// when a retry's job or the marks cannot be written.
 func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]) error {
 	s := w.Service
+	var ds []Delivery
+	if err := s.DB.NewSelect().Model(&ds).Where("id IN (?) AND processed_at IS NULL", bun.In(job.Args.DeliveryIDs)).
+		Scan(ctx); err != nil && !db.IsNoRows(err) {
+		return fmt.Errorf("read %d processor webhooks: %w", len(job.Args.DeliveryIDs), err)
+	}
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
+		handled  []int64
 		firstErr error
 		sem      = make(chan struct{}, batchProcessors)
 	)
-	for _, id := range job.Args.DeliveryIDs {
+	for _, d := range ds {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			gone, err := s.process(ctx, id)
+			gone, err := s.hand(ctx, d)
+			mu.Lock()
+			defer mu.Unlock()
 			switch {
 			case gone != nil:
-				s.log().WarnContext(ctx, "processor webhook not processed: it cannot be", "delivery", id, "error", gone)
+				s.log().WarnContext(ctx, "processor webhook not processed: it cannot be", "delivery", d.ID, "error", gone)
 			case err != nil:
-				s.log().WarnContext(ctx, "processor webhook failed in a batch: retried by a job of its own", "delivery", id, "error", err)
-				if ierr := s.retryAlone(ctx, id); ierr != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("processor webhook %d: %w (and its retry not queued: %v)", id, err, ierr)
-					}
-					mu.Unlock()
+				s.log().WarnContext(ctx, "processor webhook failed in a batch: retried by a job of its own", "delivery", d.ID, "error", err)
+				if ierr := s.retryAlone(ctx, d.ID); ierr != nil && firstErr == nil {
+					firstErr = fmt.Errorf("processor webhook %d: %w (and its retry not queued: %v)", d.ID, err, ierr)
 				}
+			default:
+				handled = append(handled, d.ID)
 			}
 		}()
 	}
 	wg.Wait()
+	if len(handled) > 0 {
+		if err := s.markProcessed(ctx, handled...); err != nil {
+			return fmt.Errorf("mark %d processor webhooks processed: %w", len(handled), err)
+		}
+	}
 	return firstErr
 }
 

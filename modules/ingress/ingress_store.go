@@ -117,11 +117,16 @@ func (s *Service) ByKey(ctx context.Context, key string) (Delivery, error) {
 	return d, err
 }
 
-// markProcessed and markFailed run for every webhook: real parameters
-// (db.Exec).
-func (s *Service) markProcessed(ctx context.Context, id int64) error {
-	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
-		s.Now().UTC(), id)
+// markProcessed marks the deliveries ids processed (a batch's in one
+// statement); markFailed records one's failure. Real parameters (db.Exec).
+func (s *Service) markProcessed(ctx context.Context, ids ...int64) error {
+	if len(ids) == 1 {
+		_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
+			s.Now().UTC(), ids[0])
+		return err
+	}
+	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = ANY($2::bigint[]) AND processed_at IS NULL",
+		s.Now().UTC(), ids)
 	return err
 }
 

@@ -359,6 +359,30 @@ func TestALostWakeIsSweptUp(t *testing.T) {
 	require.Zero(t, n, "a live wake job names it")
 }
 
+// A wake job's deliveries are read in one statement, handed to their
+// handlers, and marked processed in one more; a failing one gets a job of
+// its own and holds up none of the others.
+func TestABatchProcessesItsDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &recorder{failures: 1}
+	b.e.App.Ingress.Invoices = rec
+	w := b.e.App.Ingress.Waker
+	w.Delay = time.Hour
+	for _, inv := range []string{"invA", "invB", "invC", "invD"} {
+		body := b.event(t, map[string]any{"invoiceId": inv})
+		require.Equal(t, 200, b.post(body, signed(body)).Status)
+	}
+	w.Close()
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook_batch'"), "one job for the four")
+	b.e.StartWorker()
+	apptest.Eventually(t, 10*time.Second, func() bool {
+		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NOT NULL AND attempts = 1 AND last_error IS NULL") == 3
+	}, "three processed by the batch")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NULL AND attempts = 1 AND last_error LIKE '%deposit store unavailable%'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'processor_webhook' AND state = 'scheduled'"), "the failed one's own job")
+}
+
 func mustDeliveryID(t *testing.T, body []byte) string {
 	t.Helper()
 	var ev struct {
