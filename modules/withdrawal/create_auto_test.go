@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -196,6 +197,10 @@ func TestOneRoundTripKeyRaces(t *testing.T) {
 func TestOneRoundTripRefusalKeepsItsConnection(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
+	// The capped withdrawals' events would be woken by an insert of their
+	// own, beside the requests, on a connection the pool may open for it:
+	// here only the Waker's Close wakes them.
+	e.App.Events.Waker.Delay = time.Hour
 	e.fund(t, "u", asset.BTC, 10_000_000)
 	e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "warm-0"))
 	e.create(t, "u", asset.BTC, 20_000, p2wpkh(t, chain.Regtest, "warm-1"))
