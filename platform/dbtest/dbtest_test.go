@@ -3,9 +3,11 @@ package dbtest_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"svc/platform/db"
 	"svc/platform/dbtest"
 )
 
@@ -50,4 +52,51 @@ func TestBackendsCPU(t *testing.T) {
 	after, ok := read()
 	require.True(t, ok)
 	require.Greater(t, after, before)
+}
+
+// TestServerMeter: the meter counts the work of its database's backends
+// and takes out a backend of another database.
+func TestServerMeter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ours, other := dbtest.New(t), dbtest.New(t)
+	pidOurs, pidOther := dbtest.BackendPID(t, ours.Pool), dbtest.BackendPID(t, other.Pool)
+	if _, ok := dbtest.ProcessCPU(pidOurs); !ok {
+		t.Skipf("the server's process %d cannot be read here (a server on another host?)", pidOurs)
+	}
+	u := dbtest.AdminURLOf(t, ours.Pool.Config().ConnString())
+	m := dbtest.NewServerMeter(t, u)
+	require.NotNil(t, m)
+	oursCPU, _ := dbtest.ProcessCPU(pidOurs)
+	otherCPU, _ := dbtest.ProcessCPU(pidOther)
+	m.Start()
+	for _, d := range []*db.DB{ours, other} {
+		_, err := d.Pool.Exec(ctx, "SELECT count(*) FROM generate_series(1, 3000000)")
+		require.NoError(t, err)
+	}
+	use := m.Stop()
+	oursAfter, _ := dbtest.ProcessCPU(pidOurs)
+	otherAfter, _ := dbtest.ProcessCPU(pidOther)
+	t.Logf("ours %s, other %s; meter: total %s, others %s (%d backends)", oursAfter-oursCPU, otherAfter-otherCPU, use.Total, use.Others, use.OtherBackends)
+	require.GreaterOrEqual(t, use.OtherBackends, 1)
+	// The kernel's two clocks (schedstat, ticks) differ by a tick or so.
+	require.Greater(t, use.Others, (otherAfter-otherCPU)/2, "the other database's backend is taken out")
+	require.Greater(t, use.Database(), (oursAfter-oursCPU)/2, "the database's backend counts")
+}
+
+// TestPgbench: a short TPC-B run reports its transactions and what each
+// cost the server and pgbench.
+func TestPgbench(t *testing.T) {
+	if !dbtest.UsePgbench(t) {
+		t.Skip("no pgbench installed")
+	}
+	r := dbtest.Pgbench(t, 2, time.Second)
+	t.Log(r)
+	require.Positive(t, r.Transactions)
+	require.Positive(t, r.TPS)
+	require.Positive(t, r.Client)
+	if r.CPUMeasured {
+		require.Positive(t, r.Server)
+		require.Positive(t, r.CPUPerTransaction())
+	}
 }
