@@ -55,7 +55,7 @@ func TestBackendsCPU(t *testing.T) {
 }
 
 // TestServerMeter: the meter counts the work of its database's backends
-// and takes out a backend of another database.
+// and leaves out a backend of another database.
 func TestServerMeter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -77,11 +77,14 @@ func TestServerMeter(t *testing.T) {
 	use := m.Stop()
 	oursAfter, _ := dbtest.ProcessCPU(pidOurs)
 	otherAfter, _ := dbtest.ProcessCPU(pidOther)
-	t.Logf("ours %s, other %s; meter: total %s, others %s (%d backends)", oursAfter-oursCPU, otherAfter-otherCPU, use.Total, use.Others, use.OtherBackends)
+	t.Logf("ours %s, other %s; meter: own %s, total %s, others %s (%d backends)", oursAfter-oursCPU, otherAfter-otherCPU,
+		use.Own, use.Total, use.Others, use.OtherBackends)
 	require.GreaterOrEqual(t, use.OtherBackends, 1)
 	// The kernel's two clocks (schedstat, ticks) differ by a tick or so.
 	require.Greater(t, use.Others, (otherAfter-otherCPU)/2, "the other database's backend is taken out")
-	require.Greater(t, use.Database(), (oursAfter-oursCPU)/2, "the database's backend counts")
+	require.Greater(t, use.Own, (oursAfter-oursCPU)/2, "the database's backend counts")
+	require.Less(t, use.Own, use.Total-(otherAfter-otherCPU)/2, "the other database's backend is not in Own")
+	require.Greater(t, use.Rest(), (oursAfter-oursCPU)/2)
 }
 
 // TestPgbench: a short TPC-B run reports its transactions and what each

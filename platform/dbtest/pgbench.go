@@ -33,11 +33,9 @@ type TPCB struct {
 	TPS          float64
 	Transactions int64
 	// Server is the server's CPU for pgbench's database over the run
-	// (ServerMeter: the whole server less other databases' backends).
-	Server time.Duration
-	// Others is what the meter took out of the whole server (ServerUse).
-	Others        time.Duration
-	OtherBackends int
+	// (ServerUse.Own), and ServerUse the meter's whole reading.
+	Server    time.Duration
+	ServerUse ServerUse
 	// Client is pgbench's own CPU (user and system, all its threads).
 	Client time.Duration
 	// CPUMeasured is false when the server's processes cannot be read
@@ -87,7 +85,7 @@ func Pgbench(b testing.TB, clients int, dur time.Duration) TPCB {
 	out, err := cmd.CombinedOutput()
 	if meter != nil {
 		use := meter.Stop()
-		r.Server, r.Others, r.OtherBackends, r.CPUMeasured = use.Database(), use.Others, use.OtherBackends, true
+		r.Server, r.ServerUse, r.CPUMeasured = use.Own, use, true
 	}
 	if err != nil {
 		b.Fatalf("pgbench: %v: %s", err, out)
@@ -170,10 +168,7 @@ func (r TPCB) String() string {
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(r.Transactions) }
 	s := fmt.Sprintf("TPC-B, %d clients: %.0f tps, %.3f ms of CPU per transaction (server %.3f, pgbench %.3f)",
 		r.Clients, r.TPS, per(r.Server+r.Client), per(r.Server), per(r.Client))
-	if r.Others > 0 {
-		s += fmt.Sprintf("; %d backends of other databases took %.1f s of the server, left out", r.OtherBackends, r.Others.Seconds())
-	}
-	return s
+	return s + "; " + r.ServerUse.CrossCheck(float64(r.Transactions))
 }
 
 // checkpoint runs CHECKPOINT on the server of url. A server that refuses

@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,17 +14,25 @@ import (
 )
 
 // ServerMeter reads the CPU a PostgreSQL server on this machine spends on
-// one database over a timed part: the whole server (its postmaster and
-// every child, those that exited during the part counting through the
-// postmaster's cumulative times), less the backends connected to other
-// databases and the meter's own. The WAL writer, the checkpointer, the
-// background writer and the autovacuum launcher serve every database;
-// they count, as they would on a server the database had to itself. The
-// other databases' backends are found by sampling pg_stat_activity (at
-// Start, every sampleEvery and at Stop): one that started and ended
-// between two samples is missed and counts as the database's, so on a
-// server others use the figure is an upper bound, and Others says how much
-// was taken out.
+// one database over a timed part, two ways.
+//
+// Own, the figure to use: the processes of the database (its backends,
+// its autovacuum workers) and those that serve every database (WAL
+// writer, checkpointer, background writer, launchers, the postmaster
+// itself), found by sampling
+// pg_stat_activity at Start, every sampleEvery and at Stop, and their CPU
+// read from /proc. A process that started during the part counts whole; one
+// that ended counts up to its last sample. Other databases' backends are
+// not in it, so it holds on a server others use, but for what the shared
+// processes do for them.
+//
+// Total less Others, the cross-check: the whole server (its postmaster and
+// every child, those that ended during the part counting through the
+// postmaster's cumulative times), less the backends of other databases
+// seen by the same samples. On a server the database has to itself it is
+// exact, and Own should be within a few percent of it; on one others use,
+// their backends that started and ended between two samples are not seen
+// and count in it.
 type ServerMeter struct {
 	tb         testing.TB
 	conn       *pgx.Conn
@@ -32,16 +41,25 @@ type ServerMeter struct {
 
 	mu      sync.Mutex
 	total0  int64
-	base    map[int]int64 // other backends' CPU ticks when first seen
-	last    map[int]int64 // and when last seen
-	seen    map[int]bool
+	pm0     int64 // the postmaster's own CPU ticks at the start
+	procs   map[int]*sampled
 	started bool
 	stop    chan struct{}
 	done    chan struct{}
 }
 
+// sampled is one server process seen by a ServerMeter: its CPU ticks when
+// first seen (0 when it started during the part) and when last seen.
+type sampled struct {
+	ours        bool
+	first, last int64
+}
+
 // ServerUse is what a ServerMeter measured over one timed part.
 type ServerUse struct {
+	// Own is the CPU of the database's processes and of the server's
+	// shared ones.
+	Own time.Duration
 	// Total is the whole server's CPU.
 	Total time.Duration
 	// Others is the CPU of the backends of other databases (and of the
@@ -51,18 +69,26 @@ type ServerUse struct {
 	OtherBackends int
 }
 
-// Database is the server's CPU for the meter's database: Total less
-// Others.
-func (u ServerUse) Database() time.Duration { return u.Total - u.Others }
+// Rest is the whole server less the other databases' backends seen: the
+// cross-check of Own.
+func (u ServerUse) Rest() time.Duration { return u.Total - u.Others }
 
-// sampleEvery is how often a ServerMeter lists the server's backends.
-const sampleEvery = 250 * time.Millisecond
+// CrossCheck says, per operation of ops, the whole server less the other
+// databases' backends beside Own, and how much those backends took.
+func (u ServerUse) CrossCheck(ops float64) string {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / ops }
+	return fmt.Sprintf("the whole server less other databases' backends %.3f ms (%d of those seen, %.2f s)",
+		ms(u.Rest()), u.OtherBackends, u.Others.Seconds())
+}
+
+// sampleEvery is how often a ServerMeter lists the server's processes.
+const sampleEvery = 100 * time.Millisecond
 
 // NewServerMeter returns a meter of the server behind u for the database
-// of u, which takes out, besides other databases' backends, the server
-// processes skip (the benchmark's own connections to that database). It
-// returns nil when the server's processes cannot be read (a server on
-// another host): callers then report no server CPU.
+// of u, which leaves out, besides other databases' backends, the server
+// processes skip (the benchmark's own connections to that database) and
+// its own connection's. It returns nil when the server's processes cannot
+// be read (a server on another host): callers then report no server CPU.
 func NewServerMeter(tb testing.TB, u string, skip ...int) *ServerMeter {
 	tb.Helper()
 	ctx := context.Background()
@@ -86,13 +112,12 @@ func NewServerMeter(tb testing.TB, u string, skip ...int) *ServerMeter {
 // Start begins a timed part.
 func (m *ServerMeter) Start() {
 	m.mu.Lock()
-	m.base, m.last, m.seen = map[int]int64{}, map[int]int64{}, map[int]bool{}
-	m.started = false
+	m.procs, m.started = map[int]*sampled{}, false
 	m.mu.Unlock()
-	m.sample() // the backends there at the start count from now
+	m.sample() // the processes there at the start count from now
 	m.mu.Lock()
 	m.started = true
-	m.total0 = m.treeTicks()
+	m.total0, m.pm0 = m.treeTicks(), m.postmasterTicks()
 	m.mu.Unlock()
 	m.stop, m.done = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -117,49 +142,67 @@ func (m *ServerMeter) Stop() ServerUse {
 	m.sample()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	total := m.treeTicks() - m.total0
-	var others int64
-	for pid, v := range m.last {
-		others += v - m.base[pid]
+	u := ServerUse{Total: time.Duration(m.treeTicks()-m.total0) * clockTick,
+		Own: time.Duration(m.postmasterTicks()-m.pm0) * clockTick}
+	for pid, p := range m.procs {
+		d := time.Duration(p.last-p.first) * clockTick
+		switch {
+		case p.ours:
+			u.Own += d
+		default:
+			u.Others += d
+			if !slices.Contains(m.skip, pid) {
+				u.OtherBackends++
+			}
+		}
 	}
-	return ServerUse{Total: time.Duration(total) * clockTick, Others: time.Duration(others) * clockTick, OtherBackends: len(m.seen)}
+	return u
 }
 
-// sample lists the processes of other databases and the skipped ones, and
-// reads their CPU.
+// sample lists the server's processes, which it sorts into the database's
+// (and the shared ones) and the others, and reads their CPU.
 func (m *ServerMeter) sample() {
-	rows, err := m.conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity
- WHERE (datname IS NOT NULL AND datname <> current_database()) OR pid = ANY($1)`, m.skip)
+	rows, err := m.conn.Query(context.Background(), `SELECT pid, (datname IS NULL OR datname = current_database()) AND pid <> ALL($1)
+ FROM pg_stat_activity`, m.skip)
 	if err != nil {
 		m.tb.Errorf("dbtest: server meter: %v", err)
 		return
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	type row struct {
+		Pid  int
+		Ours bool
+	}
+	seen, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
 		m.tb.Errorf("dbtest: server meter: %v", err)
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, pid := range pids {
-		f, ok := procStat(pid)
+	for _, r := range seen {
+		f, ok := procStat(r.Pid)
 		if !ok {
 			continue
 		}
 		v := sumFields(f, 11, 12)
-		if _, known := m.base[pid]; !known {
+		p := m.procs[r.Pid]
+		if p == nil {
 			// There at the start: from now. Started since: all of it.
-			if m.started {
-				m.base[pid] = 0
-			} else {
-				m.base[pid] = v
+			p = &sampled{ours: r.Ours}
+			if !m.started {
+				p.first = v
 			}
+			m.procs[r.Pid] = p
 		}
-		m.last[pid] = v
-		if !slices.Contains(m.skip, pid) {
-			m.seen[pid] = true
-		}
+		p.last = v
 	}
+}
+
+// postmasterTicks is the postmaster's own CPU (it starts every
+// connection's process), in clock ticks.
+func (m *ServerMeter) postmasterTicks() int64 {
+	f, _ := procStat(m.postmaster)
+	return sumFields(f, 11, 12)
 }
 
 // treeTicks is the CPU of the postmaster, of its live children and of
