@@ -20,9 +20,9 @@
 #                          rows are not an artificial hot spot)
 #   BENCH_PACKAGES         packages to benchmark (default ./...; make
 #                          bench-http: ./cmd/svc/httpbench/, the HTTP load
-#                          benchmark of the real binaries, which prints its
-#                          own targets; HTTPBENCH_* settings in
-#                          docs/performance.md)
+#                          benchmark of the real binaries and the CPU per
+#                          money operation, which print their own targets;
+#                          HTTPBENCH_* settings in docs/performance.md)
 #   WITHDRAWAL_BENCH_ROUNDS rounds of pgbench-then-case of each withdrawal
 #                          creation case (default 3; the median is reported)
 #   WITHDRAWAL_BENCH_CONNS the service's pool in those cases (default four
@@ -220,3 +220,12 @@ END {
   if (!seen) exit
   printf "  transfers over HTTP, 32 clients in a closed loop: %.0f%% of TPC-B (target 50%%): %s\n", p, (p >= 50 ? "met" : "NOT met")
 }' "$out/go"
+
+# 8. CPU per operation (BenchmarkCPUPerOperation, cmd/svc/httpbench): each
+# money operation's CPU, all its work counted, in TPC-B transactions of CPU
+# measured right before it, with its target, as the benchmark printed it.
+if grep -q 'cpu ratio: ' "$out/go"; then
+  echo
+  echo "CPU per operation in TPC-B transactions of CPU (api, worker and PostgreSQL against PostgreSQL and pgbench; TPC-B right before each):"
+  sed -n 's/^.*cpu ratio: /  /p' "$out/go"
+fi
