@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,11 @@ type cpuSettings struct {
 	idle        time.Duration // the idle service measured before each case
 	warmup      time.Duration // the mix before its case, not measured
 	drainLimit  time.Duration // the most a case waits for its work to be done
+	// pollClear: a case starts only when the deposit poll is not due
+	// within this long (its TPC-B run and its timed part); 0 for no such
+	// wait.
+	pollClear time.Duration
+	cases     []string // of "deposit", "withdrawal", "mix"
 }
 
 func loadCPUSettings(tb testing.TB, s cpuSettings) cpuSettings {
@@ -52,6 +58,14 @@ func loadCPUSettings(tb testing.TB, s cpuSettings) cpuSettings {
 	s.mixFor = dbtest.DurationEnv(tb, "HTTPBENCH_CPU_MIX_FOR", s.mixFor)
 	s.deposits = dbtest.IntEnv(tb, "HTTPBENCH_CPU_DEPOSITS", s.deposits)
 	s.withdrawals = dbtest.IntEnv(tb, "HTTPBENCH_CPU_WITHDRAWALS", s.withdrawals)
+	if v := os.Getenv("HTTPBENCH_CPU_CASES"); v != "" {
+		s.cases = strings.Split(v, ",")
+		for _, c := range s.cases {
+			if !slices.Contains(cpuCases, c) {
+				tb.Fatalf("HTTPBENCH_CPU_CASES=%q: %q is not one of %v", v, c, cpuCases)
+			}
+		}
+	}
 	return s
 }
 
@@ -122,6 +136,7 @@ func (m *cpuMeter) stop() cpuUse {
 
 // opCost is one case's result.
 type opCost struct {
+	kind   string  // deposit, withdrawal or mix
 	name   string  // the operation, as the issue names it
 	target float64 // TPC-B transactions of CPU per operation
 	ops    int     // operations in the timed part
@@ -193,21 +208,31 @@ func (o opCost) print(logf func(string, ...any)) {
 	}
 }
 
-// cpuRun measures the three operations on c, in turn, each against its
-// own TPC-B run.
+// cpuCases are the operations measured, in the order they run.
+var cpuCases = []string{"deposit", "withdrawal", "mix"}
+
+// cpuRun measures the operations of s.cases (all when empty) on c, in
+// turn, each against its own TPC-B run.
 func cpuRun(tb testing.TB, c *cluster, g *targets, s cpuSettings, logf func(string, ...any)) []opCost {
 	d := newDrainer(tb, c)
 	defer d.close()
-	return []opCost{
-		cpuDeposits(tb, c, g, d, s, logf),
-		cpuWithdrawals(tb, c, g, d, s, logf),
-		cpuMix(tb, c, g, d, s, logf),
+	measure := map[string]func(testing.TB, *cluster, *targets, *drainer, cpuSettings, func(string, ...any)) opCost{
+		"deposit": cpuDeposits, "withdrawal": cpuWithdrawals, "mix": cpuMix}
+	var out []opCost
+	for _, k := range cpuCases {
+		if len(s.cases) == 0 || slices.Contains(s.cases, k) {
+			o := measure[k](tb, c, g, d, s, logf)
+			o.kind = k
+			out = append(out, o)
+		}
 	}
+	return out
 }
 
 // reference runs what comes right before each timed part: TPC-B, then
 // the idle service.
-func reference(tb testing.TB, c *cluster, d *drainer, s cpuSettings) (dbtest.TPCB, cpuUse) {
+func reference(tb testing.TB, c *cluster, d *drainer, s cpuSettings, logf func(string, ...any)) (dbtest.TPCB, cpuUse) {
+	d.clearOfPoll(tb, s.pollClear, logf)
 	tpcb := dbtest.Pgbench(tb, s.tpcbClients, s.tpcbFor)
 	m := c.newCPUMeter(tb, d.pid)
 	m.start()
@@ -236,7 +261,7 @@ func cpuDeposits(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSetting
 	}
 	d.await(tb, s.drainLimit, logf, "the deposits' creation", nil)
 	var idle cpuUse
-	o.tpcb, idle = reference(tb, c, d, s)
+	o.tpcb, idle = reference(tb, c, d, s, logf)
 	c.simControl(tb, "webhooks/hold")
 	payAll(tb, c, invoices, s.clients)
 	m := c.newCPUMeter(tb, d.pid)
@@ -258,7 +283,7 @@ func cpuDeposits(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSetting
 func cpuWithdrawals(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSettings, logf func(string, ...any)) opCost {
 	o := opCost{name: "an auto-approved withdrawal, request to confirmed with its events", target: withdrawalTarget}
 	d.await(tb, s.drainLimit, logf, "the withdrawals", nil)
-	o.tpcb, o.idle = reference(tb, c, d, s)
+	o.tpcb, o.idle = reference(tb, c, d, s, logf)
 	m := c.newCPUMeter(tb, d.pid)
 	jobs0 := d.jobsDone(tb)
 	m.start()
@@ -283,7 +308,7 @@ func cpuMix(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSettings, lo
 	o := opCost{name: "a request of the HTTP mix", target: mixTarget}
 	attack(g, "", s.mixRate, s.warmup, nil)
 	d.await(tb, s.drainLimit, logf, "the mix", nil)
-	o.tpcb, o.idle = reference(tb, c, d, s)
+	o.tpcb, o.idle = reference(tb, c, d, s, logf)
 	m := c.newCPUMeter(tb, d.pid)
 	jobs0 := d.jobsDone(tb)
 	var created [][]byte
@@ -500,6 +525,46 @@ func (d *drainer) await(tb testing.TB, limit time.Duration, logf func(string, ..
 	}
 }
 
+// depositPollEvery is DEPOSIT_POLL_INTERVAL's default, which the cluster
+// keeps.
+const depositPollEvery = 2 * time.Minute
+
+// clearOfPoll waits, when the worker's deposit poll is due within the
+// next within, until it has run. The poll reconciles up to 500 open or
+// recently settled deposits against the processor every two minutes
+// whatever the load (deposit.PollBatch): a cost of the service's clock,
+// not of the operations, which one timed part in two would otherwise
+// catch and another not (a second or two of CPU).
+func (d *drainer) clearOfPoll(tb testing.TB, within time.Duration, logf func(string, ...any)) {
+	if within <= 0 {
+		return
+	}
+	ctx := context.Background()
+	var last time.Time
+	var dueSeconds float64
+	if err := d.conn.QueryRow(ctx, `SELECT coalesce(max(created_at), now()), extract(epoch FROM coalesce(max(created_at), now()) + $1::interval - now())::float8
+ FROM river_job WHERE kind = 'deposit_poll'`, depositPollEvery.String()).Scan(&last, &dueSeconds); err != nil {
+		tb.Fatalf("deposit poll: %v", err)
+	}
+	due := time.Duration(dueSeconds * float64(time.Second))
+	if due >= within || due < -depositPollEvery {
+		return
+	}
+	t0 := time.Now()
+	for deadline := t0.Add(due + 2*time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		var ran bool
+		if err := d.conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM river_job WHERE kind = 'deposit_poll' AND created_at > $1 AND finalized_at IS NOT NULL)`,
+			last).Scan(&ran); err != nil {
+			tb.Fatalf("deposit poll: %v", err)
+		}
+		if ran {
+			logf("waited %s for the deposit poll, due in %s, to run before the next case", time.Since(t0).Round(time.Second), due.Round(time.Second))
+			return
+		}
+	}
+	logf("the deposit poll, due in %s, did not run within %s: it may run in the timed part", due.Round(time.Second), time.Since(t0).Round(time.Second))
+}
+
 // jobsDone counts the jobs finished so far, by kind.
 func (d *drainer) jobsDone(tb testing.TB) map[string]int {
 	rows, err := d.conn.Query(context.Background(), `SELECT kind, count(*) FROM river_job WHERE finalized_at IS NOT NULL GROUP BY kind`)
@@ -540,7 +605,8 @@ func (d *drainer) jobsSince(tb testing.TB, before map[string]int) map[string]int
 func BenchmarkCPUPerOperation(b *testing.B) {
 	s := loadSettings(b, settings{users: 10_000})
 	cs := loadCPUSettings(b, cpuSettings{mixRate: 150, mixFor: 15 * time.Second, deposits: 1500, withdrawals: 1000, clients: 8,
-		tpcbClients: 32, tpcbFor: 10 * time.Second, idle: 3 * time.Second, warmup: 5 * time.Second, drainLimit: 2 * time.Minute})
+		tpcbClients: 32, tpcbFor: 10 * time.Second, idle: 3 * time.Second, warmup: 5 * time.Second, drainLimit: 2 * time.Minute,
+		pollClear: 75 * time.Second})
 	logf := cpuLogf
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
 	c := startCluster(b)
@@ -553,8 +619,8 @@ func BenchmarkCPUPerOperation(b *testing.B) {
 		o.print(logf)
 	}
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
-	for i, unit := range []string{"deposit_tpcb_cpu", "withdrawal_tpcb_cpu", "mix_request_tpcb_cpu"} {
-		b.ReportMetric(costs[i].ratio(), unit)
+	for _, o := range costs {
+		b.ReportMetric(o.ratio(), o.kind+"_tpcb_cpu")
 	}
 }
 
@@ -571,7 +637,11 @@ func TestCPUPerOperationShort(t *testing.T) {
 	c.fund(200, 10_000_000_000)
 	g := newTargets(c.apiURL, c.key, 200)
 	costs := cpuRun(t, c, g, cpuSettings{mixRate: 20, mixFor: 2 * time.Second, deposits: 20, withdrawals: 10, clients: 4,
-		tpcbClients: 4, tpcbFor: time.Second, idle: 500 * time.Millisecond, warmup: time.Second, drainLimit: time.Minute}, t.Logf)
+		tpcbClients: 4, tpcbFor: time.Second, idle: 500 * time.Millisecond, warmup: time.Second, drainLimit: time.Minute,
+		pollClear: time.Second}, t.Logf)
+	if len(costs) != len(cpuCases) {
+		t.Errorf("%d operations measured, want %d", len(costs), len(cpuCases))
+	}
 	for _, o := range costs {
 		o.print(t.Logf)
 		u := o.use
