@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"svc/cmd/svc/clustertest"
 	"svc/platform/dbtest"
 )
 
@@ -93,6 +94,7 @@ func (u cpuUse) service() time.Duration { return u.api + u.worker + u.server.Own
 type cpuMeter struct {
 	c      *cluster
 	server *dbtest.ServerMeter
+	procs  [3]*proc
 	pids   [3]int
 	first  [4]time.Duration
 	t0     time.Time
@@ -103,14 +105,15 @@ type cpuMeter struct {
 // connections to the database, left out.
 func (c *cluster) newCPUMeter(tb testing.TB, skip ...int) *cpuMeter {
 	return &cpuMeter{c: c, server: dbtest.NewServerMeter(tb, dbtest.AdminURLOf(tb, c.dbURL), skip...),
-		pids: [3]int{c.api.Pid(), c.worker.Pid(), c.sim.Pid()}}
+		procs: [3]*proc{c.api, c.worker, c.sim}, pids: [3]int{c.api.Pid(), c.worker.Pid(), c.sim.Pid()}}
 }
 
 func (m *cpuMeter) read() (out [4]time.Duration) {
 	for i, pid := range m.pids {
 		st, err := readProc(pid)
 		if err != nil {
-			m.c.t.Fatalf("cpu of process %d: %v", pid, err)
+			p := m.procs[i]
+			m.c.t.Fatalf("cpu of %s (pid %d): %v; its log ends:\n%s", p.Name, pid, err, clustertest.Tail(p.Log))
 		}
 		out[i] = st.cpu
 	}
