@@ -19,6 +19,12 @@
 // memory of every process (from /proc). pgbench TPC-B at 32 clients runs on
 // the same server right before the load, as the reference.
 //
+// BenchmarkCPUPerOperation measures, on a cluster of its own, the CPU of a
+// settled deposit, of an auto-approved withdrawal and of a request of the
+// mix, each with all the work it sets off done (jobs, the processor's
+// webhooks, its events at the receiver), as a number of TPC-B
+// transactions of CPU measured right before it (cpu_test.go).
+//
 // docs/performance.md ("HTTP end to end") has the method, the settings and
 // the results.
 package httpbench
