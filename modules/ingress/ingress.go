@@ -84,12 +84,16 @@ type PayoutEvent struct {
 }
 
 // InvoiceHandler acts on invoice events. It may be called more than once
-// for one event and must be safe to run again.
+// for one event and must be safe to run again. It acts on the invoice's
+// state as it reads it from the processor, never on what the event says:
+// of several deliveries about one invoice processed together, it is handed
+// only the last (BatchWorker).
 type InvoiceHandler interface {
 	InvoiceEvent(ctx context.Context, e InvoiceEvent) error
 }
 
-// PayoutHandler acts on payout events, with the same contract.
+// PayoutHandler acts on payout events, with the same contract: it reads the
+// payout.
 type PayoutHandler interface {
 	PayoutEvent(ctx context.Context, e PayoutEvent) error
 }

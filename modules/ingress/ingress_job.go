@@ -115,20 +115,47 @@ type BatchWorker struct {
 	Service *Service
 }
 
-// Work processes each of the job's deliveries not processed yet,
-// batchProcessors at once, with the reads and the processed marks shared:
-// one statement reads them all, one marks those handled. A delivery whose
-// processing fails gets a job of its own (ProcessArgs), which River
-// retries on its schedule, so that it holds up none of the others. The
-// batch fails, and River runs it again (the deliveries marked are
-// skipped, the others handed again, which their handlers allow), only
-// when a retry's job or the marks cannot be written.
+// Work processes the job's deliveries not processed yet, with the reads
+// and the processed marks shared: one statement reads them all, one marks
+// those handled. Of the deliveries about one subject (an invoice, a
+// payout) only the last is handed to its handler, batchProcessors
+// subjects at once: a handler acts on the subject's state as it reads it
+// from the processor (see InvoiceHandler), which is at least as new as
+// every delivery stored before this job was, so the others would only
+// repeat it; they are marked with it. A delivery whose handler fails gets
+// a job of its own (ProcessArgs), which River retries on its schedule, so
+// that it holds up none of the others (its subject's other deliveries are
+// marked: the retry reads the subject again). The batch fails, and River
+// runs it again (the deliveries marked are skipped, the others handed
+// again, which their handlers allow), only when a retry's job or the marks
+// cannot be written.
 func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]) error {
 	s := w.Service
 	var ds []Delivery
 	if err := s.DB.NewSelect().Model(&ds).Where("id IN (?) AND processed_at IS NULL", bun.In(job.Args.DeliveryIDs)).
-		Scan(ctx); err != nil && !db.IsNoRows(err) {
+		OrderExpr("id").Scan(ctx); err != nil && !db.IsNoRows(err) {
 		return fmt.Errorf("read %d processor webhooks: %w", len(job.Args.DeliveryIDs), err)
+	}
+	type group struct {
+		last   Delivery
+		others []int64
+	}
+	var (
+		groups []*group
+		bySubj = map[string]*group{}
+	)
+	for _, d := range ds {
+		key := subject(d)
+		if g, ok := bySubj[key]; ok && key != "" {
+			g.others = append(g.others, g.last.ID)
+			g.last = d
+			continue
+		}
+		g := &group{last: d}
+		groups = append(groups, g)
+		if key != "" {
+			bySubj[key] = g
+		}
 	}
 	var (
 		wg       sync.WaitGroup
@@ -137,14 +164,16 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		firstErr error
 		sem      = make(chan struct{}, batchProcessors)
 	)
-	for _, d := range ds {
+	for _, g := range groups {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			d := g.last
 			gone, err := s.hand(ctx, d)
 			mu.Lock()
 			defer mu.Unlock()
+			handled = append(handled, g.others...)
 			switch {
 			case gone != nil:
 				s.log().WarnContext(ctx, "processor webhook not processed: it cannot be", "delivery", d.ID, "error", gone)
@@ -165,6 +194,22 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		}
 	}
 	return firstErr
+}
+
+// subject names what delivery d is about, for a batch to hand one delivery
+// per subject: an invoice (with the deposit its metadata names) or a
+// payout; "" when it cannot tell (it is handed on its own).
+func subject(d Delivery) string {
+	ev, err := btcpay.ParseWebhookEvent(d.Body)
+	switch {
+	case err != nil:
+		return ""
+	case ev.IsInvoiceEvent() && ev.InvoiceID != "":
+		return "invoice\x00" + ev.InvoiceID + "\x00" + ev.OrderID()
+	case ev.IsPayoutEvent() && ev.PayoutID != "":
+		return "payout\x00" + ev.PayoutID
+	}
+	return ""
 }
 
 // retryAlone queues the processing of delivery id as a job of its own.
