@@ -52,15 +52,7 @@ DATA="${SVC_PG_DATA:-$ROOT/.data/pg}"
 PORT="${SVC_PG_PORT:-55432}"
 DBNAME=svc
 say() { echo "db: $*" >&2; }
-
-pgbin() {
-  local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
-  done
-  command -v initdb >/dev/null 2>&1 && { dirname "$(command -v initdb)"; return 0; }
-  return 1
-}
+. scripts/pg-common.sh
 
 answers() { # url
   if command -v psql >/dev/null 2>&1; then
@@ -69,38 +61,6 @@ answers() { # url
     local bin; bin=$(pgbin) || return 1
     PGCONNECT_TIMEOUT=3 "$bin/psql" "$1" -Atqc 'select 1' >/dev/null 2>&1
   fi
-}
-
-run_as() { # user cmd...
-  if [ "$(id -u)" = 0 ]; then
-    local u="$1"; shift
-    if command -v runuser >/dev/null 2>&1; then runuser -u "$u" -- "$@"; else su "$u" -s /bin/sh -c "$(printf '%q ' "$@")"; fi
-  else
-    shift; "$@"
-  fi
-}
-
-# The owner of the private cluster's files.
-pg_owner() {
-  if [ "$(id -u)" = 0 ]; then
-    id -u svcpg >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin svcpg
-    echo svcpg
-  else
-    id -un
-  fi
-}
-
-# The data folder must be reachable by its owner even when the checkout is
-# under root's home: grant traverse (o+x, not read) on each folder above it
-# that lacks it, and say so.
-grant_traverse() { # owner
-  [ "$(id -u)" = 0 ] || return 0
-  local d="$DATA"
-  while d=$(dirname "$d"); [ "$d" != / ]; do
-    if ! run_as "$1" test -x "$d"; then
-      chmod o+x "$d" && say "granted traverse permission (o+x) on $d so $1 can reach $DATA"
-    fi
-  done
 }
 
 # The settings that are this server's own, not its primary's: a base backup
@@ -135,7 +95,7 @@ base_backup() { # primary_port
   local bin owner; bin=$(pgbin); owner=$(pg_owner)
   rm -rf "$DATA"
   mkdir -p "$DATA"
-  grant_traverse "$owner"
+  grant_traverse "$owner" "$DATA"
   chown "$owner" "$DATA"
   chmod 700 "$DATA"
   run_as "$owner" "$bin/pg_basebackup" -h 127.0.0.1 -p "$1" -U svc -D "$DATA" -X stream -c fast -R >&2
@@ -300,16 +260,13 @@ fi
 
 if ! bin=$(pgbin); then
   say "no PostgreSQL binaries found; installing Debian's postgresql package"
-  export DEBIAN_FRONTEND=noninteractive
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq >&2
-  $SUDO apt-get install -y -qq postgresql >&2
+  apt_install postgresql
   bin=$(pgbin)
 fi
 
 owner=$(pg_owner)
 mkdir -p "$ROOT/.data"
-grant_traverse "$owner"
+grant_traverse "$owner" "$DATA"
 if [ ! -f "$DATA/PG_VERSION" ]; then
   say "initialising a private cluster in .data/pg (owner $owner)"
   mkdir -p "$DATA"
