@@ -182,9 +182,13 @@ node)
     autoctl "$dir" config set --pgdata "$dir/pg" timeout.network_partition_timeout "$PARTITION_TIMEOUT" >/dev/null
   fi
   start "$dir"
+  # The monitor keeps the state pg_autoctl create reported, so PostgreSQL
+  # must answer too.
   for _ in $(seq 1200); do
     state=$(psql_at "$admin" "SELECT reportedstate FROM pgautofailover.node WHERE nodename = '$name' AND reportedstate = goalstate" 2>/dev/null || true)
-    case "$state" in single|primary|secondary) break ;; esac
+    case "$state" in
+      single|primary|secondary) psql_at "postgres://svc@127.0.0.1:$port/postgres?sslmode=disable" "SELECT 1" >/dev/null 2>&1 && break ;;
+    esac
     sleep 0.1
   done
   case "$state" in
