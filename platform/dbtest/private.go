@@ -46,13 +46,20 @@ func newPrivate(t testing.TB) *PrivateServer {
 	t.Helper()
 	port := strconv.Itoa(FreePort(t))
 	s := &PrivateServer{Data: filepath.Join(t.TempDir(), "pg"), t: t}
+	s.env = append(scriptEnv(), "SVC_PG_DATA="+s.Data, "SVC_PG_PORT="+port)
+	return s
+}
+
+// scriptEnv is the test's environment less DATABASE_URL, for the scripts
+// that start servers of its own.
+func scriptEnv() []string {
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
-			s.env = append(s.env, kv)
+			env = append(env, kv)
 		}
 	}
-	s.env = append(s.env, "SVC_PG_DATA="+s.Data, "SVC_PG_PORT="+port)
-	return s
+	return env
 }
 
 // Restart restarts the server at once (pg_ctl -m immediate: to every
@@ -80,21 +87,25 @@ func (s *PrivateServer) Start() { s.t.Helper(); s.run() }
 
 func (s *PrivateServer) run(args ...string) string {
 	s.t.Helper()
-	cmd := exec.Command("bash", append([]string{dbScript()}, args...)...)
-	cmd.Env = s.env
+	return runScript(s.t, s.env, "db.sh", args...)
+}
+
+// runScript runs scripts/NAME of this checkout with env and returns what
+// it printed on stdout, trimmed; it fails t with its stderr if it fails.
+func runScript(t testing.TB, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join(ModuleRoot(), "scripts", name)}, args...)...)
+	cmd.Env = env
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = string(ee.Stderr)
 		}
-		s.t.Fatalf("scripts/db.sh %v: %v: %s", args, err, stderr)
+		t.Fatalf("scripts/%s %v: %v: %s", name, args, err, stderr)
 	}
 	return strings.TrimSpace(string(out))
 }
-
-// dbScript is scripts/db.sh of this checkout.
-func dbScript() string { return filepath.Join(ModuleRoot(), "scripts", "db.sh") }
 
 // ModuleRoot is the checkout the tests run from: for the harnesses that
 // build svc and run scripts/.

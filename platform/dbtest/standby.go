@@ -121,6 +121,20 @@ func (s *PrivateServer) InRecovery() bool {
 	return r
 }
 
+// AcceptsWrites reports whether a new session on the server may write:
+// it is not in recovery and transaction_read_only is off, what a client
+// with target_session_attrs=read-write checks. (pg_auto_failover promotes
+// a standby read-only and allows writes only once the monitor gives up on
+// the old primary.)
+func (s *PrivateServer) AcceptsWrites() bool {
+	s.t.Helper()
+	var r bool
+	s.query(func(c *pgx.Conn) error {
+		return c.QueryRow(context.Background(), "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'").Scan(&r)
+	})
+	return r
+}
+
 // SetSynchronous sets the primary's synchronous_commit (on, remote_write,
 // remote_apply, local, off) and synchronous_standby_names (a standby's
 // Name, a list or '*'; empty: no synchronous standby, commits return
@@ -144,8 +158,9 @@ func (s *PrivateServer) SetSynchronous(commit, standbyNames string) {
 }
 
 // WaitStreaming waits until the standby named name streams from the
-// primary s, in sync_state sync when sync is true, and has replayed
-// everything s had written when WaitStreaming was called.
+// primary s, synchronous when sync is true (sync_state sync, or quorum for
+// a standby named in an ANY list, as pg_auto_failover names them), and has
+// replayed everything s had written when WaitStreaming was called.
 func (s *PrivateServer) WaitStreaming(name string, sync bool) {
 	s.t.Helper()
 	var target string
@@ -157,7 +172,7 @@ func (s *PrivateServer) WaitStreaming(name string, sync bool) {
 		var ok bool
 		s.query(func(c *pgx.Conn) error {
 			err := c.QueryRow(context.Background(), `
-				SELECT state = 'streaming' AND (NOT $2 OR sync_state = 'sync')
+				SELECT state = 'streaming' AND (NOT $2 OR sync_state IN ('sync', 'quorum'))
 				       AND replay_lsn IS NOT NULL AND replay_lsn >= $3::pg_lsn
 				  FROM pg_stat_replication WHERE application_name = $1`, name, sync, target).Scan(&ok)
 			if err == pgx.ErrNoRows {
