@@ -53,10 +53,16 @@ chaos: ## Fault-injection run of the real binaries (CHAOS_DURATION, CHAOS_SEED t
 
 FAILOVER_COUNT ?= 10
 FAILOVER_SYNC_COMMIT ?= on
+# pg_auto_failover: a monitor detects the primary's loss and promotes the
+# standby (installed when missing); manual: the harness promotes at once.
+FAILOVER_MANAGER ?= pg_auto_failover
+# tuned (scripts/autofailover.sh), or default: pg_auto_failover's own.
+FAILOVER_PAF_TIMEOUTS ?= tuned
 
 .PHONY: failover
-failover: ## PostgreSQL failover under load: a synchronous standby promoted FAILOVER_COUNT times, failing back and forth (docs/reliability.md)
+failover: ## PostgreSQL failover under load: the primary's host lost FAILOVER_COUNT times under FAILOVER_MANAGER (pg_auto_failover, or manual), failing back and forth (docs/reliability.md)
 	@url=$$(scripts/db.sh) && DATABASE_URL="$$url" FAILOVER_COUNT=$(FAILOVER_COUNT) FAILOVER_SYNC_COMMIT=$(FAILOVER_SYNC_COMMIT) \
+		FAILOVER_MANAGER=$(FAILOVER_MANAGER) FAILOVER_PAF_TIMEOUTS=$(FAILOVER_PAF_TIMEOUTS) \
 		CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -v -timeout 0 -run '^TestFailover$$' ./cmd/svc/chaos/
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2

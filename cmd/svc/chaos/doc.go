@@ -11,6 +11,9 @@
 // TestFailover (make failover; one failover and its fail-back in make
 // test) runs the same processes and workload on a PostgreSQL primary with
 // a synchronous streaming standby, both named in a multi-host DATABASE_URL,
-// kills the primary's postmaster, promotes the standby, and rebuilds the
-// old primary as the new standby with pg_rewind, round after round.
+// kills the primary, has the standby promoted and rebuilds the old primary
+// as the new standby, round after round: in make test the harness promotes
+// at once (pg_ctl promote, pg_rewind); make failover runs the servers under
+// pg_auto_failover, whose monitor detects the lost host and promotes by
+// itself (FAILOVER_MANAGER).
 package chaos

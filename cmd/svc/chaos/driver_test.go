@@ -252,6 +252,9 @@ func (d *driver) retryUnanswered(ctx context.Context) int {
 	return len(left)
 }
 
+// replayDiffered counts the replays whose answer differed from the first.
+const replayDiffered = "replay differed"
+
 // replay sends the same request again with the same key and requires the
 // stored answer, byte for byte (each key one effect, identical replays).
 func (d *driver) replay(method, path string, raw []byte, key, idem string, first response) {
@@ -263,6 +266,7 @@ func (d *driver) replay(method, path string, raw []byte, key, idem string, first
 		}
 		d.count("replay")
 		if resp.status != first.status || !bytes.Equal(resp.body, first.body) {
+			d.count(replayDiffered)
 			d.v.add("replay of %s %s (key %s) answered %d %s, the first answer was %d %s", method, path, idem,
 				resp.status, excerpt(resp.body), first.status, excerpt(first.body))
 		}

@@ -20,15 +20,24 @@ import (
 )
 
 // failoverSettings are a failover run's own settings (make failover sets
-// them; make test runs the short defaults: one failover and the fail-back).
+// them; make test runs the short defaults: one failover and the fail-back,
+// the harness promoting the standby itself).
 type failoverSettings struct {
 	count      int           // failovers (each one kills the primary of the moment)
 	load       time.Duration // of mixed load before each kill
 	syncCommit string        // the primary's synchronous_commit
+	manager    string        // manual, or pg_auto_failover
+	// pafDefaults keeps pg_auto_failover's own detection settings.
+	pafDefaults bool
 }
 
+const (
+	managerManual = "manual"
+	managerPAF    = "pg_auto_failover"
+)
+
 func loadFailoverSettings(t *testing.T) failoverSettings {
-	s := failoverSettings{count: 2, load: 4 * time.Second, syncCommit: "on"}
+	s := failoverSettings{count: 2, load: 4 * time.Second, syncCommit: "on", manager: managerManual}
 	if v := os.Getenv("FAILOVER_COUNT"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -46,23 +55,178 @@ func loadFailoverSettings(t *testing.T) failoverSettings {
 	if v := os.Getenv("FAILOVER_SYNC_COMMIT"); v != "" {
 		s.syncCommit = v
 	}
+	switch v := os.Getenv("FAILOVER_MANAGER"); v {
+	case "", managerManual:
+	case managerPAF:
+		s.manager = v
+	default:
+		t.Fatalf("FAILOVER_MANAGER=%q: %s or %s", v, managerManual, managerPAF)
+	}
+	switch v := os.Getenv("FAILOVER_PAF_TIMEOUTS"); v {
+	case "", "tuned":
+	case "default":
+		s.pafDefaults = true
+	default:
+		t.Fatalf("FAILOVER_PAF_TIMEOUTS=%q: tuned or default", v)
+	}
 	return s
 }
 
-// pgPair is a primary and its synchronous standby; they swap at each
-// failover.
-type pgPair struct{ primary, standby *dbtest.PrivateServer }
+// pgManager is what fails the database over in a run: the harness itself
+// (manual) or pg_auto_failover's monitor.
+type pgManager interface {
+	// start starts the servers: the cluster's database.
+	start(t testing.TB) (*dbtest.PrivateServer, string, string, string)
+	// names are the primary's and the standby's names now.
+	names() (primary, standby string)
+	// kill loses the primary (sets r.killed).
+	kill(r *failoverRound)
+	// promote returns once the standby accepts writes (sets r.promoted,
+	// and what the monitor decided when).
+	promote(r *failoverRound)
+	// failBack brings the old primary back as the new primary's
+	// synchronous standby and swaps the two (sets r.rebuild, r.rebuilt,
+	// r.resynced).
+	failBack(r *failoverRound)
+}
+
+func newManager(fs failoverSettings) pgManager {
+	if fs.manager == managerPAF {
+		return &pafManager{fs: fs}
+	}
+	return &manualManager{fs: fs}
+}
+
+// manualManager plays the failover tool with no detection: pg_ctl promote
+// of the standby at once after the kill (scripts/db.sh), pg_rewind of the
+// old primary into the new standby. Its figures are what the service
+// itself adds.
+type manualManager struct {
+	fs               failoverSettings
+	primary, standby *dbtest.PrivateServer
+}
+
+func (m *manualManager) start(t testing.TB) (*dbtest.PrivateServer, string, string, string) {
+	a := dbtest.StartReplicatedServer(t)
+	a.Name = "a"
+	owner, runtime := a.Roles() // roles replicate: made once, on the primary
+	b := a.StartStandby(dbtest.StandbyOptions{Name: "b"})
+	a.SetSynchronous(m.fs.syncCommit, "b")
+	a.WaitStreaming("b", true)
+	m.primary, m.standby = a, b
+	return a, dbtest.MultiHostURL(owner, a, b), dbtest.MultiHostURL(runtime, a, b), dbtest.MultiHostURL(a.URL, a, b)
+}
+
+func (m *manualManager) names() (string, string) { return m.primary.Name, m.standby.Name }
+
+func (m *manualManager) kill(r *failoverRound) {
+	m.primary.Kill()
+	r.killed = time.Since(r.killedAt)
+}
+
+func (m *manualManager) promote(r *failoverRound) {
+	m.standby.Promote()
+	r.promoted = time.Since(r.killedAt)
+}
+
+// failBack rebuilds the old primary as the new standby and makes it
+// synchronous. Until then the new primary commits without waiting for a
+// standby (there is none to wait for): see docs/reliability.md.
+func (m *manualManager) failBack(r *failoverRound) {
+	old, next := m.primary, m.standby
+	start := time.Now()
+	r.rebuild = old.RebuildAsStandby(next)
+	r.rebuilt = time.Since(start)
+	next.SetSynchronous(m.fs.syncCommit, old.Name)
+	next.WaitStreaming(old.Name, true)
+	r.resynced = time.Since(start)
+	m.primary, m.standby = next, old
+}
+
+// pafManager runs the servers as a pg_auto_failover formation: a monitor
+// and two keeper-managed nodes (scripts/autofailover.sh). A round loses
+// the primary's host (its keeper and its PostgreSQL killed together) and
+// waits for the monitor to notice and promote the standby; the fail-back
+// starts the old node's keeper again, which rewinds it into the new
+// standby, as a host coming back would.
+type pafManager struct {
+	t                testing.TB
+	fs               failoverSettings
+	f                *dbtest.AutoFailover
+	primary, standby *dbtest.AutoNode
+}
+
+func (m *pafManager) start(t testing.TB) (*dbtest.PrivateServer, string, string, string) {
+	m.t = t
+	m.f = dbtest.StartAutoFailover(t, dbtest.AutoFailoverOptions{DefaultTimeouts: m.fs.pafDefaults})
+	a := m.f.AddNode("a")
+	a.SetSynchronousCommit(m.fs.syncCommit) // before b: its base backup copies it
+	owner, runtime := a.Roles()
+	b := m.f.AddNode("b")
+	m.f.WaitStates(2*time.Minute, map[string]string{"a": "primary", "b": "secondary"})
+	a.WaitStreaming(b.ApplicationName(), true)
+	m.primary, m.standby = a, b
+	pa, pb := a.PrivateServer, b.PrivateServer
+	return pa, dbtest.MultiHostURL(owner, pa, pb), dbtest.MultiHostURL(runtime, pa, pb), dbtest.MultiHostURL(pa.URL, pa, pb)
+}
+
+func (m *pafManager) names() (string, string) { return m.primary.Name, m.standby.Name }
+
+func (m *pafManager) kill(r *failoverRound) {
+	m.primary.KillHost()
+	r.killed = time.Since(r.killedAt)
+}
+
+// promote waits until the standby accepts writes (the keeper promotes it
+// read-only, and allows writes once the monitor has waited
+// primary_demote_timeout for the old primary), then reads from the
+// monitor's events when it marked the old primary unhealthy (its health
+// checks) and when it started the failover (the old primary's goal set to
+// draining).
+func (m *pafManager) promote(r *failoverRound) {
+	for !m.standby.AcceptsWrites() {
+		if time.Since(r.killedAt) > 5*time.Minute {
+			m.t.Fatalf("%s not promoted 5 minutes after %s was killed; the monitor has %v", m.standby.Name, m.primary.Name, m.f.States())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.promoted = time.Since(r.killedAt)
+	for _, e := range m.f.Events(r.killedAt) {
+		switch {
+		case e.Node != m.primary.Name:
+		case r.unhealthy == 0 && strings.Contains(e.About, "marked as unhealthy"):
+			r.unhealthy = e.At.Sub(r.killedAt)
+		case r.decided == 0 && e.Goal == "draining":
+			r.decided = e.At.Sub(r.killedAt)
+		}
+	}
+}
+
+func (m *pafManager) failBack(r *failoverRound) {
+	old, next := m.primary, m.standby
+	start := time.Now()
+	from := old.StartKeeper()
+	m.f.WaitStates(5*time.Minute, map[string]string{old.Name: "secondary"})
+	r.rebuilt = time.Since(start)
+	r.rebuild = old.RebuildMethod(from)
+	m.f.WaitStates(5*time.Minute, map[string]string{old.Name: "secondary", next.Name: "primary"})
+	next.WaitStreaming(old.ApplicationName(), true)
+	r.resynced = time.Since(start)
+	m.primary, m.standby = next, old
+}
 
 // TestFailover runs the whole service on a PostgreSQL primary with a
 // synchronous streaming standby, both named in every process's
 // DATABASE_URL (target_session_attrs=read-write), under mixed load. Each
-// round kills the primary's postmaster (kill -9), promotes the standby as
-// a failover tool would, measures the time from the kill to the first 2xx
-// of a write, checks that every write acknowledged before the kill is
-// still there and answers the same, and rebuilds the old primary as the
-// new synchronous standby (pg_rewind), so the next round fails back. No
-// svc process is restarted. docs/reliability.md has the method and the
-// figures.
+// round kills the primary (kill -9), waits for the standby to be promoted,
+// measures the time from the kill to the first 2xx of a write, checks that
+// every write acknowledged before the kill is still there and answers the
+// same, and brings the old primary back as the new synchronous standby, so
+// the next round fails back. No svc process is restarted.
+// FAILOVER_MANAGER chooses who promotes: the harness at once (manual, the
+// default: pg_ctl promote, pg_rewind) or pg_auto_failover's monitor, which
+// detects the loss of the primary's host by itself. docs/reliability.md
+// has the method and the figures.
 func TestFailover(t *testing.T) {
 	// Its own primary, standby and cluster: it runs beside the other
 	// scenarios.
@@ -70,20 +234,11 @@ func TestFailover(t *testing.T) {
 	s := loadSettings(t)
 	fs := loadFailoverSettings(t)
 	dir := scenarioDir(t)
-	t.Logf("failover seed %d, %d failovers after %s of load each, synchronous_commit=%s", s.seed, fs.count, fs.load, fs.syncCommit)
+	t.Logf("failover seed %d, %d failovers after %s of load each, synchronous_commit=%s, manager %s", s.seed, fs.count, fs.load, fs.syncCommit, fs.manager)
 
 	began := time.Now()
-	var pair pgPair
-	c := startClusterOn(t, dir, func(t testing.TB) (*dbtest.PrivateServer, string, string, string) {
-		a := dbtest.StartReplicatedServer(t)
-		a.Name = "a"
-		owner, runtime := a.Roles() // roles replicate: made once, on the primary
-		b := a.StartStandby(dbtest.StandbyOptions{Name: "b"})
-		a.SetSynchronous(fs.syncCommit, "b")
-		a.WaitStreaming("b", true)
-		pair = pgPair{primary: a, standby: b}
-		return a, dbtest.MultiHostURL(owner, a, b), dbtest.MultiHostURL(runtime, a, b), dbtest.MultiHostURL(a.URL, a, b)
-	})
+	m := newManager(fs)
+	c := startClusterOn(t, dir, m.start)
 	pids := map[string]int{}
 	for _, p := range c.procs() {
 		pids[p.Name] = p.Pid()
@@ -102,12 +257,13 @@ func TestFailover(t *testing.T) {
 	actors := d.run(ctx, s.actors)
 
 	var rounds []failoverRound
-	checked := 0 // acks replayed so far
+	checked := 0              // acks replayed so far
+	lost := map[string]bool{} // acknowledged deposits and withdrawals found missing
 	for i := 0; i < fs.count; i++ {
 		time.Sleep(fs.load)
-		r := failoverOnce(t, c, d, v, &pair, fmt.Sprintf("failover-%d-%d", s.seed, i), fs.syncCommit)
+		r := failoverOnce(t, d, v, m, fmt.Sprintf("failover-%d-%d", s.seed, i))
 		checkStart := time.Now()
-		checked = checkAcks(d, v, o, checked, r.killedAt, &r)
+		checked = checkAcks(d, v, o, checked, r.killedAt, &r, lost)
 		t.Logf("round %d: acknowledged writes checked in %s", i+1, time.Since(checkStart).Round(time.Millisecond))
 		for _, p := range c.procs() {
 			if !p.Alive() || p.Pid() != pids[p.Name] {
@@ -161,10 +317,23 @@ func TestFailover(t *testing.T) {
 			v.add("%s is not the process started at the beginning (log %s)", p.Name, p.Log)
 		}
 	}
+	missing, err := missingWrites(o, d.ackedIDs())
+	if err != nil {
+		v.add("the acknowledged writes could not be read at the end: %v", err)
+	}
+	for _, id := range missing {
+		lost[id] = true
+	}
+	o.mu.Lock()
+	dup := duplicates{strays: o.strays, payouts: o.extraPayouts}
+	o.mu.Unlock()
+	d.mu.Lock()
+	dup.replays = d.ops[replayDiffered]
+	d.mu.Unlock()
 
-	summary := fmt.Sprintf("seed %d: %d failovers (synchronous_commit=%s), settled in %s\n  %s\n  %s\n  events delivered %d, book checks %d, violations %d",
-		s.seed, len(rounds), fs.syncCommit, time.Since(settleStart).Round(time.Second), failoverFigures(rounds), d.summary(),
-		nEvents, o.checks, len(v.all()))
+	summary := fmt.Sprintf("seed %d: %d failovers (synchronous_commit=%s, manager %s), settled in %s\n%s\n  %s\n  %s\n  events delivered %d, book checks %d, violations %d",
+		s.seed, len(rounds), fs.syncCommit, fs.manager, time.Since(settleStart).Round(time.Second),
+		failoverTable(fs, rounds, len(lost), dup), failoverFigures(rounds), d.summary(), nEvents, o.checks, len(v.all()))
 	t.Log(summary)
 	var lines []string
 	for i, r := range rounds {
@@ -178,64 +347,61 @@ func TestFailover(t *testing.T) {
 
 // failoverRound is what one failover measured.
 type failoverRound struct {
-	from, to         string        // the killed primary's and the promoted standby's names
-	killedAt         time.Time     // when the postmaster was killed
-	killed           time.Duration // until the old primary's processes were all gone
-	promoted         time.Duration // from the kill to the end of pg_ctl promote
-	firstWrite       time.Duration // from the kill to the first 2xx of a write
-	probe503         int           // the probe's 503 answers before that
-	driver503        int           // the driver's 503 answers in the same window
-	ackedBefore      int           // writes acknowledged before the kill, all checked
-	replayed         int           // acknowledged writes replayed after the failover
-	rebuild          string        // pg_rewind or pg_basebackup
-	rebuilt, resynce time.Duration // the rebuild, and until the rebuilt standby is synchronous again
+	from, to    string        // the killed primary's and the promoted standby's names
+	killedAt    time.Time     // when the primary was killed
+	killed      time.Duration // until the old primary's processes were all gone
+	unhealthy   time.Duration // pg_auto_failover: from the kill to the monitor marking the primary unhealthy
+	decided     time.Duration // pg_auto_failover: from the kill to the monitor starting the failover
+	promoted    time.Duration // from the kill to the standby accepting read-write sessions
+	firstWrite  time.Duration // from the kill to the first 2xx of a write
+	probe503    int           // the probe's 503 answers before that
+	driver503   int           // the driver's 503 answers in the same window
+	ackedBefore int           // writes acknowledged before the kill, all checked
+	replayed    int           // acknowledged writes replayed after the failover
+	missing     int           // acknowledged deposits and withdrawals not on the new primary
+	rebuild     string        // pg_rewind or pg_basebackup
+	rebuilt     time.Duration // until the old primary is a standby again
+	resynced    time.Duration // until it is synchronous again (both from the start of the rebuild)
 }
 
 func (r failoverRound) String() string {
-	return fmt.Sprintf("%s -> %s: processes gone %s, promoted %s, first write 2xx %s after the kill (503 answers: probe %d, load %d); %d writes acknowledged before the kill checked, %d replayed; old primary rebuilt with %s in %s, synchronous again after %s",
-		r.from, r.to, r.killed.Round(time.Millisecond), r.promoted.Round(time.Millisecond), r.firstWrite.Round(time.Millisecond), r.probe503, r.driver503,
-		r.ackedBefore, r.replayed, r.rebuild, r.rebuilt.Round(time.Millisecond), r.resynce.Round(time.Millisecond))
+	monitor := ""
+	if r.decided > 0 {
+		monitor = fmt.Sprintf("monitor: primary unhealthy %s, failover started %s after the kill; ", r.unhealthy.Round(time.Millisecond), r.decided.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s -> %s: processes gone %s, %spromoted %s, first write 2xx %s after the kill (503 answers: probe %d, load %d); %d writes acknowledged before the kill checked (%d missing), %d replayed; old primary rebuilt with %s in %s, synchronous again after %s",
+		r.from, r.to, r.killed.Round(time.Millisecond), monitor, r.promoted.Round(time.Millisecond), r.firstWrite.Round(time.Millisecond), r.probe503, r.driver503,
+		r.ackedBefore, r.missing, r.replayed, r.rebuild, r.rebuilt.Round(time.Millisecond), r.resynced.Round(time.Millisecond))
 }
 
-// failoverOnce kills the primary, promotes the standby, waits for a write
-// to succeed through the balancer, then rebuilds the old primary as the
-// new standby and makes it synchronous. Until then the new primary commits
-// without waiting for a standby (there is none to wait for): see
-// docs/reliability.md.
-func failoverOnce(t *testing.T, c *cluster, d *driver, v *violations, pair *pgPair, key, syncCommit string) failoverRound {
+// failoverOnce kills the primary, waits for the standby's promotion, and
+// for a write to succeed through the balancer, then brings the old primary
+// back as the new synchronous standby.
+func failoverOnce(t *testing.T, d *driver, v *violations, m pgManager, key string) failoverRound {
 	t.Helper()
-	old, next := pair.primary, pair.standby
-	r := failoverRound{from: old.Name, to: next.Name}
+	var r failoverRound
+	r.from, r.to = m.names()
 	d.mu.Lock()
 	before503 := d.statuses[http.StatusServiceUnavailable]
 	d.mu.Unlock()
 
 	r.killedAt = time.Now()
-	old.Kill()
-	r.killed = time.Since(r.killedAt)
+	m.kill(&r)
 	probe := make(chan probeResult, 1)
-	go func() { probe <- d.probeWrite(r.killedAt, key, 2*time.Minute) }()
-	next.Promote()
-	r.promoted = time.Since(r.killedAt)
+	go func() { probe <- d.probeWrite(r.killedAt, key, 5*time.Minute) }()
+	m.promote(&r)
 	p := <-probe
 	r.firstWrite, r.probe503 = p.after, p.unavailable
 	d.mu.Lock()
 	r.driver503 = d.statuses[http.StatusServiceUnavailable] - before503
 	d.mu.Unlock()
 	if !p.ok {
-		v.add("%s -> %s: no write succeeded within 2 minutes of the kill", r.from, r.to)
+		v.add("%s -> %s: no write succeeded within 5 minutes of the kill", r.from, r.to)
 	}
 	for _, s := range p.bad {
 		v.add("%s -> %s: during the failover the probe got %s", r.from, r.to, s)
 	}
-
-	start := time.Now()
-	r.rebuild = old.RebuildAsStandby(next)
-	r.rebuilt = time.Since(start)
-	next.SetSynchronous(syncCommit, old.Name)
-	next.WaitStreaming(old.Name, true)
-	r.resynce = time.Since(start)
-	pair.primary, pair.standby = next, old
+	m.failBack(&r)
 	return r
 }
 
@@ -288,19 +454,13 @@ func (d *driver) probeWrite(since time.Time, idem string, within time.Duration) 
 
 // checkAcks checks the writes acknowledged since the last check (from
 // index from): each deposit and withdrawal the API answered 2xx with is
-// in the new primary, and each acknowledged request, sent again with its
-// key, answers the same status and body (the key's record survived; a
-// lost one would make a second effect). It returns the new index.
-func checkAcks(d *driver, v *violations, o *oracle, from int, killedAt time.Time, r *failoverRound) int {
+// in the new primary (those that are not join lost), and each
+// acknowledged request, sent again with its key, answers the same status
+// and body (the key's record survived; a lost one would make a second
+// effect). It returns the new index.
+func checkAcks(d *driver, v *violations, o *oracle, from int, killedAt time.Time, r *failoverRound, lost map[string]bool) int {
 	d.mu.Lock()
 	acks := slices.Clone(d.acks[from:])
-	var ids []string
-	for _, x := range d.deposits {
-		ids = append(ids, x.id)
-	}
-	for _, w := range d.wds {
-		ids = append(ids, w.id)
-	}
 	d.mu.Unlock()
 	for _, a := range acks {
 		if a.at.Before(killedAt) {
@@ -308,22 +468,17 @@ func checkAcks(d *driver, v *violations, o *oracle, from int, killedAt time.Time
 		}
 	}
 
-	ctx := context.Background()
-	var found int
-	var err error
-	for i := 0; i < 30; i++ {
-		err = o.c.db.Bun.NewRaw(`SELECT (SELECT count(*) FROM deposits WHERE id = ANY(?::uuid[])) + (SELECT count(*) FROM withdrawals WHERE id = ANY(?::uuid[]))`,
-			pgdialect.Array(ids), pgdialect.Array(ids)).Scan(ctx, &found)
-		if err == nil {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	ids := d.ackedIDs()
+	missing, err := missingWrites(o, ids)
 	switch {
 	case err != nil:
 		v.add("%s -> %s: the acknowledged writes could not be read: %s", r.from, r.to, excerpt([]byte(err.Error())))
-	case found != len(ids):
-		v.add("%s -> %s: %d deposits and withdrawals were acknowledged, the new primary holds %d of them", r.from, r.to, len(ids), found)
+	case len(missing) > 0:
+		v.add("%s -> %s: %d deposits and withdrawals were acknowledged, the new primary lacks %d of them: %v", r.from, r.to, len(ids), len(missing), missing)
+	}
+	r.missing = len(missing)
+	for _, id := range missing {
+		lost[id] = true
 	}
 
 	// Replayed a few at a time, as the load goes on.
@@ -341,6 +496,51 @@ func checkAcks(d *driver, v *violations, o *oracle, from int, killedAt time.Time
 	wg.Wait()
 	r.replayed = len(acks)
 	return from + len(acks)
+}
+
+// ackedIDs are the deposits and withdrawals the API answered with.
+func (d *driver) ackedIDs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ids []string
+	for _, x := range d.deposits {
+		ids = append(ids, x.id)
+	}
+	for _, w := range d.wds {
+		ids = append(ids, w.id)
+	}
+	return ids
+}
+
+// missingWrites are the ids of ids that neither the deposits nor the
+// withdrawals hold, read on the primary (30 tries a second apart while it
+// cannot be read).
+func missingWrites(o *oracle, ids []string) ([]string, error) {
+	var found []string
+	var err error
+	for i := 0; i < 30; i++ {
+		found = found[:0]
+		err = o.c.db.Bun.NewRaw(`SELECT id::text FROM deposits WHERE id = ANY(?::uuid[]) UNION ALL SELECT id::text FROM withdrawals WHERE id = ANY(?::uuid[])`,
+			pgdialect.Array(ids), pgdialect.Array(ids)).Scan(context.Background(), &found)
+		if err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[string]bool, len(found))
+	for _, id := range found {
+		have[id] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !have[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
 }
 
 // waitReady waits until url answers 200 and returns the last body seen.
@@ -362,26 +562,71 @@ func waitReady(url string, within time.Duration) (string, bool) {
 	return last, false
 }
 
+// quantile is the p-quantile of sorted l (nearest rank), to the
+// millisecond.
+func quantile(l []time.Duration, p float64) time.Duration {
+	i := int(float64(len(l))*p+0.999999) - 1
+	return l[max(0, min(i, len(l)-1))].Round(time.Millisecond)
+}
+
+func sortedOf(rounds []failoverRound, f func(failoverRound) time.Duration) []time.Duration {
+	var l []time.Duration
+	for _, r := range rounds {
+		l = append(l, f(r))
+	}
+	slices.Sort(l)
+	return l
+}
+
 // failoverFigures is the p50, p99 and max of the rounds' times to the
-// first 2xx, and the 503s answered meanwhile.
+// first 2xx and to the promotion (and to the monitor's decision), and the
+// 503s answered meanwhile.
 func failoverFigures(rounds []failoverRound) string {
 	if len(rounds) == 0 {
 		return "no failover"
 	}
-	var first, prom []time.Duration
+	first := sortedOf(rounds, func(r failoverRound) time.Duration { return r.firstWrite })
+	prom := sortedOf(rounds, func(r failoverRound) time.Duration { return r.promoted })
 	var p503, d503 int
 	for _, r := range rounds {
-		first = append(first, r.firstWrite)
-		prom = append(prom, r.promoted)
 		p503 += r.probe503
 		d503 += r.driver503
 	}
-	slices.Sort(first)
-	slices.Sort(prom)
-	q := func(l []time.Duration, p float64) time.Duration {
-		i := int(float64(len(l))*p+0.999999) - 1
-		return l[max(0, min(i, len(l)-1))].Round(time.Millisecond)
+	monitor := ""
+	if rounds[0].decided > 0 {
+		dec := sortedOf(rounds, func(r failoverRound) time.Duration { return r.decided })
+		monitor = fmt.Sprintf("; kill to the monitor's failover: p50 %s, max %s", quantile(dec, 0.5), dec[len(dec)-1].Round(time.Millisecond))
 	}
-	return fmt.Sprintf("kill to first write 2xx: p50 %s, p99 %s, max %s over %d failovers (kill to promoted: p50 %s, max %s); 503 answers during failovers: probe %d, load %d",
-		q(first, 0.5), q(first, 0.99), first[len(first)-1].Round(time.Millisecond), len(rounds), q(prom, 0.5), prom[len(prom)-1].Round(time.Millisecond), p503, d503)
+	return fmt.Sprintf("kill to first write 2xx: p50 %s, p99 %s, max %s over %d failovers (kill to promoted: p50 %s, max %s%s); 503 answers during failovers: probe %d, load %d",
+		quantile(first, 0.5), quantile(first, 0.99), first[len(first)-1].Round(time.Millisecond), len(rounds), quantile(prom, 0.5), prom[len(prom)-1].Round(time.Millisecond), monitor, p503, d503)
+}
+
+// duplicates are the second effects a run found: deposits and withdrawals
+// in the database that no answer named, processor payouts beyond a
+// withdrawal's first, and replays whose answer differed from the first.
+type duplicates struct{ strays, payouts, replays int }
+
+func (d duplicates) total() int { return d.strays + d.payouts + d.replays }
+
+// failoverTable is the run's figures as the table docs/deployment.md
+// shows.
+func failoverTable(fs failoverSettings, rounds []failoverRound, lost int, dup duplicates) string {
+	if len(rounds) == 0 {
+		return "no failover"
+	}
+	first := sortedOf(rounds, func(r failoverRound) time.Duration { return r.firstWrite })
+	var p503, d503 int
+	for _, r := range rounds {
+		p503 += r.probe503
+		d503 += r.driver503
+	}
+	manager := fs.manager
+	if fs.manager == managerPAF && fs.pafDefaults {
+		manager += " (default timeouts)"
+	}
+	return fmt.Sprintf(`| manager | synchronous_commit | failovers and fail-backs | kill to first 2xx write, p50 / p99 | acknowledged writes lost | duplicates | 503 answers (probe / load) |
+|---|---|---|---|---|---|---|
+| %s | %s | %d | %s / %s | %d | %d (unanswered rows %d, second payouts %d, replays that differed %d) | %d / %d |`,
+		manager, fs.syncCommit, len(rounds), quantile(first, 0.5), quantile(first, 0.99), lost,
+		dup.total(), dup.strays, dup.payouts, dup.replays, p503, d503)
 }

@@ -49,7 +49,11 @@ type oracle struct {
 	c      *cluster
 	v      *violations
 	checks int
-	mu     sync.Mutex
+	// strays are the deposits and withdrawals in the database that no
+	// answer named (idempotency), extraPayouts the processor payouts
+	// beyond a withdrawal's first (payouts), as last counted.
+	strays, extraPayouts int
+	mu                   sync.Mutex
 }
 
 // books checks the ledger (balanced entries, materialized balances equal
@@ -88,13 +92,18 @@ func (o *oracle) payouts() {
 	for _, p := range o.c.sim.Payouts() {
 		per[p.WithdrawalID] = append(per[p.WithdrawalID], p.ID+" "+p.State)
 	}
+	extra := 0
 	for id, list := range per {
 		if id == "" {
 			o.v.add("processor payouts without a withdrawal id: %v", list)
 		} else if len(list) > 1 {
 			o.v.add("withdrawal %s has %d processor payouts: %v", id, len(list), list)
+			extra += len(list) - 1
 		}
 	}
+	o.mu.Lock()
+	o.extraPayouts = extra
+	o.mu.Unlock()
 }
 
 // watch runs books every interval until ctx ends.
@@ -234,6 +243,12 @@ func (o *oracle) idempotency(ctx context.Context, d *driver) error {
 	}
 	nd, nw := len(d.deposits), len(d.wds)
 	d.mu.Unlock()
+	strays := 0
+	defer func() {
+		o.mu.Lock()
+		o.strays = strays
+		o.mu.Unlock()
+	}()
 	for _, table := range []string{"deposits", "withdrawals"} {
 		var ids []uuid.UUID
 		if err := o.c.db.Bun.NewSelect().Table(table).Column("id").Scan(ctx, &ids); err != nil {
@@ -242,6 +257,7 @@ func (o *oracle) idempotency(ctx context.Context, d *driver) error {
 		for _, id := range ids {
 			if !known[id.String()] {
 				o.v.add("%s %s exists but no request was answered with it", strings.TrimSuffix(table, "s"), id)
+				strays++
 			}
 		}
 		n := nd
