@@ -227,6 +227,39 @@ func (f *AutoFailover) Events(since time.Time) []AutoEvent {
 	return out
 }
 
+// CopyLogs copies the keepers' logs (the monitor's too) and their
+// PostgreSQL logs into the folder to, as NAME-keeper.log and
+// NAME-postgresql-*.log, for a run that keeps its logs.
+func (f *AutoFailover) CopyLogs(to string) error {
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return err
+	}
+	nodes, err := os.ReadDir(f.dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if !n.IsDir() || n.Name() == "sock" {
+			continue
+		}
+		files := map[string]string{filepath.Join(f.dir, n.Name(), "keeper.log"): n.Name() + "-keeper.log"}
+		pgLogs, _ := filepath.Glob(filepath.Join(f.dir, n.Name(), "pg", "log", "*"))
+		for _, l := range pgLogs {
+			files[l] = n.Name() + "-" + filepath.Base(l)
+		}
+		for from, name := range files {
+			b, err := os.ReadFile(from)
+			if err != nil {
+				continue // a node that never started has no log
+			}
+			if err := os.WriteFile(filepath.Join(to, name), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (f *AutoFailover) query(fn func(*pgx.Conn) error) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -90,9 +90,10 @@ type pgManager interface {
 	failBack(r *failoverRound)
 }
 
-func newManager(fs failoverSettings) pgManager {
+// newManager is fs's manager; dir is where the run keeps its logs.
+func newManager(fs failoverSettings, dir string) pgManager {
 	if fs.manager == managerPAF {
-		return &pafManager{fs: fs}
+		return &pafManager{fs: fs, logs: dir}
 	}
 	return &manualManager{fs: fs}
 }
@@ -152,6 +153,7 @@ func (m *manualManager) failBack(r *failoverRound) {
 type pafManager struct {
 	t                testing.TB
 	fs               failoverSettings
+	logs             string // the run's log folder
 	f                *dbtest.AutoFailover
 	primary, standby *dbtest.AutoNode
 }
@@ -159,6 +161,15 @@ type pafManager struct {
 func (m *pafManager) start(t testing.TB) (*dbtest.PrivateServer, string, string, string) {
 	m.t = t
 	m.f = dbtest.StartAutoFailover(t, dbtest.AutoFailoverOptions{DefaultTimeouts: m.fs.pafDefaults})
+	if os.Getenv("CHAOS_KEEP") != "" {
+		// Before the formation stops and its folder goes (cleanups run last
+		// in, first out).
+		t.Cleanup(func() {
+			if err := m.f.CopyLogs(filepath.Join(m.logs, "pg_auto_failover")); err != nil {
+				t.Logf("copying pg_auto_failover's logs: %v", err)
+			}
+		})
+	}
 	a := m.f.AddNode("a")
 	a.SetSynchronousCommit(m.fs.syncCommit) // before b: its base backup copies it
 	owner, runtime := a.Roles()
@@ -237,7 +248,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("failover seed %d, %d failovers after %s of load each, synchronous_commit=%s, manager %s", s.seed, fs.count, fs.load, fs.syncCommit, fs.manager)
 
 	began := time.Now()
-	m := newManager(fs)
+	m := newManager(fs, dir)
 	c := startClusterOn(t, dir, m.start)
 	pids := map[string]int{}
 	for _, p := range c.procs() {
@@ -320,6 +331,9 @@ func TestFailover(t *testing.T) {
 	missing, err := missingWrites(o, d.ackedIDs())
 	if err != nil {
 		v.add("the acknowledged writes could not be read at the end: %v", err)
+	}
+	if len(missing) > 0 {
+		v.add("at the end, %d acknowledged deposits and withdrawals are not in the database: %v", len(missing), missing)
 	}
 	for _, id := range missing {
 		lost[id] = true
