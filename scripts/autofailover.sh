@@ -17,11 +17,13 @@
 #                      the nodes register with
 #   scripts/autofailover.sh node DIR PORT NAME MONITOR_URL
 #                      create a node named NAME (pg_autoctl create postgres):
-#                      the formation's first node is initialised here (the
-#                      settings below) and becomes its primary, a later one is
-#                      a base backup of the primary and becomes its standby;
-#                      start its keeper, wait until the monitor reports it
-#                      primary or secondary, and print its superuser URL
+#                      the formation's first node is initialised here
+#                      (max_connections 300, shared_buffers 256MB) and becomes
+#                      its primary, a later one is a base backup of the
+#                      primary and becomes its standby; start its keeper, wait
+#                      until the monitor reports it single (a primary alone),
+#                      primary or secondary and it answers, and print its
+#                      superuser URL
 #   scripts/autofailover.sh start DIR
 #                      start the keeper (pg_autoctl run, which starts
 #                      PostgreSQL) in the background, in a session of its own
