@@ -205,8 +205,12 @@ const batchSenders = 16
 // statements shared: the claims in one statement (one token for the
 // batch), the requests side by side (at most batchSenders at once), and
 // the deliveries recorded in one statement; each failure is recorded as
-// AttemptAs records it, with its next attempt's job. An event that is not
-// claimable is skipped. It returns how many events had each outcome.
+// AttemptAs records it, with its next attempt's job, counted from its own
+// send. An event that is not claimable is skipped. When ctx ends first
+// (the job's timeout, the worker stopping), the sends already answered are
+// recorded all the same and those cut short are handed back without
+// spending an attempt, for the job's retry. It returns how many events had
+// each outcome.
 func (d *Deliverer) AttemptBatch(ctx context.Context, ids []uuid.UUID, worker string) (map[Outcome]int, error) {
 	if d.URL == "" {
 		return map[Outcome]int{OutcomeNoURL: len(ids)}, nil
@@ -233,30 +237,70 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), worker, sta
 		return outcomes, nil
 	}
 
-	failures := make([]string, len(claimed))
+	// Each send keeps its own start (the retry schedule counts from it)
+	// and whether it ended before ctx did: one cut short by the job's end
+	// (its timeout, the worker stopping) spends no attempt.
+	type send struct {
+		start   time.Time
+		failure string
+		done    bool
+	}
+	sends := make([]send, len(claimed))
 	sem := make(chan struct{}, batchSenders)
 	var wg sync.WaitGroup
 	for i := range claimed {
+		if ctx.Err() != nil {
+			break // not sent: handed back below
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			failures[i] = d.post(ctx, claimed[i].Payload)
+			st := d.Now().UTC().Truncate(time.Microsecond)
+			f := d.post(ctx, claimed[i].Payload)
+			sends[i] = send{start: st, failure: f, done: ctx.Err() == nil}
 		}()
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		d.release(ctx, uuid.Nil, token) // every claim the batch still holds
-		return nil, fmt.Errorf("deliver %d events: %w", len(claimed), ctx.Err())
+	stopped := ctx.Err()
+	if stopped != nil {
+		// Record what was answered, on a context of its own, bounded.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseWithin)
+		defer cancel()
 	}
 
-	var delivered []uuid.UUID
+	// The failures first, each with its next attempt (as AttemptAs), then
+	// the deliveries in one statement; whatever the batch still holds
+	// after that (sends cut short, outcomes not recorded) is handed back
+	// at the end, so that the job's retry or the sweep attempts it again.
+	var (
+		delivered []uuid.UUID
+		firstErr  error
+		unheld    bool
+	)
 	for i, e := range claimed {
-		if failures[i] == "" {
+		sd := sends[i]
+		switch {
+		case !sd.done:
+			unheld = true
+		case sd.failure == "":
 			delivered = append(delivered, e.ID)
+		default:
+			outcome, next, err := d.recordFailure(ctx, e, token, sd.start, sd.failure)
+			if err != nil {
+				unheld = true
+				d.log().ErrorContext(ctx, "event delivery failed and the failure not recorded: its claim is handed back",
+					"event_id", e.PublicID(), "error", err)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("record delivery of event %s: %w", e.ID, err)
+				}
+				continue
+			}
+			outcomes[outcome]++
+			d.logOutcome(ctx, e, outcome, sd.failure, next)
 		}
 	}
-	recorded := map[uuid.UUID]bool{}
 	if len(delivered) > 0 {
 		var got []uuid.UUID
 		err := d.DB.NewRaw(`UPDATE outbound_events
@@ -265,38 +309,34 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), worker, sta
  WHERE id IN (?) AND claim_token = ?
 RETURNING id`, string(StatusDelivered), d.Now().UTC(), bun.In(delivered), token).Scan(ctx, &got)
 		if err != nil && !db.IsNoRows(err) {
-			// As in AttemptAs: hand every claim back, so the job's retry
-			// attempts again once the database answers.
-			d.release(ctx, uuid.Nil, token) // every claim the batch still holds
-			return nil, fmt.Errorf("record delivery of %d events: %w", len(delivered), err)
-		}
-		for _, id := range got {
-			recorded[id] = true
-		}
-	}
-	var firstErr error
-	for i, e := range claimed {
-		var (
-			outcome Outcome
-			next    time.Time
-		)
-		if failures[i] == "" {
-			outcome = OutcomeSkipped // the claim expired and another attempt took the event over
-			if recorded[e.ID] {
-				outcome = OutcomeDelivered
+			unheld = true
+			d.log().ErrorContext(ctx, "events delivered but their deliveries not recorded: their claims are handed back and they are sent again",
+				"events", len(delivered), "error", err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("record delivery of %d events: %w", len(delivered), err)
 			}
 		} else {
-			outcome, next, err = d.recordFailure(ctx, e, token, start, failures[i])
-			if err != nil {
-				d.release(ctx, e.ID, token)
-				if firstErr == nil {
-					firstErr = fmt.Errorf("record delivery of event %s: %w", e.ID, err)
+			recorded := make(map[uuid.UUID]bool, len(got))
+			for _, id := range got {
+				recorded[id] = true
+			}
+			for i, e := range claimed {
+				if sends[i].done && sends[i].failure == "" {
+					outcome := OutcomeSkipped // the claim expired and another attempt took the event over
+					if recorded[e.ID] {
+						outcome = OutcomeDelivered
+					}
+					outcomes[outcome]++
+					d.logOutcome(ctx, e, outcome, "", time.Time{})
 				}
-				continue
 			}
 		}
-		outcomes[outcome]++
-		d.logOutcome(ctx, e, outcome, failures[i], next)
+	}
+	if unheld {
+		d.release(ctx, uuid.Nil, token)
+	}
+	if stopped != nil {
+		return outcomes, fmt.Errorf("deliver %d events: %w", len(claimed), stopped)
 	}
 	return outcomes, firstErr
 }
@@ -541,11 +581,14 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 			Where("status = ? AND next_attempt_at <= ?", StatusPending, now).
 			Where("(claimed_until IS NULL OR claimed_until <= ?)", now).
 			// Not one a live wake job names: behind a backlog of wake
-			// jobs, a job of its own would send it a second time.
-			// (The live jobs are read once, through River's index on
-			// state: completed ones, kept a day, are never scanned.)
-			Where(`"event"."id" NOT IN (SELECT jsonb_array_elements_text(j.args->'event_ids')::uuid
-   FROM river_job j WHERE j.state IN (?) AND j.kind = ?)`, bun.In(liveJobStates), DeliverBatchArgs{}.Kind()).
+			// jobs, a job of its own would only be a second job for it
+			// (the claim lets one send). The live jobs are read once,
+			// through River's index on state: completed ones, kept a
+			// day, are never scanned. A job whose event_ids is no array
+			// names nothing.
+			Where(`"event"."id" NOT IN (SELECT x.id::uuid FROM river_job j,
+     jsonb_array_elements_text(CASE jsonb_typeof(j.args->'event_ids') WHEN 'array' THEN j.args->'event_ids' END) AS x (id)
+   WHERE j.state IN (?) AND j.kind = ? AND x.id IS NOT NULL)`, bun.In(liveJobStates), DeliverBatchArgs{}.Kind()).
 			OrderExpr("next_attempt_at, id").Limit(sweepBatch)
 		if !afterAt.IsZero() {
 			q = q.Where("(next_attempt_at, id) > (?, ?)", afterAt, afterID)

@@ -316,6 +316,7 @@ func TestARolledBackChangeSendsNothing(t *testing.T) {
 	})
 	require.ErrorIs(t, err, boom)
 	require.Empty(t, listEvents(t, e, ""))
+	time.Sleep(3 * queue.DefaultWakeDelay) // a wake would be in by now
 	require.Equal(t, 0, countRows(t, e.App.DB.Bun, "SELECT count(*) FROM river_job WHERE kind IN ('event_deliver', 'event_deliver_batch')"))
 
 	// A committed one, emitted after, is the only one the platform sees.

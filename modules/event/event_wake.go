@@ -20,7 +20,7 @@ import (
 // db.RunInTx or db.BatchTx writes only the event's row, and once it has
 // committed the process's Waker gathers the ids it committed for up to
 // queue.DefaultWakeDelay (20 ms) and inserts one job that carries them all
-// (DeliverBatchArgs, at most queue.DefaultWakeMax of them), whose worker
+// (DeliverBatchArgs, at most wakeMax of them), whose worker
 // claims them in one statement, sends them side by side and records the
 // deliveries in one more.
 //
@@ -34,9 +34,16 @@ import (
 // batches (DeliverBatchArgs).
 type Waker = queue.Waker[uuid.UUID]
 
+// wakeMax is the most events a wake job names: four rounds of
+// batchSenders, which end within the job's timeout (the HTTP timeout plus
+// claimMargin) at the default HTTP timeout even when every receiver waits
+// it out. A longer PLATFORM_WEBHOOK_TIMEOUT may cut a batch short: what
+// was answered is recorded, the rest handed back (AttemptBatch).
+const wakeMax = 4 * batchSenders
+
 // NewWaker returns the Waker of the events this process commits.
 func NewWaker(ins queue.JobInserter, log *slog.Logger) *Waker {
-	return &Waker{Inserter: ins, Log: log, What: "events",
+	return &Waker{Inserter: ins, Log: log, What: "events", Max: wakeMax,
 		Job: func(ids []uuid.UUID) river.JobArgs { return DeliverBatchArgs{EventIDs: ids} }}
 }
 

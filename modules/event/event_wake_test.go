@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,7 +102,8 @@ func TestWithoutCommitHooksTheEventHasItsOwnJob(t *testing.T) {
 }
 
 // A Waker that gathers its maximum wakes at once, without waiting for the
-// delay.
+// delay; what gathers while that insert is in flight goes in the next
+// ones, each at most the maximum, every id once and in order.
 func TestAWakerWakesAFullBatchAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -108,12 +114,31 @@ func TestAWakerWakesAFullBatchAtOnce(t *testing.T) {
 		ids = append(ids, id)
 		w.Add(id)
 	}
-	require.Eventually(t, func() bool { return len(wakeJobs(t, b.db.Bun)) == 1 }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, ids[:200], wakeJobs(t, b.db.Bun)[0])
+	require.Equal(t, 64, w.Max)
+	require.Eventually(t, func() bool { return len(wakeJobs(t, b.db.Bun)) >= 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, ids[:64], wakeJobs(t, b.db.Bun)[0], "the first 64 at once")
 	w.Close()
-	jobs := wakeJobs(t, b.db.Bun)
-	require.Len(t, jobs, 2)
-	require.Equal(t, ids[200:], jobs[1])
+	var all []uuid.UUID
+	for _, j := range wakeJobs(t, b.db.Bun) {
+		require.LessOrEqual(t, len(j), 64)
+		all = append(all, j...)
+	}
+	require.Equal(t, ids, all)
+}
+
+// After Close (the process shutting down) an Add does nothing, not even
+// later: the row's sweep finds it.
+func TestAClosedWakerWakesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := event.NewWaker(b.ins, nil)
+	w.Delay = 10 * time.Millisecond
+	w.Add(uuid.New())
+	w.Close()
+	require.Len(t, wakeJobs(t, b.db.Bun), 1)
+	w.Add(uuid.New())
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, wakeJobs(t, b.db.Bun), 1)
 }
 
 // A wake that is lost (the process killed between the commit and the
@@ -137,7 +162,7 @@ func TestALostWakeIsSweptUp(t *testing.T) {
 }
 
 // An event a live wake job names is not swept into a job of its own: behind
-// a backlog of wake jobs it would be sent twice.
+// a backlog of wake jobs every event would get a second job.
 func TestASweepLeavesWhatAWakeJobNames(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -240,6 +265,49 @@ func TestConcurrentBatchesSendOnce(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, len(ids), delivered)
 	require.Equal(t, len(ids), rcv.count())
+}
+
+// A batch whose job ends while some of its sends wait records the ones
+// answered and hands back the others without spending their attempt.
+func TestABatchCutShortRecordsWhatWasAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var slow atomic.Value
+	slow.Store("")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if id := slow.Load().(string); id != "" && strings.Contains(string(body), id) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		if strings.Contains(string(body), "deposit.expired") {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	d := b.deliverer(srv.URL, 5*time.Second)
+	ok := b.emit(t, event.DepositDetected, samples()[0])
+	failing := b.emit(t, event.DepositExpired, samples()[4])
+	hanging := b.emit(t, event.DepositSettled, samples()[1])
+	slow.Store(hanging.PublicID())
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	outcomes, err := d.AttemptBatch(ctx, []uuid.UUID{ok.ID, failing.ID, hanging.ID}, "")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, map[event.Outcome]int{event.OutcomeDelivered: 1, event.OutcomeRetry: 1}, outcomes)
+	require.Equal(t, event.StatusDelivered, b.get(t, ok.ID).Status)
+	f := b.get(t, failing.ID)
+	require.Equal(t, 1, f.Attempts)
+	require.Len(t, deliveryJobs(t, b.db.Bun, failing.ID), 2, "its own first job (no Waker here) and its retry's")
+	h := b.get(t, hanging.ID)
+	require.Equal(t, event.StatusPending, h.Status)
+	require.Zero(t, h.Attempts, "cut short: no attempt spent")
+	require.Equal(t, 0, countRows(t, b.db.Bun, "SELECT count(*) FROM outbound_events WHERE claim_token IS NOT NULL"))
 }
 
 // A batch whose worker stops mid-flight spends no attempt and holds no

@@ -73,7 +73,13 @@ func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
 func (s *Service) hand(ctx context.Context, d Delivery) (gone, err error) {
 	ev, err := btcpay.ParseWebhookEvent(d.Body)
 	if err != nil { // it parsed when it was stored; the body never changes
-		return fmt.Errorf("processor webhook %d: %w", d.ID, err), nil
+		gone = fmt.Errorf("processor webhook %d: %w", d.ID, err)
+		// Counted as an attempt, so that the sweep (never attempted
+		// deliveries) leaves it.
+		if merr := s.markFailed(ctx, d.ID, gone); merr != nil {
+			s.log().ErrorContext(ctx, "record processor webhook failure", "delivery", d.ID, "error", merr)
+		}
+		return gone, nil
 	}
 	if err := s.dispatch(ctx, d, ev); err != nil {
 		if merr := s.markFailed(ctx, d.ID, err); merr != nil {
@@ -94,15 +100,16 @@ type ProcessBatchArgs struct {
 func (ProcessBatchArgs) Kind() string { return "processor_webhook_batch" }
 
 // NewWaker returns the Waker of the deliveries this process stores: at
-// most wakeMax a job, so that a job's deliveries, batchProcessors at once,
-// end within its timeout even when each waits on a slow processor.
+// most wakeMax a job, all handed at once, so that a job lasts as long as
+// its slowest handler (a reconcile's few processor calls), within the
+// job's timeout.
 func NewWaker(ins queue.JobInserter, log *slog.Logger) *queue.Waker[int64] {
 	return &queue.Waker[int64]{Inserter: ins, Log: log, What: "processor webhooks", Max: wakeMax,
 		Job: func(ids []int64) river.JobArgs { return ProcessBatchArgs{DeliveryIDs: ids} }}
 }
 
 const (
-	wakeMax         = 50
+	wakeMax         = batchProcessors
 	batchProcessors = 16
 	// retryAloneAfter is when a delivery whose processing failed in a
 	// batch is tried again, by a job of its own.
@@ -235,8 +242,9 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 	var ids []int64
 	err := s.DB.NewRaw(`SELECT id FROM processor_webhooks
  WHERE processed_at IS NULL AND attempts = 0 AND received_at < ?
-   AND id NOT IN (SELECT jsonb_array_elements_text(j.args->'delivery_ids')::bigint
-                    FROM river_job j WHERE j.state IN (?) AND j.kind = ?)
+   AND id NOT IN (SELECT x.id::bigint FROM river_job j,
+          jsonb_array_elements_text(CASE jsonb_typeof(j.args->'delivery_ids') WHEN 'array' THEN j.args->'delivery_ids' END) AS x (id)
+        WHERE j.state IN (?) AND j.kind = ? AND x.id IS NOT NULL)
  ORDER BY received_at LIMIT 1000`, s.Now().UTC().Add(-sweepAfter), bun.In(liveJobStates), ProcessBatchArgs{}.Kind()).Scan(ctx, &ids)
 	if err != nil {
 		return 0, fmt.Errorf("sweep processor webhooks: %w", err)

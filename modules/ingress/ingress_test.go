@@ -413,7 +413,7 @@ func TestABatchHandsEachSubjectOnce(t *testing.T) {
 	apptest.Eventually(t, 10*time.Second, func() bool {
 		return b.count(t, "SELECT count(*) FROM processor_webhooks WHERE processed_at IS NOT NULL AND attempts = 1") == 5
 	}, "all five processed")
-	require.Equal(t, []string{btcpay.EventInvoiceSettled, btcpay.EventInvoiceExpired}, rec.invoiceTypes("invX"),
+	require.ElementsMatch(t, []string{btcpay.EventInvoiceSettled, btcpay.EventInvoiceExpired}, rec.invoiceTypes("invX"),
 		"invX of dep1 once (its last delivery), invX of dep2 once")
 	require.Equal(t, []string{btcpay.EventInvoiceSettled}, rec.invoiceTypes("invY"))
 }

@@ -50,67 +50,102 @@ type Waker[ID any] struct {
 	Delay time.Duration // zero: DefaultWakeDelay
 	Max   int           // zero: DefaultWakeMax
 
-	mu      sync.Mutex
-	ids     []ID
-	timer   *time.Timer
-	flushes sync.WaitGroup
+	mu       sync.Mutex
+	ids      []ID
+	timer    *time.Timer
+	flushing bool // a flush goroutine is inserting; it takes what gathers meanwhile
+	closed   bool
+	flushes  sync.WaitGroup
 }
 
-// Add wakes the work on the committed row id within the delay.
+func (w *Waker[ID]) max() int {
+	if w.Max <= 0 {
+		return DefaultWakeMax
+	}
+	return w.Max
+}
+
+// Add wakes the work on the committed row id within the delay. After
+// Close it does nothing: the row's sweep finds it.
 func (w *Waker[ID]) Add(id ID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.ids = append(w.ids, id)
-	max := w.Max
-	if max <= 0 {
-		max = DefaultWakeMax
+	if w.closed {
+		return
 	}
+	w.ids = append(w.ids, id)
 	switch {
-	case len(w.ids) >= max:
-		w.flushLocked()
+	case w.flushing:
+		// The flush in flight inserts these next.
+	case len(w.ids) >= w.max():
+		w.startFlushLocked()
 	case w.timer == nil:
 		d := w.Delay
 		if d <= 0 {
 			d = DefaultWakeDelay
 		}
-		w.flushes.Add(1)
-		w.timer = time.AfterFunc(d, func() {
-			defer w.flushes.Done()
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.timer = nil
-			w.flushLocked()
-		})
+		w.timer = time.AfterFunc(d, w.fire)
 	}
 }
 
-// flushLocked inserts the gathered ids' job, in a goroutine of its own.
-func (w *Waker[ID]) flushLocked() {
-	if w.timer != nil && w.timer.Stop() {
-		w.flushes.Done() // the timer's function will not run
-	}
+// fire is the delay's end.
+func (w *Waker[ID]) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.timer = nil
-	if len(w.ids) == 0 {
-		return
+	if !w.flushing && !w.closed && len(w.ids) > 0 {
+		w.startFlushLocked()
 	}
-	ids := w.ids
-	w.ids = nil
+}
+
+// startFlushLocked starts the one flush goroutine, which inserts what is
+// gathered, Max ids a job, until nothing is: at most one insert is in
+// flight, whatever the rate or the database's pace.
+func (w *Waker[ID]) startFlushLocked() {
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	w.flushing = true
 	w.flushes.Add(1)
 	go func() {
 		defer w.flushes.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
-		defer cancel()
-		if _, err := w.Inserter.Insert(ctx, w.Job(ids), nil); err != nil {
-			logging.Or(w.Log).Warn("work on committed rows not woken: their sweep picks them up", "what", w.What,
-				"count", len(ids), "error", err)
+		for {
+			w.mu.Lock()
+			if len(w.ids) == 0 {
+				w.flushing = false
+				w.mu.Unlock()
+				return
+			}
+			n := min(len(w.ids), w.max())
+			ids := w.ids[:n:n]
+			w.ids = w.ids[n:]
+			w.mu.Unlock()
+			w.insert(ids)
 		}
 	}()
 }
 
-// Close wakes what is gathered and waits for the wakes in flight.
+func (w *Waker[ID]) insert(ids []ID) {
+	ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
+	defer cancel()
+	if _, err := w.Inserter.Insert(ctx, w.Job(ids), nil); err != nil {
+		logging.Or(w.Log).Warn("work on committed rows not woken: their sweep picks them up", "what", w.What,
+			"count", len(ids), "error", err)
+	}
+}
+
+// Close wakes what is gathered, waits for the wakes in flight, and makes
+// every later Add a no-op (the rows' sweep finds those).
 func (w *Waker[ID]) Close() {
 	w.mu.Lock()
-	w.flushLocked()
+	w.closed = true
+	if !w.flushing && len(w.ids) > 0 {
+		w.startFlushLocked()
+	} else if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
 	w.mu.Unlock()
 	w.flushes.Wait()
 }
