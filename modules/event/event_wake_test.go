@@ -117,6 +117,11 @@ func TestAWakerWakesAFullBatchAtOnce(t *testing.T) {
 	require.Equal(t, 64, w.Max)
 	require.Eventually(t, func() bool { return len(wakeJobs(t, b.db.Bun)) >= 1 }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, ids[:64], wakeJobs(t, b.db.Bun)[0], "the first 64 at once")
+	// Full jobs go at once; the rest, 58, waits for the delay (or Close)
+	// to gather more, so that a burst makes full jobs.
+	require.Eventually(t, func() bool { return len(wakeJobs(t, b.db.Bun)) == 3 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, wakeJobs(t, b.db.Bun), 3)
 	w.Close()
 	var all []uuid.UUID
 	for _, j := range wakeJobs(t, b.db.Bun) {

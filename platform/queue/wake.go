@@ -80,11 +80,7 @@ func (w *Waker[ID]) Add(id ID) {
 	case len(w.ids) >= w.max():
 		w.startFlushLocked()
 	case w.timer == nil:
-		d := w.Delay
-		if d <= 0 {
-			d = DefaultWakeDelay
-		}
-		w.timer = time.AfterFunc(d, w.fire)
+		w.timer = time.AfterFunc(w.delay(), w.fire)
 	}
 }
 
@@ -98,9 +94,11 @@ func (w *Waker[ID]) fire() {
 	}
 }
 
-// startFlushLocked starts the one flush goroutine, which inserts what is
-// gathered, Max ids a job, until nothing is: at most one insert is in
-// flight, whatever the rate or the database's pace.
+// startFlushLocked starts the one flush goroutine: it inserts what is
+// gathered, Max ids a job, for as long as full jobs are gathered; a rest
+// short of Max waits for the delay again (so that a burst still makes
+// full jobs), or for Close. At most one insert is in flight, whatever the
+// rate or the database's pace.
 func (w *Waker[ID]) startFlushLocked() {
 	if w.timer != nil {
 		w.timer.Stop()
@@ -110,10 +108,13 @@ func (w *Waker[ID]) startFlushLocked() {
 	w.flushes.Add(1)
 	go func() {
 		defer w.flushes.Done()
-		for {
+		for first := true; ; first = false {
 			w.mu.Lock()
-			if len(w.ids) == 0 {
+			if len(w.ids) == 0 || (!first && !w.closed && len(w.ids) < w.max()) {
 				w.flushing = false
+				if len(w.ids) > 0 && w.timer == nil {
+					w.timer = time.AfterFunc(w.delay(), w.fire)
+				}
 				w.mu.Unlock()
 				return
 			}
@@ -124,6 +125,13 @@ func (w *Waker[ID]) startFlushLocked() {
 			w.insert(ids)
 		}
 	}()
+}
+
+func (w *Waker[ID]) delay() time.Duration {
+	if w.Delay <= 0 {
+		return DefaultWakeDelay
+	}
+	return w.Delay
 }
 
 func (w *Waker[ID]) insert(ids []ID) {
