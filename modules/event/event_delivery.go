@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/uptrace/bun"
 
 	"svc/modules/alert"
@@ -221,9 +220,15 @@ func (d *Deliverer) AttemptBatch(ctx context.Context, ids []uuid.UUID, worker st
 	start := d.Now().UTC().Truncate(time.Microsecond)
 	token := uuid.New()
 	var claimed []Event
+	// The rows are taken in id order and any another claim is taking is
+	// skipped (that claim sends it): two batches naming the same events
+	// (a wake and a rescued or retried one) never wait on each other, so
+	// they cannot deadlock (TestConcurrentBatchesSendOnce).
 	err := d.DB.NewRaw(`UPDATE outbound_events
    SET claim_token = ?, claimed_until = ?, claimed_by = NULLIF(?, ''), claimed_at = ?
- WHERE id IN (?) AND status = ? AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+ WHERE id IN (SELECT id FROM outbound_events
+               WHERE id IN (?) AND status = ? AND next_attempt_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+               ORDER BY id FOR UPDATE SKIP LOCKED)
 RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), worker, start,
 		bun.In(ids), string(StatusPending), start, start).Scan(ctx, &claimed)
 	if err != nil && !db.IsNoRows(err) {
@@ -588,7 +593,7 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 			// names nothing.
 			Where(`"event"."id" NOT IN (SELECT x.id::uuid FROM river_job j,
      jsonb_array_elements_text(CASE jsonb_typeof(j.args->'event_ids') WHEN 'array' THEN j.args->'event_ids' END) AS x (id)
-   WHERE j.state IN (?) AND j.kind = ? AND x.id IS NOT NULL)`, bun.In(liveJobStates), DeliverBatchArgs{}.Kind()).
+   WHERE j.state IN (?) AND j.kind = ? AND x.id IS NOT NULL)`, bun.In(queue.LiveStates), DeliverBatchArgs{}.Kind()).
 			OrderExpr("next_attempt_at, id").Limit(sweepBatch)
 		if !afterAt.IsZero() {
 			q = q.Where("(next_attempt_at, id) > (?, ?)", afterAt, afterID)
@@ -626,12 +631,6 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 }
 
 func (d *Deliverer) log() *slog.Logger { return logging.Or(d.Log) }
-
-// liveJobStates are the River states of a job that will still run.
-var liveJobStates = []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
-}
 
 // DeliverWorker runs delivery jobs.
 type DeliverWorker struct {

@@ -243,5 +243,5 @@ func (DeliverArgs) Kind() string { return "event_deliver" }
 
 // InsertOpts makes delivery jobs unique by their arguments among live jobs.
 func (DeliverArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: queue.LiveStates}}
 }

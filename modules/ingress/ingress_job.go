@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/uptrace/bun"
 
 	"svc/platform/btcpay"
@@ -27,7 +26,7 @@ func (ProcessArgs) Kind() string { return "processor_webhook" }
 // InsertOpts makes the job unique among live ones by its delivery: a
 // batch's retry and a sweep never queue a second.
 func (ProcessArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveJobStates}}
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: queue.LiveStates}}
 }
 
 // Worker processes stored deliveries: it hands the event to the handler of
@@ -245,7 +244,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
    AND id NOT IN (SELECT x.id::bigint FROM river_job j,
           jsonb_array_elements_text(CASE jsonb_typeof(j.args->'delivery_ids') WHEN 'array' THEN j.args->'delivery_ids' END) AS x (id)
         WHERE j.state IN (?) AND j.kind = ? AND x.id IS NOT NULL)
- ORDER BY received_at LIMIT 1000`, s.Now().UTC().Add(-sweepAfter), bun.In(liveJobStates), ProcessBatchArgs{}.Kind()).Scan(ctx, &ids)
+ ORDER BY received_at LIMIT 1000`, s.Now().UTC().Add(-sweepAfter), bun.In(queue.LiveStates), ProcessBatchArgs{}.Kind()).Scan(ctx, &ids)
 	if err != nil {
 		return 0, fmt.Errorf("sweep processor webhooks: %w", err)
 	}
@@ -291,12 +290,6 @@ func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 		w.Service.log().WarnContext(ctx, "queued processor webhooks whose wake was lost", "count", n)
 	}
 	return err
-}
-
-// liveJobStates are the River states of a job that will still run.
-var liveJobStates = []rivertype.JobState{
-	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
-	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 }
 
 func (s *Service) dispatch(ctx context.Context, d Delivery, ev btcpay.WebhookEvent) error {

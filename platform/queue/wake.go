@@ -12,6 +12,13 @@ import (
 	"svc/platform/logging"
 )
 
+// LiveStates are the River states of a job that will still run: a unique
+// job's ByState, and what a sweep takes for "a job will do it".
+var LiveStates = []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+	rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+}
+
 // JobInserter inserts a job outside any transaction (River's client).
 type JobInserter interface {
 	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
