@@ -12,7 +12,7 @@
 // rolls back leaves no event, and a change that commits cannot lose its
 // event even if the process dies the next instant. Its first attempt is
 // woken once the transaction has committed, by one River job for all the
-// events the process committed within WakeDelay (Waker, DeliverBatchArgs):
+// events the process committed within 20 ms (Waker, DeliverBatchArgs):
 // not by a job per event inside each transaction, which cost more than the
 // rest of the event's path (event_wake.go says why, and why nothing is lost
 // when a wake is).

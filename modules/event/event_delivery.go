@@ -220,8 +220,8 @@ func (d *Deliverer) AttemptBatch(ctx context.Context, ids []uuid.UUID, worker st
 	start := d.Now().UTC().Truncate(time.Microsecond)
 	token := uuid.New()
 	var claimed []Event
-	// The rows are taken in id order and any another claim is taking is
-	// skipped (that claim sends it): two batches naming the same events
+	// The rows are taken in id order, and any that another claim is taking
+	// is skipped (that claim sends it): two batches naming the same events
 	// (a wake and a rescued or retried one) never wait on each other, so
 	// they cannot deadlock (TestConcurrentBatchesSendOnce).
 	err := d.DB.NewRaw(`UPDATE outbound_events
@@ -566,8 +566,8 @@ const sweepBatch = 500
 
 // Sweep queues a delivery job for every pending event that is due and not
 // held by an attempt, unless it already has a live job or a live wake job
-// names it. It is how the
-// backlog of events written while no URL was configured drains, and how an
+// names it. It is how the backlog of events written while no URL was
+// configured drains, and how an
 // event whose job was lost (an attempt that died, a database error after
 // the claim) is picked up again. It returns how many jobs it queued.
 func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
@@ -640,12 +640,17 @@ type DeliverWorker struct {
 
 // Work makes one attempt for the job's event.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	worker := "" // this process's River client: the last to attempt the job
-	if n := len(job.AttemptedBy); n > 0 {
-		worker = job.AttemptedBy[n-1]
-	}
-	_, err := w.Deliverer.AttemptAs(ctx, job.Args.EventID, worker)
+	_, err := w.Deliverer.AttemptAs(ctx, job.Args.EventID, lastAttempter(job.AttemptedBy))
 	return err
+}
+
+// lastAttempter is the River client that runs a job's current attempt
+// (this process's), the last of its AttemptedBy: what a claim names.
+func lastAttempter(attemptedBy []string) string {
+	if n := len(attemptedBy); n > 0 {
+		return attemptedBy[n-1]
+	}
+	return ""
 }
 
 // Timeout leaves the HTTP timeout room to expire first.

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/uptrace/bun"
-	"go.opentelemetry.io/otel/trace"
 
 	"svc/modules/audit"
 	"svc/modules/operator"
@@ -109,15 +108,10 @@ VALUES ($%d::uuid, $%d::text, $%d::text, 0, $%d::timestamptz, $%d::json, $%d::ti
 // that of a transaction of db.RunInTx or db.BatchTx (db.AfterCommit) and
 // the service has one; else with e's own delivery job, inserted on tx.
 // Either way the committed row is what guarantees the delivery: the Sweep
-// queues a pending event whose wake was lost.
-//
-// An event emitted inside a sampled trace keeps its own job, which carries
-// the trace on to its delivery (docs/operations.md, "Traces"): a batch's
-// job cannot be the child of every trace it wakes. Traces are off unless
-// configured, and then no span is sampled.
+// queues a pending event whose wake was lost. (An event inside a sampled
+// trace keeps its own job: queue.Waker.Takes.)
 func (s *Service) QueueDelivery(ctx context.Context, tx *sql.Tx, e Event) error {
-	if w := s.Waker; w != nil && !trace.SpanContextFromContext(ctx).IsSampled() &&
-		db.AfterCommit(ctx, func() { w.Add(e.ID) }) {
+	if w := s.Waker; w.Takes(ctx) && db.AfterCommit(ctx, func() { w.Add(e.ID) }) {
 		return nil
 	}
 	if _, err := s.Inserter.InsertTx(ctx, tx, DeliverArgs{EventID: e.ID, Attempt: 1}, nil); err != nil {

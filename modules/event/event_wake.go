@@ -20,14 +20,14 @@ import (
 // db.RunInTx or db.BatchTx writes only the event's row, and once it has
 // committed the process's Waker gathers the ids it committed for up to
 // queue.DefaultWakeDelay (20 ms) and inserts one job that carries them all
-// (DeliverBatchArgs, at most wakeMax of them), whose worker
-// claims them in one statement, sends them side by side and records the
-// deliveries in one more.
+// (DeliverBatchArgs, at most wakeMax of them), whose worker claims them in
+// one statement, sends them side by side and records the deliveries in
+// one more.
 //
-// The row is the guarantee: an event whose wake is lost
-// (the process killed between its commit and the flush, or the insert
-// refused) is pending and due, and the Sweep, a periodic River job, queues
-// it within SweepEvery. An event committed by a transaction that is not
+// The row is the guarantee: an event whose wake is lost (the process
+// killed between its commit and the flush, or the insert refused) is
+// pending and due, and the Sweep, a periodic River job, queues it within
+// SweepEvery. An event committed by a transaction that is not
 // RunInTx's or BatchTx's gets its own job in that transaction.
 
 // Waker wakes the first attempts of the events this process committed, in
@@ -65,11 +65,7 @@ type DeliverBatchWorker struct {
 // Work makes one attempt for each of the job's events that is still
 // pending, due and free.
 func (w *DeliverBatchWorker) Work(ctx context.Context, job *river.Job[DeliverBatchArgs]) error {
-	worker := ""
-	if n := len(job.AttemptedBy); n > 0 {
-		worker = job.AttemptedBy[n-1]
-	}
-	_, err := w.Deliverer.AttemptBatch(ctx, job.Args.EventIDs, worker)
+	_, err := w.Deliverer.AttemptBatch(ctx, job.Args.EventIDs, lastAttempter(job.AttemptedBy))
 	return err
 }
 

@@ -61,18 +61,46 @@ func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
 	if d.ProcessedAt != nil {
 		return nil, nil
 	}
-	if gone, err := s.hand(ctx, d); gone != nil || err != nil {
+	if gone, err := s.hand(ctx, parse(d)); gone != nil || err != nil {
 		return gone, err
 	}
 	return nil, s.markProcessed(ctx, d.ID)
 }
 
-// hand hands the stored delivery d to the handler of its kind; a failure is
-// recorded on d and returned.
-func (s *Service) hand(ctx context.Context, d Delivery) (gone, err error) {
+// parsed is a stored delivery with its event, or why its body no longer
+// parses.
+type parsed struct {
+	d   Delivery
+	ev  btcpay.WebhookEvent
+	err error
+}
+
+func parse(d Delivery) parsed {
 	ev, err := btcpay.ParseWebhookEvent(d.Body)
-	if err != nil { // it parsed when it was stored; the body never changes
-		gone = fmt.Errorf("processor webhook %d: %w", d.ID, err)
+	return parsed{d: d, ev: ev, err: err}
+}
+
+// subject names what the delivery is about, for a batch to hand one
+// delivery per subject: an invoice (with the deposit its metadata names)
+// or a payout; "" when it cannot tell (it is handed on its own).
+func (p parsed) subject() string {
+	switch {
+	case p.err != nil:
+		return ""
+	case p.ev.IsInvoiceEvent() && p.ev.InvoiceID != "":
+		return "invoice\x00" + p.ev.InvoiceID + "\x00" + p.ev.OrderID()
+	case p.ev.IsPayoutEvent() && p.ev.PayoutID != "":
+		return "payout\x00" + p.ev.PayoutID
+	}
+	return ""
+}
+
+// hand hands the stored delivery p to the handler of its kind; a failure is
+// recorded on it and returned.
+func (s *Service) hand(ctx context.Context, p parsed) (gone, err error) {
+	d, ev := p.d, p.ev
+	if p.err != nil { // it parsed when it was stored; the body never changes
+		gone = fmt.Errorf("processor webhook %d: %w", d.ID, p.err)
 		// Counted as an attempt, so that the sweep (never attempted
 		// deliveries) leaves it.
 		if merr := s.markFailed(ctx, d.ID, gone); merr != nil {
@@ -143,7 +171,7 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		return fmt.Errorf("read %d processor webhooks: %w", len(job.Args.DeliveryIDs), err)
 	}
 	type group struct {
-		last   Delivery
+		last   parsed
 		others []int64
 	}
 	var (
@@ -151,13 +179,14 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		bySubj = map[string]*group{}
 	)
 	for _, d := range ds {
-		key := subject(d)
+		p := parse(d)
+		key := p.subject()
 		if g, ok := bySubj[key]; ok && key != "" {
-			g.others = append(g.others, g.last.ID)
-			g.last = d
+			g.others = append(g.others, g.last.d.ID)
+			g.last = p
 			continue
 		}
-		g := &group{last: d}
+		g := &group{last: p}
 		groups = append(groups, g)
 		if key != "" {
 			bySubj[key] = g
@@ -175,8 +204,8 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			d := g.last
-			gone, err := s.hand(ctx, d)
+			d := g.last.d
+			gone, err := s.hand(ctx, g.last)
 			mu.Lock()
 			defer mu.Unlock()
 			handled = append(handled, g.others...)
@@ -200,22 +229,6 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		}
 	}
 	return firstErr
-}
-
-// subject names what delivery d is about, for a batch to hand one delivery
-// per subject: an invoice (with the deposit its metadata names) or a
-// payout; "" when it cannot tell (it is handed on its own).
-func subject(d Delivery) string {
-	ev, err := btcpay.ParseWebhookEvent(d.Body)
-	switch {
-	case err != nil:
-		return ""
-	case ev.IsInvoiceEvent() && ev.InvoiceID != "":
-		return "invoice\x00" + ev.InvoiceID + "\x00" + ev.OrderID()
-	case ev.IsPayoutEvent() && ev.PayoutID != "":
-		return "payout\x00" + ev.PayoutID
-	}
-	return ""
 }
 
 // retryAlone queues the processing of delivery id as a job of its own.

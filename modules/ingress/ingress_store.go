@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"go.opentelemetry.io/otel/trace"
 
 	"svc/platform/btcpay"
 	"svc/platform/db"
@@ -53,11 +52,10 @@ func (s *Service) store(ctx context.Context, key string, ev btcpay.WebhookEvent,
 		}
 		return stored, nil
 	}
-	if s.Waker != nil && !trace.SpanContextFromContext(ctx).IsSampled() {
+	if s.Waker.Takes(ctx) {
 		// One statement that commits on its own; its processing is woken
 		// once it has (Waker), and Sweep finds it if that wake is lost.
-		// (A delivery in a sampled trace keeps its own job, which carries
-		// the trace on: docs/operations.md, "Traces".)
+		// (A delivery in a sampled trace keeps its own job: Waker.Takes.)
 		stored, err := insertDelivery(ctx, s.DB, d)
 		if err != nil {
 			return false, fmt.Errorf("store processor webhook: %w", err)
@@ -120,11 +118,6 @@ func (s *Service) ByKey(ctx context.Context, key string) (Delivery, error) {
 // markProcessed marks the deliveries ids processed (a batch's in one
 // statement); markFailed records one's failure. Real parameters (db.Exec).
 func (s *Service) markProcessed(ctx context.Context, ids ...int64) error {
-	if len(ids) == 1 {
-		_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = $2 AND processed_at IS NULL",
-			s.Now().UTC(), ids[0])
-		return err
-	}
 	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = ANY($2::bigint[]) AND processed_at IS NULL",
 		s.Now().UTC(), ids)
 	return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"svc/platform/logging"
 )
@@ -70,6 +71,16 @@ func (w *Waker[ID]) max() int {
 		return DefaultWakeMax
 	}
 	return w.Max
+}
+
+// Takes reports whether the work on a row written under ctx is left to the
+// Waker w: not when w is nil, nor when ctx carries a sampled trace, whose
+// row keeps a job of its own in its transaction, which carries the trace
+// on to the work (docs/operations.md, "Traces"): a batch's job cannot be
+// the child of every trace it wakes. Traces are off unless configured,
+// and then no span is sampled.
+func (w *Waker[ID]) Takes(ctx context.Context) bool {
+	return w != nil && !trace.SpanContextFromContext(ctx).IsSampled()
 }
 
 // Add wakes the work on the committed row id within the delay. After
