@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,41 +56,53 @@ func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Mint, list and revoke API keys"}
 	var scope, label, mintKey, revokeKey string
 	var expiresIn time.Duration
+	var allowCIDRs []string
 	mint := &cobra.Command{
-		Use:   "mint --scope readwrite|admin --label TEXT [--expires-in 720h] --key FILE",
+		Use:   "mint --scope read_only|readwrite|admin --label TEXT [--expires-in 720h] [--allow-cidr CIDR]... --key FILE",
 		Short: "Mint an API key, signed by an admin; it is printed once, alone on the last line",
 		Long: `Mint an API key; it is printed once, alone on the last line.
 
 The mint is signed with an enrolled admin's key (--key, default $SVC_OPERATOR_KEY): the statement
-names the label, the scope, the deployment's key mode and the lifetime. It is recorded in the audit
-trail as made by "op:NAME", with the scope, label, mode and expiry, never the key.`,
+names the label, the scope, the deployment's key mode, the lifetime and the allowed networks. It is
+recorded in the audit trail as made by "op:NAME", with the scope, label, mode, expiry and allowed
+networks, never the key.
+
+Scopes: read_only reads (GET) the platform routes and nothing else; readwrite calls every platform
+route; admin those and /v1/admin. --allow-cidr (repeatable) restricts where the key is accepted
+from: a CIDR (10.0.0.0/8, 2001:db8::/32) or an address; the client's address is the TCP peer's, or
+the one a proxy of TRUSTED_PROXIES forwarded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := apikey.ParseScope(scope)
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
 			}
+			nets, err := apikey.ParseNetworks(allowCIDRs)
+			if err != nil {
+				return fmt.Errorf("--allow-cidr: %w", err)
+			}
 			if err := requireKey(mintKey); err != nil {
 				return err
 			}
 			return withApp(cmd, func(a *app.App) error {
-				env, err := signWith(mintKey, apikey.MintExpect(label, s, a.Keys.Mode, expiresIn))
+				env, err := signWith(mintKey, apikey.MintExpect(label, s, a.Keys.Mode, expiresIn, nets...))
 				if err != nil {
 					return err
 				}
-				k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, Signature: env})
+				k, plain, err := a.Keys.Mint(cmd.Context(), apikey.MintParams{Scope: s, Label: label, ExpiresIn: expiresIn, AllowedCIDRs: nets, Signature: env})
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s) by %s; store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label, orDash(k.ExpiresAt),
-					signedBy(cmd.Context(), a, env))
+				fmt.Fprintf(out, "minted %s (scope %s, label %q, expires %s, allowed from %s) by %s; store the key now, it is not shown again:\n", k.ID, k.Scope, k.Label,
+					orDash(k.ExpiresAt), networks(k), signedBy(cmd.Context(), a, env))
 				fmt.Fprintln(out, plain)
 				return nil
 			})
 		},
 	}
-	mint.Flags().StringVar(&scope, "scope", "", "readwrite (platform backend) or admin (operators)")
+	mint.Flags().StringVar(&scope, "scope", "", "read_only (reads the platform routes), readwrite (platform backend) or admin (operators)")
+	mint.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "a client network the key is accepted from (CIDR or address; repeatable); none: anywhere")
 	mint.Flags().StringVar(&label, "label", "", "who or what the key is for")
 	mint.Flags().DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h; 0 never expires")
 	keyFlag(mint, &mintKey)
@@ -104,9 +117,9 @@ trail as made by "op:NAME", with the scope, label, mode and expiry, never the ke
 				if err != nil {
 					return err
 				}
-				return showTable(cmd, "", "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED", ks, func(tw io.Writer, k apikey.Key) {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
-						timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt))
+				return showTable(cmd, "", "ID\tSCOPE\tMODE\tLABEL\tCREATED\tEXPIRES\tREVOKED\tLAST USED\tALLOWED FROM", ks, func(tw io.Writer, k apikey.Key) {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Scope, k.Mode, k.Label,
+						timefmt.Format(k.CreatedAt), orDash(k.ExpiresAt), orDash(k.RevokedAt), orDash(k.LastUsedAt), networks(k))
 				})
 			})
 		},
@@ -134,6 +147,14 @@ trail as made by "op:NAME", with the scope, label, mode and expiry, never the ke
 	keyFlag(revoke, &revokeKey)
 	keys.AddCommand(mint, list, revoke)
 	return keys
+}
+
+// networks shows a key's allowed networks, or "anywhere".
+func networks(k apikey.Key) string {
+	if len(k.AllowedCIDRs) == 0 {
+		return "anywhere"
+	}
+	return strings.Join(k.AllowedCIDRs, ",")
 }
 
 // optionalLimit shows an optional setting in display units, or "off".

@@ -23,6 +23,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,28 +35,123 @@ import (
 	"svc/modules/operator"
 	"svc/platform/db"
 	"svc/platform/fault"
+	"svc/platform/httpapi"
 	"svc/platform/timefmt"
 )
 
 // Scope is what a key may do.
 type Scope string
 
-// The scopes. Admin satisfies readwrite.
+// The scopes, each satisfying the ones before it: read_only calls the
+// platform routes' GETs; readwrite every platform route; admin those and
+// /v1/admin.
 const (
+	ScopeReadOnly  Scope = "read_only"
 	ScopeReadWrite Scope = "readwrite"
 	ScopeAdmin     Scope = "admin"
 )
 
-// Allows reports whether a key of scope s may call a route that needs need.
-func (s Scope) Allows(need Scope) bool { return s == ScopeAdmin || s == need }
+// Allows reports whether a key of scope s may call, with method, a route
+// that needs need: admin calls everything; readwrite what needs readwrite;
+// read_only only what needs readwrite and only to read (GET, and HEAD,
+// which is GET without the body).
+func (s Scope) Allows(need Scope, method string) bool {
+	switch s {
+	case ScopeAdmin:
+		return true
+	case ScopeReadWrite:
+		return need == ScopeReadWrite
+	case ScopeReadOnly:
+		return need == ScopeReadWrite && reads(method)
+	}
+	return false
+}
+
+func reads(method string) bool { return method == "GET" || method == "HEAD" }
+
+// refusal is the 403 of a key of scope s on a route that needs need with
+// method (Allows false): it names the rule.
+func (s Scope) refusal(need Scope, method string) error {
+	switch {
+	case s == ScopeReadOnly && !reads(method):
+		return fault.New(fault.Forbidden, "this key is read_only: it may only read (GET)")
+	case s == ScopeReadOnly:
+		return fault.New(fault.Forbidden, "this key is read_only: it may only read (GET) the platform routes; this route needs a key of scope "+string(need))
+	}
+	return fault.New(fault.Forbidden, "this key is "+string(s)+": this route needs a key of scope "+string(need))
+}
 
 // ParseScope validates a scope name.
 func ParseScope(s string) (Scope, error) {
 	switch Scope(s) {
-	case ScopeReadWrite, ScopeAdmin:
+	case ScopeReadOnly, ScopeReadWrite, ScopeAdmin:
 		return Scope(s), nil
 	}
-	return "", fmt.Errorf("scope must be readwrite or admin, not %q", s)
+	return "", fmt.Errorf("scope must be read_only, readwrite or admin, not %q", s)
+}
+
+// maxNetworks bounds a key's allow-list (the column's CHECK).
+const maxNetworks = 64
+
+// ParseNetworks validates an allow-list of client networks and returns it
+// in canonical form, in the order given: each a CIDR ("10.0.0.0/8",
+// "2001:db8::/32") without host bits, or an address, which is the network
+// of that address alone ("203.0.113.9" is 203.0.113.9/32). None is nil: the
+// key is accepted from anywhere.
+func ParseNetworks(list []string) ([]string, error) {
+	if len(list) > maxNetworks {
+		return nil, fmt.Errorf("at most %d allowed networks, not %d", maxNetworks, len(list))
+	}
+	var out []string
+	for _, raw := range list {
+		raw = strings.TrimSpace(raw)
+		p, err := netip.ParsePrefix(raw)
+		if err != nil {
+			a, aerr := netip.ParseAddr(raw)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("allowed network %q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an IP address", raw)
+			}
+			a = a.Unmap()
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			return nil, fmt.Errorf("allowed network %q: write an IPv4 network as IPv4 (10.0.0.0/8)", raw)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("allowed network %q has host bits set: did you mean %s?", raw, p.Masked())
+		}
+		if !slices.Contains(out, p.String()) {
+			out = append(out, p.String())
+		}
+	}
+	return out, nil
+}
+
+// AllowsFrom reports whether k may be used from the client address ip:
+// always when its allow-list is empty, else when ip is inside one of its
+// networks (an IPv4-mapped IPv6 address counts as its IPv4 address; an
+// unknown address, the zero Addr, is inside none).
+func (k Key) AllowsFrom(ip netip.Addr) bool {
+	if len(k.AllowedCIDRs) == 0 {
+		return true
+	}
+	ip = ip.Unmap()
+	for _, n := range k.AllowedCIDRs {
+		if p, err := netip.ParsePrefix(n); err == nil && ip.IsValid() && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// notFrom is the 403 of a key used from ip outside its allow-list: it names
+// the address and the networks, never the key.
+func (k Key) notFrom(ip netip.Addr) error {
+	who := "an unknown address"
+	if ip.IsValid() {
+		who = ip.Unmap().String()
+	}
+	return fault.New(fault.Forbidden, "this key is not allowed from "+who+": its allowed networks are "+strings.Join(k.AllowedCIDRs, ", "))
 }
 
 // Key is a stored key, without its secret.
@@ -68,8 +165,11 @@ type Key struct {
 	SecretHash []byte     `bun:"secret_hash" json:"-"`
 	CreatedAt  time.Time  `bun:"created_at" json:"created_at"`
 	ExpiresAt  *time.Time `bun:"expires_at" json:"expires_at"`
-	RevokedAt  *time.Time `bun:"revoked_at" json:"revoked_at"`
-	LastUsedAt *time.Time `bun:"last_used_at" json:"last_used_at"`
+	// AllowedCIDRs are the client networks the key is accepted from
+	// (ParseNetworks); empty: anywhere.
+	AllowedCIDRs []string   `bun:"allowed_cidrs,array" json:"allowed_cidrs"`
+	RevokedAt    *time.Time `bun:"revoked_at" json:"revoked_at"`
+	LastUsedAt   *time.Time `bun:"last_used_at" json:"last_used_at"`
 }
 
 // Errors of authentication. Their messages are what the client sees.
@@ -77,7 +177,6 @@ var (
 	ErrMissing   = fault.New(fault.Unauthenticated, "missing API key: send Authorization: Bearer <key>")
 	ErrMalformed = fault.New(fault.Unauthenticated, "malformed API key")
 	ErrInvalid   = fault.New(fault.Unauthenticated, "invalid, revoked or expired API key")
-	ErrScope     = fault.New(fault.Forbidden, "this API key's scope does not allow this call")
 	ErrNotFound  = fault.New(fault.NotFound, "no such API key")
 	// ErrLiveDatabase: minting a test key where live keys exist (the CLI
 	// run without API_KEY_MODE=live against a live database).
@@ -101,6 +200,10 @@ type Store struct {
 	// forgets counts revocations here, so that a read that began before
 	// one is not remembered after it.
 	forgets uint64
+
+	// Proxies say which client address a key's allow-list is checked
+	// against (TRUSTED_PROXIES); the zero value: the TCP peer's.
+	Proxies httpapi.Proxies
 
 	// Operators authorizes minting and revoking (MintExpect,
 	// RevokeExpect); nil acts unsigned, as the caller's actor.
@@ -126,6 +229,9 @@ type MintParams struct {
 	Scope     Scope
 	Label     string
 	ExpiresIn time.Duration // zero: never expires
+	// AllowedCIDRs are the client networks the key will be accepted from
+	// (ParseNetworks); none: anywhere.
+	AllowedCIDRs []string
 	// Actor is who mints it, unsigned (every mint is audited): required
 	// without a Signature.
 	Actor audit.Actor
@@ -136,13 +242,21 @@ type MintParams struct {
 
 // MintExpect is what an admin signs to mint a key: the action apikey.mint
 // on the key's label (trimmed, as it is stored), and as facts the label,
-// the scope, the mode of the deployment's keys (live or test) and, when
-// the key expires, its lifetime as a Go duration ("720h0m0s").
-func MintExpect(label string, scope Scope, mode string, expiresIn time.Duration) operator.Expect {
+// the scope, the mode of the deployment's keys (live or test), when the
+// key expires its lifetime as a Go duration ("720h0m0s"), and when it has
+// an allow-list its networks in canonical form, comma-separated
+// ("10.0.0.0/8,2001:db8::/32"). Networks that do not parse are signed as
+// given: Mint refuses them.
+func MintExpect(label string, scope Scope, mode string, expiresIn time.Duration, allowedCIDRs ...string) operator.Expect {
 	label = strings.TrimSpace(label)
 	facts := map[string]string{"label": label, "scope": string(scope), "mode": mode}
 	if expiresIn > 0 {
 		facts["expires_in"] = expiresIn.String()
+	}
+	if nets, err := ParseNetworks(allowedCIDRs); err != nil {
+		facts["allowed_cidrs"] = strings.Join(allowedCIDRs, ",")
+	} else if len(nets) > 0 {
+		facts["allowed_cidrs"] = strings.Join(nets, ",")
 	}
 	return operator.Expect{Action: audit.KeyMint, Resource: label, Facts: facts, Role: operator.Admin}
 }
@@ -160,6 +274,8 @@ type mintDetail struct {
 	Label     string  `json:"label"`
 	Mode      string  `json:"mode"`
 	ExpiresAt *string `json:"expires_at"`
+	// AllowedCIDRs: only when the key has an allow-list.
+	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
 }
 
 // Mint creates a key and returns it with its only copy of the secret. The
@@ -189,6 +305,10 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 	if p.ExpiresIn < 0 {
 		return Key{}, "", fmt.Errorf("expiry must be in the future")
 	}
+	nets, err := ParseNetworks(p.AllowedCIDRs)
+	if err != nil {
+		return Key{}, "", err
+	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return Key{}, "", fmt.Errorf("random: %w", err)
@@ -199,13 +319,14 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 	}
 	plain := s.Prefix + "_" + s.Mode + "_" + base64.RawURLEncoding.EncodeToString(secret)
 	now := s.Now().UTC()
-	k := Key{ID: "key_" + hex.EncodeToString(id), Scope: p.Scope, Label: p.Label, Mode: s.Mode, SecretHash: hash(plain), CreatedAt: now}
+	k := Key{ID: "key_" + hex.EncodeToString(id), Scope: p.Scope, Label: p.Label, Mode: s.Mode, SecretHash: hash(plain), CreatedAt: now,
+		AllowedCIDRs: append([]string{}, nets...)}
 	if p.ExpiresIn > 0 {
 		exp := now.Add(p.ExpiresIn)
 		k.ExpiresAt = &exp
 	}
-	err := db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		who, err := s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, MintExpect(p.Label, p.Scope, s.Mode, p.ExpiresIn))
+	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		who, err := s.Operators.Authorize(ctx, tx, p.Actor, p.Signature, MintExpect(p.Label, p.Scope, s.Mode, p.ExpiresIn, nets...))
 		if err != nil {
 			return err
 		}
@@ -213,7 +334,7 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 			return fmt.Errorf("store key: %w", err)
 		}
 		_, err = audit.Record(ctx, tx, now, who, audit.KeyMint, k.ID,
-			mintDetail{Scope: k.Scope, Label: k.Label, Mode: k.Mode, ExpiresAt: timefmt.Ptr(k.ExpiresAt)})
+			mintDetail{Scope: k.Scope, Label: k.Label, Mode: k.Mode, ExpiresAt: timefmt.Ptr(k.ExpiresAt), AllowedCIDRs: nets})
 		return err
 	})
 	if err != nil {
@@ -227,6 +348,11 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 func (s *Store) List(ctx context.Context) ([]Key, error) {
 	var keys []Key
 	err := s.DB.NewSelect().Model(&keys).OrderExpr("created_at DESC, id").Scan(ctx)
+	for i := range keys {
+		if keys[i].AllowedCIDRs == nil {
+			keys[i].AllowedCIDRs = []string{}
+		}
+	}
 	return keys, err
 }
 

@@ -21,7 +21,8 @@ func KeyFromContext(ctx context.Context) (Key, bool) {
 // an active key of a scope that allows need; the user name is not checked
 // (a browser asks for one). Without credentials, or with a key that does
 // not authenticate, it answers 401 with a Basic challenge for realm, so a
-// browser prompts for them; a valid key without the scope gets 403. The key
+// browser prompts for them; a valid key without the scope, or used from
+// outside its allowed networks, gets 403. The key
 // goes on to next in the request's context (KeyFromContext). The check is
 // Authenticate's, as for the bearer keys of the API.
 func (s *Store) BasicAuth(need Scope, realm string, next http.Handler) http.Handler {
@@ -40,8 +41,13 @@ func (s *Store) BasicAuth(need Scope, realm string, next http.Handler) http.Hand
 		case err != nil:
 			http.Error(w, "the key could not be checked; try again", http.StatusServiceUnavailable)
 			return
-		case !k.Scope.Allows(need):
-			http.Error(w, ErrScope.Error()+": this page needs a key of scope "+string(need), http.StatusForbidden)
+		}
+		if ip := s.Proxies.ClientIPOf(r.RemoteAddr, r.Header.Values); !k.AllowsFrom(ip) {
+			http.Error(w, k.notFrom(ip).Error(), http.StatusForbidden)
+			return
+		}
+		if !k.Scope.Allows(need, r.Method) {
+			http.Error(w, k.Scope.refusal(need, r.Method).Error(), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)))

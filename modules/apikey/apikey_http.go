@@ -12,8 +12,10 @@ import (
 const localsKey = "apikey"
 
 // Require returns middleware that authenticates the bearer key and checks
-// that its scope allows need. Keys are read only from the Authorization
-// header, never from the query string.
+// that it may be used from the client's address (its allow-list; the
+// address is Store.Proxies.ClientIP's) and that its scope allows need with
+// the request's method; a refusal is a 403 that names the rule. Keys are
+// read only from the Authorization header, never from the query string.
 func (s *Store) Require(need Scope) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		// A 401 says how to authenticate (RFC 9110 section 11.6.1).
@@ -35,8 +37,11 @@ func (s *Store) Require(need Scope) fiber.Handler {
 		if err != nil {
 			return challenge(err)
 		}
-		if !k.Scope.Allows(need) {
-			return ErrScope
+		if ip := s.Proxies.ClientIP(c); !k.AllowsFrom(ip) {
+			return k.notFrom(ip)
+		}
+		if !k.Scope.Allows(need, c.Method()) {
+			return k.Scope.refusal(need, c.Method())
 		}
 		c.Locals(localsKey, k)
 		return c.Next()

@@ -26,7 +26,7 @@ func sign(t *testing.T, s *operator.Signer, x operator.Expect) *operator.Envelop
 // TestMintAndRevokeSigned: an admin's signature of the label, scope, mode
 // and lifetime mints a key, and of its id revokes it, each as op:NAME in
 // the audit trail; the same statement again is 401, a statement of other
-// facts 403, an approver's 403; with OPERATOR_SIGNATURES=required an
+// facts 403 (another scope, lifetime or allow-list), an approver's 403; with OPERATOR_SIGNATURES=required an
 // unsigned mint or revocation is 401.
 func TestMintAndRevokeSigned(t *testing.T) {
 	t.Parallel()
@@ -55,6 +55,21 @@ func TestMintAndRevokeSigned(t *testing.T) {
 	_, _, err = keys.Mint(ctx, p)
 	require.Equal(t, fault.Forbidden, fault.KindOf(err), "an approver does not mint: %v", err)
 
+	// A read_only key restricted to networks: the signature covers the
+	// scope and the networks, in canonical form.
+	ro := apikey.MintExpect("dash", apikey.ScopeReadOnly, keys.Mode, 0, "10.0.0.0/8", "2001:DB8::/32")
+	require.Equal(t, map[string]string{"label": "dash", "scope": "read_only", "mode": "test", "allowed_cidrs": "10.0.0.0/8,2001:db8::/32"}, ro.Facts)
+	wider := apikey.MintParams{Scope: apikey.ScopeReadOnly, Label: "dash", AllowedCIDRs: []string{"0.0.0.0/0"}, Signature: sign(t, team["ada"], ro)}
+	_, _, err = keys.Mint(ctx, wider)
+	require.Equal(t, fault.Forbidden, fault.KindOf(err), "signed two networks, asked anywhere: %v", err)
+	unrestricted := apikey.MintParams{Scope: apikey.ScopeReadOnly, Label: "dash", Signature: sign(t, team["ada"], ro)}
+	_, _, err = keys.Mint(ctx, unrestricted)
+	require.Equal(t, fault.Forbidden, fault.KindOf(err), "signed two networks, asked none: %v", err)
+	dash, _, err := keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadOnly, Label: "dash", AllowedCIDRs: []string{"10.0.0.0/8", "2001:db8::/32"},
+		Signature: sign(t, team["ada"], ro)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.0/8", "2001:db8::/32"}, dash.AllowedCIDRs)
+
 	_, err = keys.RevokeSigned(ctx, k.ID, audit.Actor{}, sign(t, team["bob"], apikey.RevokeExpect(k.ID)))
 	require.Equal(t, fault.Forbidden, fault.KindOf(err), "an approver does not revoke: %v", err)
 	_, err = keys.RevokeSigned(ctx, k.ID, audit.Actor{}, sign(t, team["ada"], apikey.RevokeExpect(e.AdminKeyID)))
@@ -79,8 +94,8 @@ func TestMintAndRevokeSigned(t *testing.T) {
 			rows = append(rows, row{x.Actor, x.Action, x.Target})
 		}
 	}
-	require.Equal(t, []row{{"op:ada", audit.KeyRevoke, k.ID}, {"op:ada", audit.KeyMint, k.ID},
-		{"cli:apptest", audit.KeyMint, e.AdminKeyID}, {"cli:apptest", audit.KeyMint, rows[3].target}}, rows, "newest first; the refused ones are not recorded")
+	require.Equal(t, []row{{"op:ada", audit.KeyRevoke, k.ID}, {"op:ada", audit.KeyMint, dash.ID}, {"op:ada", audit.KeyMint, k.ID},
+		{"cli:apptest", audit.KeyMint, e.AdminKeyID}, {"cli:apptest", audit.KeyMint, rows[4].target}}, rows, "newest first; the refused ones are not recorded")
 
 	req := apptest.New(t, apptest.WithConfig(func(c *config.Config) { c.Operators.Signatures = "required" }))
 	_, _, err = req.App.Keys.Mint(ctx, apikey.MintParams{Scope: apikey.ScopeReadWrite, Label: "backend", Actor: audit.CLI("ops")})

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -69,6 +70,8 @@ type HTTP struct {
 	IngressRetention time.Duration `mapstructure:"ingress_retention" env:"INGRESS_RETENTION" default:"720h" doc:"how long processed processor webhook deliveries are kept (unprocessed ones are kept until processed)"`
 	ReadyzCacheTTL   time.Duration `mapstructure:"readyz_cache_ttl" env:"READYZ_CACHE_TTL" default:"5s" doc:"how long /readyz reuses a component's result (it needs no key, so it must not call the processor and the TRON node at the caller's pace)"`
 	IdempotencyTTL   time.Duration `mapstructure:"idempotency_ttl" env:"IDEMPOTENCY_RETENTION" default:"168h" doc:"how long idempotency records are kept (at least 7 days)"`
+	TrustedProxies   []string      `mapstructure:"trusted_proxies" env:"TRUSTED_PROXIES" default:"" doc:"comma-separated CIDRs or addresses of the reverse proxies in front of svc api whose TRUSTED_PROXY_HEADER is believed for the client's address (an API key's allowed networks are checked against it): the header is walked from the right, skipping these proxies, and the first other address is the client's; empty: the header is ignored and the client is the TCP peer"`
+	ProxyHeader      string        `mapstructure:"trusted_proxy_header" env:"TRUSTED_PROXY_HEADER" default:"X-Forwarded-For" doc:"the header the trusted proxies append the client's address to: X-Forwarded-For or Forwarded (RFC 7239, its for= parameters); the proxies must append to it, never pass on a client's copy as their own"`
 }
 
 // Database configures the PostgreSQL connection.
@@ -241,6 +244,16 @@ func (c Config) Validate() error {
 	}
 	if c.HTTP.ReadyzCacheTTL < 0 || c.HTTP.ReadyzCacheTTL > 5*time.Minute {
 		add("READYZ_CACHE_TTL", "must be from 0s to 5m")
+	}
+	for _, p := range c.HTTP.TrustedProxies {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(p)); err != nil {
+			if _, err := netip.ParseAddr(strings.TrimSpace(p)); err != nil {
+				add("TRUSTED_PROXIES", fmt.Sprintf("%q is not a CIDR or an IP address", p))
+			}
+		}
+	}
+	if !strings.EqualFold(c.HTTP.ProxyHeader, "X-Forwarded-For") && !strings.EqualFold(c.HTTP.ProxyHeader, "Forwarded") {
+		add("TRUSTED_PROXY_HEADER", "must be X-Forwarded-For or Forwarded")
 	}
 	if c.HTTP.IdempotencyTTL < 7*24*time.Hour {
 		add("IDEMPOTENCY_RETENTION", "must be at least 168h (7 days)")

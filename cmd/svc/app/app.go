@@ -92,8 +92,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		d.Close()
 		return nil, err
 	}
+	proxies, err := httpapi.ParseProxies(cfg.HTTP.TrustedProxies, cfg.HTTP.ProxyHeader)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
 	a := &App{Cfg: cfg, Log: log, DB: d, Clock: o.Clock, Inserter: ins, Tracing: o.Tracing, spec: o.Spec,
-		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now, CacheTTL: cfg.APIKeys.CacheTTL}}
+		Keys: &apikey.Store{DB: d.Bun, Prefix: cfg.APIKeys.Prefix, Mode: cfg.APIKeys.Mode, Now: o.Clock.Now, CacheTTL: cfg.APIKeys.CacheTTL, Proxies: proxies}}
 	for _, step := range []struct {
 		name string
 		init func(context.Context) error
@@ -142,7 +147,7 @@ func (a *App) Close() {
 // routes' requests are checked against openapi.json (httpapi.Validator).
 type Routers struct {
 	Public   fiber.Router // no API key: health, docs, ingress
-	Platform fiber.Router // /v1, readwrite (admin satisfies it)
+	Platform fiber.Router // /v1, readwrite (admin satisfies it; read_only its GETs)
 	Admin    fiber.Router // /v1/admin, admin only
 	Idem     fiber.Handler
 	// ClaimIn wraps a handler that claims its Idempotency-Key in its own
