@@ -42,7 +42,14 @@ type Options struct {
 	// caller's traceparent; handlers find it in c.UserContext(). Nil
 	// installs nothing.
 	Tracer trace.TracerProvider
+	// InterfaceVersion, when set, is sent on every response, errors and
+	// unknown routes included, as InterfaceVersionHeader: info.version of
+	// the OpenAPI document the service speaks.
+	InterfaceVersion string
 }
+
+// InterfaceVersionHeader carries Options.InterfaceVersion.
+const InterfaceVersionHeader = "Svc-Interface-Version"
 
 // UnmatchedRoute is the route Observe is given for a request no route
 // served (404, 405).
@@ -61,13 +68,16 @@ func New(o Options) *fiber.App {
 		AppName:               "svc",
 		BodyLimit:             o.BodyLimit,
 		DisableStartupMessage: true,
-		ErrorHandler:          ErrorHandler(o.Log),
+		ErrorHandler:          versioned(o.InterfaceVersion, ErrorHandler(o.Log)),
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          60 * time.Second,
 		IdleTimeout:           120 * time.Second,
 	})
 	app.Use(func(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderCacheControl, "no-store")
+		if o.InterfaceVersion != "" {
+			c.Set(InterfaceVersionHeader, o.InterfaceVersion)
+		}
 		return c.Next()
 	})
 	app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: func(c *fiber.Ctx, e any) {
@@ -204,6 +214,19 @@ func Status(err error) int {
 		return fe.Code
 	}
 	return statusOf[fault.KindOf(err)]
+}
+
+// versioned is h that also sets InterfaceVersionHeader to v (when set): an
+// error fiber raises before any middleware ran (a body too large) gets it
+// too.
+func versioned(v string, h fiber.ErrorHandler) fiber.ErrorHandler {
+	if v == "" {
+		return h
+	}
+	return func(c *fiber.Ctx, err error) error {
+		c.Set(InterfaceVersionHeader, v)
+		return h(c, err)
+	}
 }
 
 // ErrorHandler maps any handler error to the SPEC's error body. It is the

@@ -1,5 +1,5 @@
-// Package openapi holds the service's contract, openapi.json (OpenAPI 3.1,
-// interface version 0.2.0), embedded and served byte for byte at
+// Package openapi holds the service's contract, openapi.json (OpenAPI 3.1;
+// its interface version is info.version, VersionOf), embedded and served byte for byte at
 // /openapi.json, with an interactive view at /docs that needs no internet:
 // the page and the Swagger UI files it loads are embedded too.
 //
@@ -11,6 +11,8 @@ package openapi
 
 import (
 	"embed"
+	"encoding/json"
+	"fmt"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -22,6 +24,23 @@ var Spec []byte
 
 //go:embed docs
 var docsFS embed.FS
+
+// VersionOf returns info.version of doc, an OpenAPI document (JSON): the
+// interface version it describes.
+func VersionOf(doc []byte) (string, error) {
+	var d struct {
+		Info struct {
+			Version string `json:"version"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return "", fmt.Errorf("openapi: %w", err)
+	}
+	if d.Info.Version == "" {
+		return "", fmt.Errorf("openapi: the document has no info.version")
+	}
+	return d.Info.Version, nil
+}
 
 // Routes registers /openapi.json, /docs and the files /docs loads.
 func Routes(r fiber.Router) {

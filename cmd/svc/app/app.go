@@ -159,7 +159,7 @@ type Routers struct {
 // HTTP returns the API's fiber app with every route registered.
 func (a *App) HTTP() *fiber.App {
 	app := httpapi.New(httpapi.Options{BodyLimit: a.Cfg.HTTP.BodyLimitBytes, Log: a.Log, Observe: a.Metrics.ObserveHTTP,
-		Tracer: a.Tracing.Provider})
+		Tracer: a.Tracing.Provider, InterfaceVersion: a.InterfaceVersion})
 	r := Routers{Public: app}
 	a.routesPublic(r) // health and docs first: they need no key
 	a.routesProcessorPublic(r)

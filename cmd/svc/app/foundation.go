@@ -25,6 +25,9 @@ type foundation struct {
 	Health *health.Service
 	// Requests checks requests against openapi.json.
 	Requests *httpapi.Validator
+	// InterfaceVersion is info.version of that document, sent on every
+	// response (httpapi.InterfaceVersionHeader).
+	InterfaceVersion string
 }
 
 // committedSpec is the validator of the committed openapi.json, parsed and
@@ -41,6 +44,13 @@ func (a *App) initFoundation(ctx context.Context) error {
 		a.Requests, err = httpapi.NewValidator(ctx, a.spec)
 	}
 	if err != nil {
+		return err
+	}
+	spec := a.spec
+	if spec == nil {
+		spec = openapi.Spec
+	}
+	if a.InterfaceVersion, err = openapi.VersionOf(spec); err != nil {
 		return err
 	}
 	// Changing limits and minting or revoking keys are signed by admins.

@@ -273,6 +273,7 @@ func header(over map[string]string) http.Header {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	h.Set("Svc-Interface-Version", "0.3.0")
 	for k, v := range over {
 		if v == "-" {
 			h.Del(k)
