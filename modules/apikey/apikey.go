@@ -105,14 +105,9 @@ func ParseNetworks(list []string) ([]string, error) {
 	var out []string
 	for _, raw := range list {
 		raw = strings.TrimSpace(raw)
-		p, err := netip.ParsePrefix(raw)
+		p, err := httpapi.ParseNetwork(raw)
 		if err != nil {
-			a, aerr := netip.ParseAddr(raw)
-			if aerr != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("allowed network %q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an IP address", raw)
-			}
-			a = a.Unmap()
-			p = netip.PrefixFrom(a, a.BitLen())
+			return nil, fmt.Errorf("allowed network %w", err)
 		}
 		if p.Addr().Is4In6() {
 			return nil, fmt.Errorf("allowed network %q: write an IPv4 network as IPv4 (10.0.0.0/8)", raw)

@@ -22,8 +22,11 @@ func TestLoadDefaultsAndEnvironment(t *testing.T) {
 	t.Setenv("PORT", "9090")
 	t.Setenv("USDT_POOL_ADDRESSES", "TA, TB ,,TC")
 	t.Setenv("LN_PAYOUT_TIMEOUT_SECONDS", "600")
+	t.Setenv("TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.7")
 	cfg, err := load("")
 	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.0/8", "192.0.2.7"}, cfg.HTTP.TrustedProxies)
+	require.Equal(t, "X-Forwarded-For", cfg.HTTP.ProxyHeader)
 	require.Equal(t, 9090, cfg.HTTP.Port)
 	require.Equal(t, []string{"TA", "TB", "TC"}, cfg.Deposits.USDTPool)
 	require.Equal(t, 600, cfg.Payouts.LNPayoutTimeoutSeconds)
@@ -74,6 +77,8 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"LEDGER_FULL_CHECK_INTERVAL", "-1h", "LEDGER_FULL_CHECK_INTERVAL"},
 		{"LEDGER_CHECKPOINT_SIGNING_KEY", "not a key", "LEDGER_CHECKPOINT_SIGNING_KEY"},
 		{"LEDGER_CHECKPOINT_SIGNING_KEY", "00112233", "LEDGER_CHECKPOINT_SIGNING_KEY"},
+		{"TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal", "TRUSTED_PROXIES"},
+		{"TRUSTED_PROXY_HEADER", "X-Real-IP", "TRUSTED_PROXY_HEADER"},
 	} {
 		t.Run(tc.env+"="+tc.value+"/"+tc.named, func(t *testing.T) {
 			baseEnv(t)

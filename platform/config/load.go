@@ -96,6 +96,10 @@ func load(file string) (Config, error) {
 		cfg.Deposits.USDTPool[i] = strings.TrimSpace(a)
 	}
 	cfg.Deposits.USDTPool = compact(cfg.Deposits.USDTPool)
+	for i, a := range cfg.HTTP.TrustedProxies {
+		cfg.HTTP.TrustedProxies[i] = strings.TrimSpace(a)
+	}
+	cfg.HTTP.TrustedProxies = compact(cfg.HTTP.TrustedProxies)
 	var missing []string
 	for _, s := range settings {
 		if s.Required && strings.TrimSpace(v.GetString(s.Key)) == "" {

@@ -43,18 +43,30 @@ func ParseProxies(list []string, header string) (Proxies, error) {
 		if raw == "" {
 			continue
 		}
-		n, err := netip.ParsePrefix(raw)
+		n, err := ParseNetwork(raw)
 		if err != nil {
-			a, aerr := netip.ParseAddr(raw)
-			if aerr != nil {
-				return Proxies{}, fmt.Errorf("trusted proxy %q is not a CIDR or an IP address", raw)
-			}
-			a = a.Unmap()
-			n = netip.PrefixFrom(a, a.BitLen())
+			return Proxies{}, fmt.Errorf("trusted proxy: %w", err)
 		}
 		p.nets = append(p.nets, n.Masked())
 	}
 	return p, nil
+}
+
+// ParseNetwork reads a network: a CIDR ("10.0.0.0/8", "2001:db8::/32"), or
+// an address, which is the network of that address alone ("203.0.113.9"
+// is 203.0.113.9/32); an IPv4-mapped IPv6 address is its IPv4 address. Host
+// bits are kept: Masked drops them.
+func ParseNetwork(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if n, err := netip.ParsePrefix(s); err == nil {
+		return n, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an IP address", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // trusted reports whether a is a trusted proxy.
