@@ -14,8 +14,8 @@ import (
 // TestInterfaceVersionOnEveryResponse: every response carries
 // Svc-Interface-Version, info.version of the embedded openapi.json: a
 // success, an error (401, 403, 422), an unknown route (404), a known path
-// with another method (405), the health endpoints, the processor's
-// ingress and the document itself.
+// with another method (405), a body too large (413), the health
+// endpoints, the processor's ingress and the document itself.
 func TestInterfaceVersionOnEveryResponse(t *testing.T) {
 	t.Parallel()
 	want, err := openapi.VersionOf(openapi.Spec)
@@ -37,6 +37,8 @@ func TestInterfaceVersionOnEveryResponse(t *testing.T) {
 		{apptest.Req{Method: "GET", Path: "/healthz", Key: "-"}, http.StatusOK},
 		{apptest.Req{Method: "POST", Path: "/webhooks/processor", Key: "-", Body: "{}"}, http.StatusUnauthorized},
 		{apptest.Req{Method: "GET", Path: "/openapi.json", Key: "-"}, http.StatusOK},
+		// Refused by the server before any middleware runs.
+		{apptest.Req{Method: "POST", Path: "/v1/deposits", Body: make([]byte, e.App.Cfg.HTTP.BodyLimitBytes+1)}, http.StatusRequestEntityTooLarge},
 	} {
 		r := e.Do(c.req)
 		require.Equal(t, c.status, r.Status, "%s %s: %s", c.req.Method, c.req.Path, r.Body)
