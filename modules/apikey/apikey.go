@@ -1,7 +1,7 @@
 // Package apikey owns the platform's and operators' API keys: minting
 // (the key is shown once and stored only as a SHA-256 hash), listing,
 // revoking, and the bearer middleware that authenticates every /v1 call and
-// enforces its scope.
+// enforces its scope (read_only, readwrite, admin) and its allowed networks.
 //
 // A key looks like <prefix>_live_<secret> or <prefix>_test_<secret>, where
 // the secret is 43 base64url characters (32 random bytes). Because the

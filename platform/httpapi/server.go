@@ -1,5 +1,6 @@
 // Package httpapi is the service's HTTP frame (fiber v2): recover, request
-// ids, an access log, Cache-Control: no-store on every response, and the one
+// ids, an access log, Cache-Control: no-store and Svc-Interface-Version on
+// every response, the client's address behind trusted proxies (Proxies), and the one
 // error handler that turns fault kinds into the SPEC's statuses and bodies.
 // Modules register their routes on the *fiber.App it returns and return
 // errors from their handlers; none of them writes an error body itself.
