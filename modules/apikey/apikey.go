@@ -51,20 +51,19 @@ const (
 	ScopeAdmin     Scope = "admin"
 )
 
+// rank orders the scopes: each satisfies what the lower ones may do.
+var rank = map[Scope]int{ScopeReadOnly: 1, ScopeReadWrite: 2, ScopeAdmin: 3}
+
 // Allows reports whether a key of scope s may call, with method, a route
-// that needs need: admin calls everything; readwrite what needs readwrite;
-// read_only only what needs readwrite and only to read (GET, and HEAD,
-// which is GET without the body).
+// that needs need: a scope satisfies itself and the ones below it (admin ⊇
+// readwrite ⊇ read_only), and read_only may also read (GET, and HEAD,
+// which is GET without the body) what needs readwrite: the platform
+// routes.
 func (s Scope) Allows(need Scope, method string) bool {
-	switch s {
-	case ScopeAdmin:
-		return true
-	case ScopeReadWrite:
-		return need == ScopeReadWrite
-	case ScopeReadOnly:
-		return need == ScopeReadWrite && reads(method)
+	if rank[s] == 0 || rank[need] == 0 {
+		return false
 	}
-	return false
+	return rank[s] >= rank[need] || (s == ScopeReadOnly && need == ScopeReadWrite && reads(method))
 }
 
 func reads(method string) bool { return method == "GET" || method == "HEAD" }

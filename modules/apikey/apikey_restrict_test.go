@@ -139,3 +139,24 @@ func TestParseNetworks(t *testing.T) {
 	_, err = apikey.ParseNetworks(many)
 	require.Error(t, err)
 }
+
+// TestScopeAllows: admin ⊇ readwrite ⊇ read_only; read_only reads (GET,
+// HEAD) what needs readwrite and writes nothing; an unknown scope allows
+// nothing.
+func TestScopeAllows(t *testing.T) {
+	t.Parallel()
+	ro, rw, admin := apikey.ScopeReadOnly, apikey.ScopeReadWrite, apikey.ScopeAdmin
+	for _, c := range []struct {
+		s, need apikey.Scope
+		method  string
+		want    bool
+	}{
+		{admin, admin, "POST", true}, {admin, rw, "POST", true}, {admin, ro, "GET", true},
+		{rw, admin, "GET", false}, {rw, rw, "POST", true}, {rw, ro, "GET", true},
+		{ro, admin, "GET", false}, {ro, rw, "GET", true}, {ro, rw, "HEAD", true}, {ro, rw, "POST", false},
+		{ro, rw, "DELETE", false}, {ro, ro, "GET", true},
+		{"root", rw, "GET", false}, {rw, "root", "GET", false},
+	} {
+		require.Equal(t, c.want, c.s.Allows(c.need, c.method), "%s on a %s route with %s", c.s, c.need, c.method)
+	}
+}
