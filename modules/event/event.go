@@ -61,7 +61,7 @@ import (
 
 // SchemaVersion is the version of the published payload schema
 // (docs/events.schema.json), which is versioned separately from the API.
-const SchemaVersion = "1.3.0"
+const SchemaVersion = "1.4.0"
 
 // Type is an event type.
 type Type string

@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +82,9 @@ type Deliverer struct {
 	Timeout time.Duration
 	// Client sends the requests; nil uses NewHTTPClient(Timeout).
 	Client *http.Client
+	// Sealer opens the webhook endpoints' signing secrets; nil fails
+	// every endpoint delivery (the failure is recorded and retried).
+	Sealer *Sealer
 
 	once sync.Once
 }
@@ -418,19 +421,27 @@ func deadAlert(e Event, failure string) alert.Params {
 	}
 }
 
-// post sends payload once and returns "" on a 2xx or why the attempt failed.
+// post sends payload once to the platform's URL and returns "" on a 2xx
+// or why the attempt failed.
 func (d *Deliverer) post(ctx context.Context, payload []byte) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(payload))
+	secrets := [][]byte{d.Secret}
+	if len(d.PreviousSecret) > 0 {
+		secrets = append(secrets, d.PreviousSecret)
+	}
+	return d.postTo(ctx, d.URL, payload, secrets)
+}
+
+// postTo sends payload once to url, signed with each of secrets (one v1
+// each, the first the current one), and returns "" on a 2xx or why the
+// attempt failed.
+func (d *Deliverer) postTo(ctx context.Context, url string, payload []byte, secrets [][]byte) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {
 		return "cannot build the request: " + err.Error()
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", UserAgent)
-	var previous [][]byte
-	if len(d.PreviousSecret) > 0 {
-		previous = append(previous, d.PreviousSecret)
-	}
-	req.Header.Set(webhooksig.Header, webhooksig.Sign(d.Secret, d.Now(), payload, previous...))
+	req.Header.Set(webhooksig.Header, webhooksig.Sign(secrets[0], d.Now(), payload, secrets[1:]...))
 	d.once.Do(func() {
 		if d.Client == nil {
 			d.Client = NewHTTPClient(d.timeout())
@@ -438,7 +449,7 @@ func (d *Deliverer) post(ctx context.Context, payload []byte) string {
 	})
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		var ue *url.Error
+		var ue *neturl.Error
 		if errors.As(err, &ue) {
 			if ue.Timeout() {
 				return fmt.Sprintf("timeout: no answer within %s", d.timeout())
@@ -528,10 +539,18 @@ const releaseEvery = 250 * time.Millisecond
 // lost; it deduplicates on the event id. It returns how many claims it
 // freed.
 func (d *Deliverer) ReleaseDeadClaims(ctx context.Context, grace time.Duration) (int64, error) {
-	var freed []Event
+	var (
+		freed    []Event
+		freedEps int
+	)
 	err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
 		freed = nil
-		err := tx.NewRaw(`UPDATE public.outbound_events e
+		var err error
+		// The endpoint deliveries' claims too (webhook_deliveries).
+		if freedEps, err = d.releaseDeadEndpointClaims(ctx, tx, grace); err != nil {
+			return err
+		}
+		err = tx.NewRaw(`UPDATE public.outbound_events e
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL
  WHERE e.claim_token IS NOT NULL AND e.claimed_by IS NOT NULL AND e.claimed_at < ?
    AND `+queue.WorkerDeadSQL("e.claimed_by")+`
@@ -558,7 +577,10 @@ RETURNING e.id, e.status, e.attempts, e.redeliveries`, d.Now().UTC().Add(-grace)
 	for _, e := range freed {
 		d.log().WarnContext(ctx, "event claim of a dead worker released: its delivery is sent again", "event_id", e.PublicID())
 	}
-	return int64(len(freed)), nil
+	if freedEps > 0 {
+		d.log().WarnContext(ctx, "endpoint delivery claims of a dead worker released: they are sent again", "count", freedEps)
+	}
+	return int64(len(freed) + freedEps), nil
 }
 
 // sweepBatch is how many due events one sweep transaction enqueues.
@@ -571,11 +593,12 @@ const sweepBatch = 500
 // event whose job was lost (an attempt that died, a database error after
 // the claim) is picked up again. It returns how many jobs it queued.
 func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
-	if d.URL == "" {
-		return 0, nil
-	}
 	now := d.Now().UTC()
-	queued := 0
+	// The endpoint deliveries, whatever the platform's URL.
+	queued, err := d.sweepEndpoints(ctx, now)
+	if err != nil || d.URL == "" {
+		return queued, err
+	}
 	var (
 		afterAt time.Time
 		afterID uuid.UUID
@@ -638,10 +661,14 @@ type DeliverWorker struct {
 	Deliverer *Deliverer
 }
 
-// Work makes one attempt for the job's event.
+// Work makes one attempt for the job's event, and for its endpoint
+// deliveries that are due (AttemptEndpoints).
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	_, err := w.Deliverer.AttemptAs(ctx, job.Args.EventID, lastAttempter(job.AttemptedBy))
-	return err
+	worker := lastAttempter(job.AttemptedBy)
+	return w.Deliverer.attemptAll(ctx, []uuid.UUID{job.Args.EventID}, worker, func(ctx context.Context) error {
+		_, err := w.Deliverer.AttemptAs(ctx, job.Args.EventID, worker)
+		return err
+	})
 }
 
 // lastAttempter is the River client that runs a job's current attempt

@@ -1,12 +1,14 @@
 package event
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"svc/modules/apikey"
@@ -29,6 +31,32 @@ type Record struct {
 	LastError     *string         `json:"last_error"`
 	CreatedAt     string          `json:"created_at"`
 	Payload       json.RawMessage `json:"payload"`
+	// Deliveries are the event's deliveries to webhook endpoints ([] when
+	// it has none); Status and the fields above are its delivery to
+	// PLATFORM_WEBHOOK_URL.
+	Deliveries []DeliveryRecord `json:"deliveries"`
+}
+
+// DeliveryRecord is one event's delivery to one webhook endpoint, admin
+// view.
+type DeliveryRecord struct {
+	EndpointID    string  `json:"endpoint_id"`
+	Status        Status  `json:"status"`
+	Attempts      int     `json:"attempts"`
+	NextAttemptAt string  `json:"next_attempt_at"`
+	LastError     *string `json:"last_error"`
+	DeliveredAt   *string `json:"delivered_at"`
+}
+
+// ToDeliveryRecord renders a delivery for operators.
+func ToDeliveryRecord(x Delivery) DeliveryRecord {
+	r := DeliveryRecord{EndpointID: x.EndpointID.String(), Status: x.Status, Attempts: x.Attempts,
+		NextAttemptAt: timefmt.Format(x.NextAttemptAt), LastError: x.LastError}
+	if x.DeliveredAt != nil {
+		at := timefmt.Format(*x.DeliveredAt)
+		r.DeliveredAt = &at
+	}
+	return r
 }
 
 // ToRecord renders an event for operators.
@@ -36,7 +64,7 @@ func ToRecord(e Event) Record {
 	return Record{
 		ID: e.PublicID(), RawID: e.ID.String(), Type: e.Type, Status: e.Status, Attempts: e.Attempts,
 		NextAttemptAt: timefmt.Format(e.NextAttemptAt), LastError: e.LastError, CreatedAt: timefmt.Format(e.CreatedAt),
-		Payload: e.Payload,
+		Payload: e.Payload, Deliveries: []DeliveryRecord{},
 	}
 }
 
@@ -50,8 +78,10 @@ type RedeliverResponse struct {
 // feedRoutes) and the operators' endpoints on the /v1/admin router; idem is
 // the Idempotency-Key middleware that mutating routes need.
 //
-//	GET  /admin/events?status=&limit=          {events: [Record]}, newest first (replica: Service.Replica)
-//	POST /admin/events/{event_id}/redeliver    {id, status}, signed (RedeliverExpect; the Svc-Operator-Signature header)
+//	GET  /admin/events?status=&limit=          {events: [Record]}, newest first (replica: Service.Replica),
+//	                                           each with its endpoint deliveries
+//	POST /admin/events/{event_id}/redeliver    {endpoint_id?} -> {id, status}, signed (RedeliverExpect or
+//	                                           RedeliverEndpointExpect; the Svc-Operator-Signature header)
 //
 // Both routers check requests against openapi.json
 // (httpapi.Validator.Router): a status that is not one of the three, a
@@ -68,10 +98,20 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 func (s *Service) handleList(c *fiber.Ctx) error {
 	args := c.Context().QueryArgs() // copies below: fiber reuses its buffers
 	p := ListParams{Status: Status(args.Peek("status")), Limit: c.QueryInt("limit", 50)}
-	var events []Event
+	var (
+		events     []Event
+		deliveries map[uuid.UUID][]Delivery
+	)
 	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
-		events, err = list(ctx, idb, p)
+		if events, err = list(ctx, idb, p); err != nil {
+			return err
+		}
+		ids := make([]uuid.UUID, len(events))
+		for i, e := range events {
+			ids[i] = e.ID
+		}
+		deliveries, err = deliveriesOf(ctx, idb, ids)
 		return err
 	})
 	if err != nil {
@@ -79,7 +119,11 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 	}
 	out := make([]Record, 0, len(events))
 	for _, e := range events {
-		out = append(out, ToRecord(e))
+		r := ToRecord(e)
+		for _, x := range deliveries[e.ID] {
+			r.Deliveries = append(r.Deliveries, ToDeliveryRecord(x))
+		}
+		out = append(out, r)
 	}
 	return c.JSON(fiber.Map{"events": out})
 }
@@ -98,14 +142,41 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// An optional body names the endpoint whose delivery to redeliver.
+	var req struct {
+		EndpointID *string `json:"endpoint_id"`
+	}
+	if len(bytes.TrimSpace(c.BodyRaw())) > 0 {
+		if err := httpapi.DecodeBody(c, &req); err != nil {
+			return err
+		}
+	}
+	endpoint := uuid.Nil
+	if req.EndpointID != nil {
+		if endpoint, err = uuid.Parse(*req.EndpointID); err != nil {
+			return fault.Validation(fault.FieldError{Loc: []any{"body", "endpoint_id"}, Msg: "Input should be a valid UUID",
+				Type: "uuid_parsing", Input: *req.EndpointID})
+		}
+	}
 	rec := idempotency.FromCtx(c)
 	var body []byte
 	err = db.RunInTx(c.UserContext(), s.DB, func(ctx context.Context, tx bun.Tx) error {
-		e, err := s.RedeliverTx(ctx, tx, id, actor, sig)
-		if err != nil {
-			return err
+		var res RedeliverResponse
+		if endpoint == uuid.Nil {
+			e, err := s.RedeliverTx(ctx, tx, id, actor, sig)
+			if err != nil {
+				return err
+			}
+			res = RedeliverResponse{ID: e.PublicID(), Status: e.Status}
+		} else {
+			e, x, err := s.RedeliverEndpointTx(ctx, tx, id, endpoint, actor, sig)
+			if err != nil {
+				return err
+			}
+			res = RedeliverResponse{ID: e.PublicID(), Status: x.Status}
 		}
-		if body, err = json.Marshal(RedeliverResponse{ID: e.PublicID(), Status: e.Status}); err != nil {
+		var err error
+		if body, err = json.Marshal(res); err != nil {
 			return err
 		}
 		if rec == nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -154,6 +155,79 @@ func list(ctx context.Context, idb bun.IDB, p ListParams) ([]Event, error) {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return out, nil
+}
+
+// deliveriesOf returns the endpoint deliveries of the events ids, by
+// event, each event's in endpoint order.
+func deliveriesOf(ctx context.Context, idb bun.IDB, ids []uuid.UUID) (map[uuid.UUID][]Delivery, error) {
+	out := map[uuid.UUID][]Delivery{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var all []Delivery
+	if err := idb.NewSelect().Model(&all).Column(strings.Split(deliveryColumns, ", ")...).
+		Where("event_id IN (?)", bun.In(ids)).OrderExpr("event_id, endpoint_id").Scan(ctx); err != nil {
+		return nil, fmt.Errorf("list endpoint deliveries: %w", err)
+	}
+	for _, x := range all {
+		out[x.EventID] = append(out[x.EventID], x)
+	}
+	return out, nil
+}
+
+// RedeliverEndpointExpect is what an approver signs to redeliver event e
+// to one webhook endpoint: RedeliverExpect with the fact endpoint_id.
+func RedeliverEndpointExpect(e Event, endpoint uuid.UUID) operator.Expect {
+	x := RedeliverExpect(e)
+	x.Facts["endpoint_id"] = endpoint.String()
+	return x
+}
+
+// RedeliverEndpointTx is RedeliverTx for the event's delivery to one
+// webhook endpoint: a dead delivery becomes pending, due now, with a fresh
+// cycle of MaxAttempts attempts and its job; the event's own delivery and
+// its other endpoints' are left as they are. No such delivery (an unknown
+// event, or one the endpoint did not take) is ErrNotFound; one that is not
+// dead is ErrNotDead. It returns the event and the delivery.
+func (s *Service) RedeliverEndpointTx(ctx context.Context, tx bun.Tx, id, endpoint uuid.UUID, actor audit.Actor, sig *operator.Envelope) (Event, Delivery, error) {
+	if sig == nil && !actor.Valid() {
+		return Event{}, Delivery{}, fmt.Errorf("redeliver event %s: no audit actor", PublicID(id))
+	}
+	now := s.Now().UTC().Truncate(time.Microsecond)
+	var x Delivery
+	err := tx.NewUpdate().Model(&x).
+		Set("status = ?, attempts = 0, next_attempt_at = ?, dead_at = NULL, redeliveries = redeliveries + 1", StatusPending, now).
+		Where("event_id = ? AND endpoint_id = ? AND status = ?", id, endpoint, StatusDead).Returning(deliveryColumns).Scan(ctx)
+	if db.IsNoRows(err) {
+		var cur Delivery
+		switch err := tx.NewSelect().Model(&cur).Column("status").Where("event_id = ? AND endpoint_id = ?", id, endpoint).Scan(ctx); {
+		case db.IsNoRows(err):
+			return Event{}, Delivery{}, ErrNotFound
+		case err != nil:
+			return Event{}, Delivery{}, fmt.Errorf("redeliver event %s: %w", id, err)
+		}
+		return Event{}, Delivery{}, fault.Wrap(fault.Conflict,
+			fmt.Sprintf("the delivery of event %s to endpoint %s is %s: only a dead delivery can be redelivered", PublicID(id), endpoint, cur.Status), ErrNotDead)
+	}
+	if err != nil {
+		return Event{}, Delivery{}, fmt.Errorf("redeliver event %s: %w", id, err)
+	}
+	var e Event
+	if err := tx.NewSelect().Model(&e).Column("id", "type").Where("id = ?", id).Scan(ctx); err != nil {
+		return Event{}, Delivery{}, fmt.Errorf("redeliver event %s: %w", id, err)
+	}
+	who, err := s.Operators.Authorize(ctx, tx, actor, sig, RedeliverEndpointExpect(e, endpoint))
+	if err != nil {
+		return Event{}, Delivery{}, err
+	}
+	if _, err := s.Inserter.InsertTx(ctx, tx.Tx, EndpointDeliverArgs{EventID: id, EndpointID: endpoint, Attempt: 1, Cycle: x.Redeliveries}, nil); err != nil {
+		return Event{}, Delivery{}, fmt.Errorf("redeliver event %s: insert delivery job: %w", id, err)
+	}
+	if _, err := audit.Record(ctx, tx, now, who, audit.EventRedeliver, e.PublicID(),
+		map[string]string{"event_id": e.PublicID(), "endpoint_id": endpoint.String()}); err != nil {
+		return Event{}, Delivery{}, err
+	}
+	return e, x, nil
 }
 
 // RedeliverExpect is what an approver signs to redeliver event e: the

@@ -63,10 +63,14 @@ type DeliverBatchWorker struct {
 }
 
 // Work makes one attempt for each of the job's events that is still
-// pending, due and free.
+// pending, due and free, and for each of their endpoint deliveries that is
+// (AttemptEndpoints).
 func (w *DeliverBatchWorker) Work(ctx context.Context, job *river.Job[DeliverBatchArgs]) error {
-	_, err := w.Deliverer.AttemptBatch(ctx, job.Args.EventIDs, lastAttempter(job.AttemptedBy))
-	return err
+	worker := lastAttempter(job.AttemptedBy)
+	return w.Deliverer.attemptAll(ctx, job.Args.EventIDs, worker, func(ctx context.Context) error {
+		_, err := w.Deliverer.AttemptBatch(ctx, job.Args.EventIDs, worker)
+		return err
+	})
 }
 
 // Timeout leaves the HTTP timeout room to expire first: the batch's

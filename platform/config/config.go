@@ -110,6 +110,23 @@ type Webhooks struct {
 	// PreviousSecret signs too during a rotation (a second v1).
 	PreviousSecret string        `mapstructure:"previous_secret" env:"PLATFORM_WEBHOOK_SECRET_PREVIOUS" default:"" secret:"true" doc:"during a rotation, the secret being retired: every delivery is signed with it too (a second v1) until it is removed"`
 	Timeout        time.Duration `mapstructure:"timeout" env:"PLATFORM_WEBHOOK_TIMEOUT" default:"10s" doc:"time limit of one delivery attempt"`
+	// EndpointKey seals the signing secrets of the webhook endpoints
+	// operators add (event.Sealer).
+	EndpointKey string `mapstructure:"endpoint_key" env:"WEBHOOK_ENDPOINT_KEY" default:"" secret:"true" doc:"64 hex digits (32 bytes): the AES-256-GCM key that seals the webhook endpoints' signing secrets in the database; required in production to add endpoints, the same for svc api and svc worker"`
+}
+
+// WebhookURLProblem says what is wrong with u as a webhook URL (an
+// endpoint's or PLATFORM_WEBHOOK_URL), "" when nothing: http:// or
+// https://, and in production https:// (http:// only to a loopback
+// address).
+func WebhookURLProblem(u string, production bool) string {
+	switch {
+	case !httpURL(u):
+		return "must be an http:// or https:// URL"
+	case production && !secureURL(u):
+		return "must be https:// in production (http:// only to a loopback address)"
+	}
+	return ""
 }
 
 // BTCPay configures the payment processor.
@@ -302,6 +319,11 @@ func (c Config) Validate() error {
 		}
 		if c.Webhooks.Secret == "" {
 			add("PLATFORM_WEBHOOK_SECRET", "is required when PLATFORM_WEBHOOK_URL is set")
+		}
+	}
+	if k := c.Webhooks.EndpointKey; k != "" {
+		if b, err := hex.DecodeString(k); err != nil || len(b) != 32 {
+			add("WEBHOOK_ENDPOINT_KEY", "must be 64 hex digits (a 32-byte key)")
 		}
 	}
 	if c.Webhooks.PreviousSecret != "" && c.Webhooks.PreviousSecret == c.Webhooks.Secret {
