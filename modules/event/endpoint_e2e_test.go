@@ -419,6 +419,12 @@ func TestADisabledEndpointGetsNothingNew(t *testing.T) {
 	require.Empty(t, got, "nothing sent to a disabled endpoint")
 	// The wakes are lost: the sweep queues what is due, except the
 	// disabled endpoint's delivery.
+	for _, id := range []uuid.UUID{before.ID, during.ID} {
+		apptest.Eventually(t, 5*time.Second, func() bool {
+			return countRows(t, e.App.DB.Bun, `SELECT count(*) FROM river_job WHERE kind = 'event_deliver_batch'
+   AND args->'event_ids' @> jsonb_build_array(?::text)`, id.String()) == 1
+		}, "the wake inserted")
+	}
 	_, err = e.App.DB.Bun.ExecContext(ctx, "DELETE FROM river_job WHERE kind = 'event_deliver_batch'")
 	require.NoError(t, err)
 	n, err := e.App.Deliverer.Sweep(ctx)
