@@ -17,10 +17,13 @@ import (
 
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/alert"
+	"svc/modules/audit"
 	"svc/modules/event"
 	"svc/modules/event/eventtest"
 	"svc/platform/clock"
+	"svc/platform/config"
 	"svc/platform/db"
+	"svc/platform/fault"
 	"svc/platform/webhooksig"
 )
 
@@ -552,4 +555,45 @@ func TestConcurrentEndpointAttemptsSendOnce(t *testing.T) {
 	require.Equal(t, want, sum, "each delivery recorded once")
 	require.Equal(t, want, a.count()+b.count(), "and sent once")
 	require.Zero(t, countRows(t, e.App.DB.Bun, "SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered' OR claim_token IS NOT NULL"))
+}
+
+// TestEndpointSecretsNeedTheirKey: without a key no secret is made (503);
+// in production a URL must be https (http only to a loopback address); a
+// secret sealed under another key does not open, and the delivery fails
+// saying so, without the secret in last_error.
+func TestEndpointSecretsNeedTheirKey(t *testing.T) {
+	t.Parallel()
+	e, fake, _ := failingEndpointEnv(t)
+	ctx := context.Background()
+	actor := audit.CLI("ops")
+	create := func(s *event.EndpointService, url string) error {
+		return db.RunInTx(ctx, e.App.DB.Bun, func(ctx context.Context, tx bun.Tx) error {
+			_, _, err := s.Create(ctx, tx, event.EndpointParams{URL: &url, Events: &[]string{"*"}}, actor)
+			return err
+		})
+	}
+	noKey := &event.EndpointService{DB: e.App.DB.Bun, Now: fake.Now, Production: true, URLProblem: config.WebhookURLProblem}
+	err := create(noKey, "https://platform.example/hooks")
+	require.ErrorIs(t, err, event.ErrNoEndpointKey)
+	require.Equal(t, fault.Unavailable, fault.KindOf(err))
+
+	key := make([]byte, 32)
+	key[0] = 1
+	sealer, err := event.NewSealer(key)
+	require.NoError(t, err)
+	prod := &event.EndpointService{DB: e.App.DB.Bun, Now: fake.Now, Production: true, URLProblem: config.WebhookURLProblem, Sealer: sealer}
+	err = create(prod, "http://platform.example/hooks")
+	require.Equal(t, fault.Invalid, fault.KindOf(err), "plain http in production")
+	rcv := newReceiver(t, "", fake.Now)
+	require.NoError(t, create(prod, rcv.URL()), "http to a loopback address")
+
+	// The app's Deliverer has the development key, not this one.
+	ev := emitWith(t, e.App.DB.Bun, e.App.Events, event.DepositExpired, samples()[4])
+	got, err := e.App.Deliverer.AttemptEndpoints(ctx, []uuid.UUID{ev.ID}, uuid.Nil, "")
+	require.NoError(t, err)
+	require.Equal(t, map[event.Outcome]int{event.OutcomeRetry: 1}, got)
+	require.Zero(t, rcv.count())
+	var lastError string
+	require.NoError(t, e.App.DB.Bun.NewRaw("SELECT last_error FROM webhook_deliveries WHERE event_id = ?", ev.ID).Scan(ctx, &lastError))
+	require.Contains(t, lastError, "cannot be unsealed with WEBHOOK_ENDPOINT_KEY")
 }
