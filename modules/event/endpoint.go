@@ -308,6 +308,16 @@ func endpointAudit(ep Endpoint) map[string]any {
 	return map[string]any{"url": ep.URL, "events": ep.Events, "description": ep.Description, "disabled": ep.Disabled}
 }
 
+// lockEndpoint reads the endpoint id and locks it until tx ends.
+func lockEndpoint(ctx context.Context, tx bun.Tx, id uuid.UUID) (Endpoint, error) {
+	var ep Endpoint
+	err := tx.NewSelect().Model(&ep).Where("id = ?", id).For("UPDATE").Scan(ctx)
+	if err := db.Found(err, ErrEndpointNotFound, "read webhook endpoint %s", id); err != nil {
+		return Endpoint{}, err
+	}
+	return ep, nil
+}
+
 // GetEndpoint returns one endpoint.
 func (s *EndpointService) GetEndpoint(ctx context.Context, idb bun.IDB, id uuid.UUID) (Endpoint, error) {
 	var ep Endpoint
@@ -335,9 +345,8 @@ func (s *EndpointService) Update(ctx context.Context, tx bun.Tx, id uuid.UUID, p
 	if err := s.checkParams(p, false); err != nil {
 		return Endpoint{}, err
 	}
-	var ep Endpoint
-	err := tx.NewSelect().Model(&ep).Where("id = ?", id).For("UPDATE").Scan(ctx)
-	if err := db.Found(err, ErrEndpointNotFound, "read webhook endpoint %s", id); err != nil {
+	ep, err := lockEndpoint(ctx, tx, id)
+	if err != nil {
 		return Endpoint{}, err
 	}
 	if p.URL != nil {
@@ -367,9 +376,8 @@ func (s *EndpointService) Update(ctx context.Context, tx bun.Tx, id uuid.UUID, p
 // (0: at once no longer); a rotation during another's overlap retires the
 // older secret at once.
 func (s *EndpointService) RotateSecret(ctx context.Context, tx bun.Tx, id uuid.UUID, overlap time.Duration, actor audit.Actor) (Endpoint, string, error) {
-	var ep Endpoint
-	err := tx.NewSelect().Model(&ep).Where("id = ?", id).For("UPDATE").Scan(ctx)
-	if err := db.Found(err, ErrEndpointNotFound, "read webhook endpoint %s", id); err != nil {
+	ep, err := lockEndpoint(ctx, tx, id)
+	if err != nil {
 		return Endpoint{}, "", err
 	}
 	secret, err := newSecret()

@@ -104,35 +104,9 @@ SELECT c.event_id, c.endpoint_id, c.attempts, c.redeliveries, e.type, e.payload,
 		return outcomes, nil
 	}
 
-	type send struct {
-		start   time.Time
-		failure string
-		done    bool
-	}
-	sends := make([]send, len(claimed))
-	sem := make(chan struct{}, batchSenders)
-	var wg sync.WaitGroup
-	for i := range claimed {
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c := claimed[i]
-			st := d.Now().UTC().Truncate(time.Microsecond)
-			secrets, err := d.Sealer.endpointSecrets(c.endpoint(), st)
-			var f string
-			if err != nil {
-				f = err.Error()
-			} else {
-				f = d.postTo(ctx, c.URL, c.Payload, secrets)
-			}
-			sends[i] = send{start: st, failure: f, done: ctx.Err() == nil}
-		}()
-	}
-	wg.Wait()
+	sends := d.sendAll(ctx, len(claimed), func(ctx context.Context, i int, start time.Time) string {
+		return d.postToEndpoint(ctx, claimed[i].endpoint(), claimed[i].Payload, start)
+	})
 	stopped := ctx.Err()
 	if stopped != nil {
 		var cancel context.CancelFunc
@@ -203,6 +177,16 @@ RETURNING event_id, endpoint_id`, d.Now().UTC(), token, pgdialect.Array(evs), pg
 	return outcomes, firstErr
 }
 
+// postToEndpoint sends payload once to ep, signed with its secrets at now
+// (endpointSecrets), and returns "" on a 2xx or why the attempt failed.
+func (d *Deliverer) postToEndpoint(ctx context.Context, ep Endpoint, payload []byte, now time.Time) string {
+	secrets, err := d.Sealer.endpointSecrets(ep, now)
+	if err != nil {
+		return err.Error()
+	}
+	return d.postTo(ctx, ep.URL, payload, secrets)
+}
+
 func (d *Deliverer) logEndpointOutcome(ctx context.Context, c claimedDelivery, outcome Outcome, failure string, next time.Time) {
 	log := d.log().With("event_id", PublicID(c.EventID), "event_type", c.Type, "endpoint_id", c.EndpointID, "attempt", c.Attempts+1)
 	switch outcome {
@@ -271,26 +255,14 @@ func endpointDeadAlert(c claimedDelivery, failure string) alert.Params {
 // releaseEndpointClaims hands back every delivery claim token holds, as
 // release does for events.
 func (d *Deliverer) releaseEndpointClaims(ctx context.Context, token uuid.UUID) {
-	within := releaseWithin
-	if ctx.Err() != nil {
-		within = 5 * time.Second
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
-	defer cancel()
-	for {
+	d.releaseClaims(ctx, func(ctx context.Context) error {
 		_, err := d.DB.NewUpdate().Model((*Delivery)(nil)).
 			Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
-			Where("claim_token = ?", token).Exec(rctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-rctx.Done():
-			d.log().WarnContext(ctx, "endpoint delivery claims not released; they expire by themselves", "error", err)
-			return
-		case <-time.After(releaseEvery):
-		}
-	}
+			Where("claim_token = ?", token).Exec(ctx)
+		return err
+	}, func(err error) {
+		d.log().WarnContext(ctx, "endpoint delivery claims not released; they expire by themselves", "error", err)
+	})
 }
 
 // releaseDeadEndpointClaims is ReleaseDeadClaims for endpoint deliveries,

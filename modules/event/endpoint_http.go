@@ -91,14 +91,7 @@ func (d *Deliverer) Ping(ctx context.Context, ep Endpoint) (PingResult, error) {
 		return PingResult{}, err
 	}
 	res := PingResult{ID: PublicID(id), Delivered: true}
-	secrets, err := d.Sealer.endpointSecrets(ep, now)
-	failure := ""
-	if err != nil {
-		failure = err.Error()
-	} else {
-		failure = d.postTo(ctx, ep.URL, body, secrets)
-	}
-	if failure != "" {
+	if failure := d.postToEndpoint(ctx, ep, body, now); failure != "" {
 		res.Delivered, res.Error = false, &failure
 	}
 	return res, nil

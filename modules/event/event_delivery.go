@@ -248,28 +248,9 @@ RETURNING `+eventColumns, token, start.Add(d.timeout()+claimMargin), worker, sta
 	// Each send keeps its own start (the retry schedule counts from it)
 	// and whether it ended before ctx did: one cut short by the job's end
 	// (its timeout, the worker stopping) spends no attempt.
-	type send struct {
-		start   time.Time
-		failure string
-		done    bool
-	}
-	sends := make([]send, len(claimed))
-	sem := make(chan struct{}, batchSenders)
-	var wg sync.WaitGroup
-	for i := range claimed {
-		if ctx.Err() != nil {
-			break // not sent: handed back below
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			st := d.Now().UTC().Truncate(time.Microsecond)
-			f := d.post(ctx, claimed[i].Payload)
-			sends[i] = send{start: st, failure: f, done: ctx.Err() == nil}
-		}()
-	}
-	wg.Wait()
+	sends := d.sendAll(ctx, len(claimed), func(ctx context.Context, i int, _ time.Time) string {
+		return d.post(ctx, claimed[i].Payload)
+	})
 	stopped := ctx.Err()
 	if stopped != nil {
 		// Record what was answered, on a context of its own, bounded.
@@ -347,6 +328,39 @@ RETURNING id`, string(StatusDelivered), d.Now().UTC(), bun.In(delivered), token)
 		return outcomes, fmt.Errorf("deliver %d events: %w", len(claimed), stopped)
 	}
 	return outcomes, firstErr
+}
+
+// send is what came of one send of a batch: its start (the retry schedule
+// counts from it), why it failed ("" for a 2xx), and whether it ended
+// before ctx did (one cut short by the job's end spends no attempt).
+type send struct {
+	start   time.Time
+	failure string
+	done    bool
+}
+
+// sendAll runs post for the n sends of a batch side by side, at most
+// batchSenders at once, each with its own start; those ctx ends before
+// they start are not sent (done false).
+func (d *Deliverer) sendAll(ctx context.Context, n int, post func(ctx context.Context, i int, start time.Time) string) []send {
+	sends := make([]send, n)
+	sem := make(chan struct{}, batchSenders)
+	var wg sync.WaitGroup
+	for i := range n {
+		if ctx.Err() != nil {
+			break // not sent: handed back by the caller
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			st := d.Now().UTC().Truncate(time.Microsecond)
+			f := post(ctx, i, st)
+			sends[i] = send{start: st, failure: f, done: ctx.Err() == nil}
+		}()
+	}
+	wg.Wait()
+	return sends
 }
 
 // recordDelivered records the delivery of event id by the attempt holding
@@ -496,6 +510,27 @@ const releaseWithin = 15 * time.Second
 // worker is stopping) while the database does not take it. A claim it
 // cannot release expires by itself.
 func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
+	d.releaseClaims(ctx, func(ctx context.Context) error {
+		q := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
+			Where("claim_token = ?", token)
+		if id != uuid.Nil {
+			q = q.Where("id = ?", id)
+		}
+		_, err := q.Exec(ctx)
+		return err
+	}, func(err error) {
+		if id == uuid.Nil {
+			d.log().WarnContext(ctx, "a batch's event claims not released; they expire by themselves", "error", err)
+		} else {
+			d.log().WarnContext(ctx, "event claim not released; it expires by itself", "event_id", PublicID(id), "error", err)
+		}
+	})
+}
+
+// releaseClaims runs free, the statement that hands claims back, again
+// every releaseEvery for up to releaseWithin (5 s when ctx is done) while
+// the database does not take it, and then tells gaveUp the last error.
+func (d *Deliverer) releaseClaims(ctx context.Context, free func(context.Context) error, gaveUp func(error)) {
 	within := releaseWithin
 	if ctx.Err() != nil {
 		within = 5 * time.Second
@@ -503,22 +538,13 @@ func (d *Deliverer) release(ctx context.Context, id, token uuid.UUID) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
 	for {
-		q := d.DB.NewUpdate().Model((*Event)(nil)).Set("claim_token = NULL, claimed_until = NULL, claimed_by = NULL, claimed_at = NULL").
-			Where("claim_token = ?", token)
-		if id != uuid.Nil {
-			q = q.Where("id = ?", id)
-		}
-		_, err := q.Exec(rctx)
+		err := free(rctx)
 		if err == nil {
 			return
 		}
 		select {
 		case <-rctx.Done():
-			if id == uuid.Nil {
-				d.log().WarnContext(ctx, "a batch's event claims not released; they expire by themselves", "error", err)
-			} else {
-				d.log().WarnContext(ctx, "event claim not released; it expires by itself", "event_id", PublicID(id), "error", err)
-			}
+			gaveUp(err)
 			return
 		case <-time.After(releaseEvery):
 		}
