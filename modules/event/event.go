@@ -34,6 +34,13 @@
 // Without a URL nothing is sent and no attempt is spent: events stay
 // pending until a worker starts with PLATFORM_WEBHOOK_URL set.
 //
+// # Webhook endpoints
+//
+// Operators add further receivers (endpoint.go), each with its event
+// filter and signing secret; an event's delivery to each is a row of its
+// own, written with the event, delivered by the same jobs with the same
+// schedule, and dead and redelivered on its own.
+//
 // # Events API
 //
 // The platform can also read the events it is sent (GET /v1/events, as
