@@ -92,14 +92,7 @@ trail as made by "op:NAME".`,
 
 // eventRow is an event's row, its last error cut to 80 characters.
 func eventRow(tw io.Writer, r event.Record) {
-	lastErr := "-"
-	if r.LastError != nil {
-		lastErr = *r.LastError
-		if rs := []rune(lastErr); len(rs) > 80 {
-			lastErr = string(rs[:80]) + "…"
-		}
-	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.RawID, r.Type, r.Status, r.Attempts, r.NextAttemptAt, r.CreatedAt, lastErr)
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.RawID, r.Type, r.Status, r.Attempts, r.NextAttemptAt, r.CreatedAt, cut(r.LastError, 80))
 }
 
 // adminAlertsCmd is `svc admin alerts`: list and acknowledge operator
