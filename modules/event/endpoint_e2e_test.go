@@ -597,3 +597,38 @@ func TestEndpointSecretsNeedTheirKey(t *testing.T) {
 	require.NoError(t, e.App.DB.Bun.NewRaw("SELECT last_error FROM webhook_deliveries WHERE event_id = ?", ev.ID).Scan(ctx, &lastError))
 	require.Contains(t, lastError, "cannot be unsealed with WEBHOOK_ENDPOINT_KEY")
 }
+
+// TestAnEndpointRetryRunsThroughTheWorker: the first attempt is the
+// event's wake job's; the retry is a webhook_delivery job River runs at
+// its time.
+func TestAnEndpointRetryRunsThroughTheWorker(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Now())
+	e := apptest.New(t, apptest.WithClock(fake), apptest.WithWorker()) // no PLATFORM_WEBHOOK_URL
+	ctx := context.Background()
+	rcv := newReceiver(t, "", fake.Now)
+	rcv.setMode("500")
+	ep := addEndpoint(t, e, rcv, "withdrawal.*")
+	ev := emitWith(t, e.App.DB.Bun, e.App.Events, event.WithdrawalFailed, samples()[9])
+
+	var jobID int64
+	apptest.Eventually(t, 20*time.Second, func() bool {
+		return e.App.DB.Bun.NewRaw(`SELECT id FROM river_job WHERE kind = 'webhook_delivery' AND state = 'scheduled'
+   AND args->>'event_id' = ? AND args->>'endpoint_id' = ? AND (args->>'attempt')::int = 2`, ev.ID.String(), ep.ID).Scan(ctx, &jobID) == nil
+	}, "the first attempt failed and scheduled the second")
+	require.Equal(t, 1, rcv.count())
+	rcv.setMode("ok")
+	fake.Advance(event.RetryDelay(1))
+	_, err := e.App.DB.Bun.ExecContext(ctx, "UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = ?", jobID)
+	require.NoError(t, err)
+	apptest.Eventually(t, 20*time.Second, func() bool {
+		return countRows(t, e.App.DB.Bun, "SELECT count(*) FROM webhook_deliveries WHERE event_id = ? AND status = 'delivered' AND attempts = 2", ev.ID) == 1
+	}, "the retry delivered")
+	require.Equal(t, 2, rcv.count())
+	_, bad, _ := rcv.snapshot()
+	require.Empty(t, bad)
+	own, err := e.App.Events.Get(ctx, ev.ID)
+	require.NoError(t, err)
+	require.Equal(t, event.StatusPending, own.Status, "without a URL the event's own delivery waits, as before")
+	require.Zero(t, own.Attempts)
+}
