@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -237,10 +238,27 @@ func TestWebhookEndpointsAdmin(t *testing.T) {
 
 // failingEndpointEnv is an app with a fake clock and no worker: the test
 // makes each attempt itself, as a job would, and moves the clock.
-func failingEndpointEnv(t *testing.T) (*apptest.Env, *clock.Fake, *receiver) {
+func failingEndpointEnv(t *testing.T, opts ...apptest.Option) (*apptest.Env, *clock.Fake, *receiver) {
 	fake := clock.NewFake(time.Now())
 	platform := newReceiver(t, secret, fake.Now)
-	return apptest.New(t, apptest.WithClock(fake), withWebhook(platform.URL(), 2*time.Second)), fake, platform
+	return apptest.New(t, append([]apptest.Option{apptest.WithClock(fake), withWebhook(platform.URL(), 2*time.Second)}, opts...)...), fake, platform
+}
+
+// gauge scrapes a gauge without labels from the metrics listener.
+func gauge(t *testing.T, e *apptest.Env, name string) string {
+	t.Helper()
+	resp, err := http.Get(e.MetricsURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s in the metrics", name)
+	return ""
 }
 
 // TestAFailingEndpointGoesDeadOnItsOwn: one endpoint answers 500: its
@@ -250,7 +268,7 @@ func failingEndpointEnv(t *testing.T) (*apptest.Env, *clock.Fake, *receiver) {
 // redelivered alone.
 func TestAFailingEndpointGoesDeadOnItsOwn(t *testing.T) {
 	t.Parallel()
-	e, fake, platform := failingEndpointEnv(t)
+	e, fake, platform := failingEndpointEnv(t, apptest.WithMetrics())
 	ctx := context.Background()
 	bad, good := newReceiver(t, "", fake.Now), newReceiver(t, "", fake.Now)
 	bad.setMode("500")
@@ -299,6 +317,9 @@ func TestAFailingEndpointGoesDeadOnItsOwn(t *testing.T) {
 	require.Equal(t, event.AlertDead, alerts[0].Type)
 	require.Contains(t, alerts[0].Detail, epBad.ID)
 
+	require.Equal(t, "1", gauge(t, e, "svc_webhook_deliveries_dead"))
+	require.Equal(t, "0", gauge(t, e, "svc_webhook_deliveries_pending"))
+	require.Equal(t, "0", gauge(t, e, "svc_events_dead"), "the event's own delivery is not dead")
 	dead := listDeliveries(t, e, "?status=dead")
 	require.Len(t, dead, 1)
 	require.Equal(t, epBad.ID, dead[0].EndpointID)
@@ -328,6 +349,8 @@ func TestAFailingEndpointGoesDeadOnItsOwn(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.JSONEq(t, `{"id":"`+ev.PublicID()+`","status":"pending"}`, string(r.Body))
 	require.Equal(t, http.StatusConflict, e.AdminPost(path, map[string]any{"endpoint_id": epBad.ID}).Status, "pending now")
+	require.Equal(t, "0", gauge(t, e, "svc_webhook_deliveries_dead"))
+	require.Equal(t, "1", gauge(t, e, "svc_webhook_deliveries_pending"))
 	require.Equal(t, 1, countRows(t, e.App.DB.Bun, `SELECT count(*) FROM river_job WHERE kind = 'webhook_delivery'
    AND args->>'endpoint_id' = ? AND (args->>'attempt')::int = 1 AND (args->>'cycle')::int = 1`, epBad.ID), "a fresh job")
 	require.Equal(t, 1, countRows(t, e.App.DB.Bun, `SELECT count(*) FROM audit_log WHERE action = 'event.redeliver'

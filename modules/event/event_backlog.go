@@ -13,11 +13,14 @@ type Backlog struct {
 	// OldestPending is when the oldest pending event was created; nil when
 	// none is pending.
 	OldestPending *time.Time
+	// EndpointPending and EndpointDead count the events' deliveries to
+	// webhook endpoints in those states.
+	EndpointPending, EndpointDead int64
 }
 
-// Backlog counts the pending and dead events. It reads only those, through
-// the (status, created_at) index: its cost follows the backlog, not the
-// history of delivered events.
+// Backlog counts the pending and dead events, and the pending and dead
+// endpoint deliveries. It reads only those, through the indexes on status:
+// its cost follows the backlog, not the history of delivered events.
 func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
 	err := s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -25,6 +28,13 @@ func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
        min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending
   FROM outbound_events
  WHERE status IN ('pending', 'dead')`).Scan(ctx, &b.Pending, &b.Dead, &b.OldestPending)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("event backlog: %w", err)
+	}
+	err = s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'dead') AS dead
+  FROM public.webhook_deliveries
+ WHERE status IN ('pending', 'dead')`).Scan(ctx, &b.EndpointPending, &b.EndpointDead)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("event backlog: %w", err)
 	}

@@ -20,6 +20,9 @@ type EventBacklog struct {
 	// OldestPending is the creation time of the oldest pending event (nil
 	// when none is pending).
 	OldestPending *time.Time
+	// EndpointPending and EndpointDead count the events' deliveries to
+	// webhook endpoints not delivered.
+	EndpointPending, EndpointDead int64
 }
 
 // Reconciliation is the latest stored reconciliation report.
@@ -67,6 +70,7 @@ type stateCollector struct {
 
 	up, took                                 *prometheus.Desc
 	pending, dead, oldest                    *prometheus.Desc
+	epPending, epDead                        *prometheus.Desc
 	entries                                  *prometheus.Desc
 	recHealthy, recAt, recInsolvent, recDiff *prometheus.Desc
 	recRead                                  *prometheus.Desc
@@ -90,6 +94,8 @@ func (m *Metrics) RegisterState(s State) {
 		pending:      d("events_pending", "Outbound events not yet delivered (waiting for their next attempt, or for PLATFORM_WEBHOOK_URL)."),
 		dead:         d("events_dead", "Outbound events that failed ten attempts and wait for an operator's redelivery."),
 		oldest:       d("events_oldest_pending_age_seconds", "Age of the oldest pending outbound event (0 when none is pending)."),
+		epPending:    d("webhook_deliveries_pending", "Events' deliveries to webhook endpoints not yet delivered (waiting for their next attempt, or for their endpoint to be enabled)."),
+		epDead:       d("webhook_deliveries_dead", "Events' deliveries to webhook endpoints that failed ten attempts and wait for an operator's redelivery."),
 		entries:      d("ledger_entries_total", "Ledger entries committed since this process's first scrape, by kind.", "kind"),
 		recHealthy:   d("reconciliation_healthy", "1 when the latest reconciliation report is healthy, else 0 (absent before the first report)."),
 		recAt:        d("reconciliation_last_report_timestamp_seconds", "When the latest reconciliation report was made (unix seconds)."),
@@ -101,7 +107,7 @@ func (m *Metrics) RegisterState(s State) {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.took, c.pending, c.dead, c.oldest, c.entries, c.recHealthy, c.recAt,
+	for _, d := range []*prometheus.Desc{c.up, c.took, c.pending, c.dead, c.oldest, c.epPending, c.epDead, c.entries, c.recHealthy, c.recAt,
 		c.recInsolvent, c.recRead, c.recDiff, c.heartbeat} {
 		ch <- d
 	}
@@ -169,6 +175,8 @@ func (c *stateCollector) events(ctx context.Context, out func(prometheus.Metric)
 	out(gauge(c.pending, float64(b.Pending)))
 	out(gauge(c.dead, float64(b.Dead)))
 	out(gauge(c.oldest, age))
+	out(gauge(c.epPending, float64(b.EndpointPending)))
+	out(gauge(c.epDead, float64(b.EndpointDead)))
 	return nil
 }
 

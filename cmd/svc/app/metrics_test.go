@@ -378,7 +378,7 @@ func requireKnownMetrics(t *testing.T, s scrape) {
 			check("alerts.yml", r.Expr)
 		}
 	}
-	require.ElementsMatch(t, []string{"SvcDeadEvents", "SvcWorkerStale", "SvcProcessorDown", "SvcReconciliationUnhealthy", "SvcDatabasePoolExhausted"}, alerts)
+	require.ElementsMatch(t, []string{"SvcDeadEvents", "SvcDeadWebhookDeliveries", "SvcWorkerStale", "SvcProcessorDown", "SvcReconciliationUnhealthy", "SvcDatabasePoolExhausted"}, alerts)
 
 	raw, err = os.ReadFile("../../../docs/grafana-dashboard.json")
 	require.NoError(t, err)
