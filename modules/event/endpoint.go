@@ -133,14 +133,23 @@ func (s *Sealer) open(sealed []byte, id uuid.UUID) ([]byte, error) {
 	return b, nil
 }
 
-// newSecret is a fresh signing secret: "whsec_" and 64 hex digits. The
-// HMAC key is the whole string's bytes, as PLATFORM_WEBHOOK_SECRET's is.
-func newSecret() (string, error) {
+// newSecret makes a fresh signing secret for the endpoint id, "whsec_"
+// and 64 hex digits (the HMAC key is the whole string's bytes, as
+// PLATFORM_WEBHOOK_SECRET's is), and returns it and its sealed form.
+func (s *Sealer) newSecret(id uuid.UUID) (string, []byte, error) {
+	if s == nil {
+		return "", nil, ErrNoEndpointKey
+	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return "whsec_" + hex.EncodeToString(b), nil
+	secret := "whsec_" + hex.EncodeToString(b)
+	sealed, err := s.seal(secret, id)
+	if err != nil {
+		return "", nil, err
+	}
+	return secret, sealed, nil
 }
 
 // endpointSecrets are the secrets a delivery to ep is signed with at now:
@@ -279,11 +288,7 @@ func (s *EndpointService) Create(ctx context.Context, tx bun.Tx, p EndpointParam
 	if err != nil {
 		return Endpoint{}, "", err
 	}
-	secret, err := newSecret()
-	if err != nil {
-		return Endpoint{}, "", err
-	}
-	sealed, err := s.Sealer.seal(secret, id)
+	secret, sealed, err := s.Sealer.newSecret(id)
 	if err != nil {
 		return Endpoint{}, "", err
 	}
@@ -380,11 +385,7 @@ func (s *EndpointService) RotateSecret(ctx context.Context, tx bun.Tx, id uuid.U
 	if err != nil {
 		return Endpoint{}, "", err
 	}
-	secret, err := newSecret()
-	if err != nil {
-		return Endpoint{}, "", err
-	}
-	sealed, err := s.Sealer.seal(secret, id)
+	secret, sealed, err := s.Sealer.newSecret(id)
 	if err != nil {
 		return Endpoint{}, "", err
 	}

@@ -318,21 +318,11 @@ func (d *Deliverer) sweepEndpoints(ctx context.Context, now time.Time) (int, err
 		if len(due) == 0 {
 			return queued, nil
 		}
-		n := 0
-		err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
-			n = 0
-			for _, x := range due {
-				res, err := d.Inserter.InsertTx(ctx, tx.Tx, EndpointDeliverArgs{EventID: x.EventID, EndpointID: x.EndpointID,
-					Attempt: x.Attempts + 1, Cycle: x.Redeliveries}, nil)
-				if err != nil {
-					return err
-				}
-				if !res.UniqueSkippedAsDuplicate {
-					n++
-				}
-			}
-			return nil
-		})
+		jobs := make([]river.JobArgs, len(due))
+		for i, x := range due {
+			jobs[i] = EndpointDeliverArgs{EventID: x.EventID, EndpointID: x.EndpointID, Attempt: x.Attempts + 1, Cycle: x.Redeliveries}
+		}
+		n, err := d.queueJobs(ctx, jobs)
 		if err != nil {
 			return queued, fmt.Errorf("sweep endpoint deliveries: queue jobs: %w", err)
 		}

@@ -653,20 +653,11 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 		if len(due) == 0 {
 			return queued, nil
 		}
-		n := 0
-		err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
-			n = 0
-			for _, e := range due {
-				res, err := d.Inserter.InsertTx(ctx, tx.Tx, DeliverArgs{EventID: e.ID, Attempt: e.Attempts + 1, Cycle: e.Redeliveries}, nil)
-				if err != nil {
-					return err
-				}
-				if !res.UniqueSkippedAsDuplicate {
-					n++
-				}
-			}
-			return nil
-		})
+		jobs := make([]river.JobArgs, len(due))
+		for i, e := range due {
+			jobs[i] = DeliverArgs{EventID: e.ID, Attempt: e.Attempts + 1, Cycle: e.Redeliveries}
+		}
+		n, err := d.queueJobs(ctx, jobs)
 		if err != nil {
 			return queued, fmt.Errorf("sweep events: queue jobs: %w", err)
 		}
@@ -677,6 +668,27 @@ func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 			return queued, nil
 		}
 	}
+}
+
+// queueJobs inserts a sweep's jobs in one transaction and returns how
+// many were new (a job unique by its arguments that is already live is
+// not queued twice).
+func (d *Deliverer) queueJobs(ctx context.Context, jobs []river.JobArgs) (int, error) {
+	n := 0
+	err := db.RunInTx(ctx, d.DB, func(ctx context.Context, tx bun.Tx) error {
+		n = 0
+		for _, j := range jobs {
+			res, err := d.Inserter.InsertTx(ctx, tx.Tx, j, nil)
+			if err != nil {
+				return err
+			}
+			if !res.UniqueSkippedAsDuplicate {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 func (d *Deliverer) log() *slog.Logger { return logging.Or(d.Log) }
