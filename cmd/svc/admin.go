@@ -19,10 +19,10 @@ import (
 )
 
 func newAdminCmd() *cobra.Command {
-	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, withdrawals, alerts, audit, reconciliation, liabilities, the River UI"}
+	c := &cobra.Command{Use: "admin", Short: "Operator commands: keys, assets, ledger, events, deposits, withdrawals, alerts, audit, reconciliation, liabilities, the River UI, the console"}
 	c.PersistentFlags().Bool("json", false, "print JSON instead of a table")
 	c.AddCommand(newKeysCmd(), newAssetsCmd())
-	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminWebhookEndpointsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWithdrawalsCmd(), adminWalletAlertsCmd(), adminAuditCmd(), adminOperatorsCmd(), adminReconciliationCmd(), adminLiabilitiesCmd(), adminUICmd()} {
+	for _, sub := range []*cobra.Command{adminLedgerCmd(), adminEventsCmd(), adminWebhookEndpointsCmd(), adminAlertsCmd(), adminDepositsCmd(), adminWithdrawalsCmd(), adminWalletAlertsCmd(), adminAuditCmd(), adminOperatorsCmd(), adminReconciliationCmd(), adminLiabilitiesCmd(), adminUICmd(), adminConsoleCmd()} {
 		if sub != nil {
 			c.AddCommand(sub)
 		}

@@ -39,6 +39,7 @@ type Config struct {
 	Payouts   Payouts   `mapstructure:"payouts"`
 	Metrics   Metrics   `mapstructure:"metrics"`
 	AdminUI   AdminUI   `mapstructure:"admin_ui"`
+	Console   Console   `mapstructure:"console"`
 	Ledger    Ledger    `mapstructure:"ledger"`
 	Operators Operators `mapstructure:"operators"`
 }
@@ -48,7 +49,7 @@ type Config struct {
 type Operators struct {
 	Signatures      string   `mapstructure:"signatures" env:"OPERATOR_SIGNATURES" default:"" doc:"off or required: required refuses every admin action that moves, releases or credits money or changes limits, keys or operators unless it carries an enrolled operator's signature (the Svc-Operator-Signature header; svc admin --key); off lets an unsigned request act as its admin API key (a signature sent is verified all the same, and four-eyes approval always needs two operators' signatures). Empty: required in production, off in development"`
 	WebAuthnRPID    string   `mapstructure:"webauthn_rp_id" env:"OPERATOR_WEBAUTHN_RP_ID" default:"localhost" doc:"the WebAuthn relying party id operators' passkeys are scoped to (the console's host name)"`
-	WebAuthnOrigins []string `mapstructure:"webauthn_origins" env:"OPERATOR_WEBAUTHN_ORIGINS" default:"" doc:"comma-separated origins (https://console.example.com) a passkey signature may come from; empty: https:// and http:// of the RP id, the latter outside production only"`
+	WebAuthnOrigins []string `mapstructure:"webauthn_origins" env:"OPERATOR_WEBAUTHN_ORIGINS" default:"" doc:"comma-separated origins (https://console.example.com) a passkey signature may come from; empty: https:// and http:// of the RP id, the latter outside production only, and the console's own origin (the RP id on CONSOLE_ADDR's port, https:// when the console serves HTTPS)"`
 }
 
 // SignaturesRequired reports whether signed actions refuse an unsigned
@@ -188,6 +189,19 @@ type AdminUI struct {
 	// address other networks can reach.
 	AllowNonLoopback bool `mapstructure:"allow_non_loopback" env:"ADMIN_UI_ALLOW_NON_LOOPBACK" default:"false" doc:"true lets ADMIN_UI_ADDR (or svc admin ui --addr) be a non-loopback address in production, where it is refused otherwise: set it only behind TLS on a private network, since the admin key travels in every request"`
 }
+
+// Console configures svc admin console, the operators' web console
+// (modules/console; docs/operations.md, "Console").
+type Console struct {
+	Addr        string        `mapstructure:"addr" env:"CONSOLE_ADDR" default:"127.0.0.1:8093" doc:"host:port svc admin console listens on (the operators' web console, signed in with an enrolled operator's passkey); loopback by default. In production a non-loopback address is refused unless CONSOLE_TLS_CERT and CONSOLE_TLS_KEY are set"`
+	TLSCert     string        `mapstructure:"tls_cert" env:"CONSOLE_TLS_CERT" default:"" doc:"PEM certificate (chain) file the console serves HTTPS with; set together with CONSOLE_TLS_KEY. Unset: plain HTTP"`
+	TLSKey      string        `mapstructure:"tls_key" env:"CONSOLE_TLS_KEY" default:"" doc:"PEM private key file of CONSOLE_TLS_CERT"`
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" env:"CONSOLE_IDLE_TIMEOUT" default:"15m" doc:"a console session unused this long is signed out (from 1s to 1h)"`
+}
+
+// TLS reports whether the console serves HTTPS (CONSOLE_TLS_CERT and
+// CONSOLE_TLS_KEY set).
+func (c Console) TLS() bool { return c.TLSCert != "" && c.TLSKey != "" }
 
 // Ledger configures the ledger's tamper-evident checkpoints
 // (docs/checkpoints.md) and how often the hourly reconciliation checks
@@ -404,6 +418,23 @@ func (c Config) Validate() error {
 		} else if c.Production() && !c.AdminUI.AllowNonLoopback && !loopbackHost(host) {
 			add("ADMIN_UI_ADDR", "must be a loopback address (127.0.0.1:8092) in production: it serves plain HTTP and the admin key travels in every request; set ADMIN_UI_ALLOW_NON_LOOPBACK=true if TLS on a private network guards "+a)
 		}
+	}
+	if a := c.Console.Addr; a != "" {
+		if host, port, err := net.SplitHostPort(a); err != nil {
+			add("CONSOLE_ADDR", "must be host:port (127.0.0.1:8093)")
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			add("CONSOLE_ADDR", "must end with a port number from 0 to 65535")
+		} else if c.Production() && !c.Console.TLS() && !loopbackHost(host) {
+			add("CONSOLE_ADDR", "must be a loopback address (127.0.0.1:8093) in production unless the console serves HTTPS: set CONSOLE_TLS_CERT and CONSOLE_TLS_KEY to listen on "+a)
+		}
+	} else {
+		add("CONSOLE_ADDR", "must be host:port (127.0.0.1:8093)")
+	}
+	if (c.Console.TLSCert == "") != (c.Console.TLSKey == "") {
+		add("CONSOLE_TLS_CERT", "and CONSOLE_TLS_KEY are set together or not at all")
+	}
+	if c.Console.IdleTimeout < time.Second || c.Console.IdleTimeout > time.Hour {
+		add("CONSOLE_IDLE_TIMEOUT", "must be from 1s to 1h")
 	}
 	if c.Ledger.CheckpointInterval < time.Second {
 		add("LEDGER_CHECKPOINT_INTERVAL", "must be at least 1s")

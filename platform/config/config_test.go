@@ -190,6 +190,30 @@ func TestProductionKeepsOperatorListenersOnLoopback(t *testing.T) {
 	}
 }
 
+// TestProductionConsoleNeedsTLSOffLoopback: in production the console
+// takes a non-loopback address only with CONSOLE_TLS_CERT and
+// CONSOLE_TLS_KEY; in development any address goes.
+func TestProductionConsoleNeedsTLSOffLoopback(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8093", "[::1]:8093", "localhost:8093"} {
+		require.NoError(t, loadProduction(t, map[string]string{"CONSOLE_ADDR": addr}), addr)
+	}
+	for _, addr := range []string{":8093", "0.0.0.0:8093", "10.0.0.5:8093", "console.internal:8093"} {
+		err := loadProduction(t, map[string]string{"CONSOLE_ADDR": addr, "CONSOLE_TLS_CERT": "", "CONSOLE_TLS_KEY": ""})
+		require.Error(t, err, addr)
+		require.Contains(t, err.Error(), "CONSOLE_ADDR: must be a loopback address")
+		require.NoError(t, loadProduction(t, map[string]string{"CONSOLE_ADDR": addr, "CONSOLE_TLS_CERT": "c.pem", "CONSOLE_TLS_KEY": "k.pem"}), "%s with TLS", addr)
+		err = loadProduction(t, map[string]string{"CONSOLE_ADDR": addr, "CONSOLE_TLS_CERT": "c.pem", "CONSOLE_TLS_KEY": ""})
+		require.Error(t, err, "%s with a certificate and no key", addr)
+		require.Contains(t, err.Error(), "CONSOLE_TLS_CERT: and CONSOLE_TLS_KEY are set together")
+	}
+	baseEnv(t)
+	for k, v := range map[string]string{"SVC_ENV": "development", "CONSOLE_ADDR": "0.0.0.0:8093", "CONSOLE_TLS_CERT": "", "CONSOLE_TLS_KEY": ""} {
+		t.Setenv(k, v)
+	}
+	_, err := load("")
+	require.NoError(t, err, "development takes any address")
+}
+
 // refusesNonLoopback: env takes a loopback address in production, any
 // other only with allow true, and any address in development.
 func refusesNonLoopback(t *testing.T, env, allow string) {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net"
 
 	"svc/modules/audit"
 	"svc/modules/operator"
@@ -28,14 +29,23 @@ func (a *App) initAudit(context.Context) error {
 }
 
 // RelyingParty is the operators' WebAuthn identity of cfg: its RP id, and
-// its origins (by default https:// of the RP id, and http:// too outside
-// production).
+// its origins (OPERATOR_WEBAUTHN_ORIGINS; by default https:// of the RP id,
+// and http:// too outside production, and the console's own origin: the RP
+// id on CONSOLE_ADDR's port, https:// when the console serves HTTPS, else
+// http://).
 func RelyingParty(cfg config.Config) operator.RelyingParty {
 	rp := operator.RelyingParty{ID: cfg.Operators.WebAuthnRPID, Origins: cfg.Operators.WebAuthnOrigins}
 	if len(rp.Origins) == 0 {
 		rp.Origins = []string{"https://" + rp.ID}
 		if !cfg.Production() {
 			rp.Origins = append(rp.Origins, "http://"+rp.ID)
+		}
+		if _, port, err := net.SplitHostPort(cfg.Console.Addr); err == nil && port != "0" {
+			scheme := "http://"
+			if cfg.Console.TLS() {
+				scheme = "https://"
+			}
+			rp.Origins = append(rp.Origins, scheme+net.JoinHostPort(rp.ID, port))
 		}
 	}
 	return rp

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/console"
+	"svc/platform/dbtest"
+	"svc/platform/logtest"
+)
+
+// TestAdminConsole: svc admin console listens where it says, on a URL
+// whose host is the WebAuthn RP id, serves the sign-in page under the
+// console's Content-Security-Policy, sends every other page to it, and
+// stops when interrupted.
+func TestAdminConsole(t *testing.T) {
+	t.Setenv("DATABASE_URL", dbtest.NewURL(t))
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+
+	var buf logtest.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&buf)
+	cmd.SetErr(&buf)
+	cmd.SetArgs([]string{"admin", "console", "--addr", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	re := regexp.MustCompile(`console on http://localhost:(\d+)/`)
+	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
+	base := "http://127.0.0.1:" + re.FindStringSubmatch(buf.String())[1]
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := noRedirect.Get(base + "/sign-in")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, console.ContentSecurityPolicy, res.Header.Get("Content-Security-Policy"))
+	res, err = noRedirect.Get(base + "/")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/sign-in", res.Header.Get("Location"))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("svc admin console did not stop")
+	}
+}
+
+// TestAdminConsoleNeedsTLSOffLoopbackInProduction: in production svc admin
+// console refuses a non-loopback --addr without CONSOLE_TLS_CERT and
+// CONSOLE_TLS_KEY, as it refuses such a CONSOLE_ADDR, before it connects
+// to anything.
+func TestAdminConsoleNeedsTLSOffLoopbackInProduction(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://svc@127.0.0.1:1/svc?sslmode=disable&connect_timeout=1")
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	t.Setenv("SVC_ENV", "production")
+	t.Setenv("API_KEY_MODE", "live")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "10.1.2.3:8093"} {
+		out, err := run(t, "admin", "console", "--addr", addr)
+		require.Error(t, err, out)
+		require.Contains(t, err.Error(), "CONSOLE_ADDR: must be a loopback address", addr)
+	}
+	t.Setenv("CONSOLE_ADDR", "0.0.0.0:8093")
+	_, err := run(t, "admin", "console")
+	require.ErrorContains(t, err, "CONSOLE_ADDR: must be a loopback address")
+
+	// With TLS: the address is taken, and the command goes on to the
+	// database (unreachable here).
+	t.Setenv("CONSOLE_TLS_CERT", "cert.pem")
+	t.Setenv("CONSOLE_TLS_KEY", "key.pem")
+	_, err = run(t, "admin", "console", "--addr", "0.0.0.0:0")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "CONSOLE_ADDR")
+}
