@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: the whole suite against a real PostgreSQL (scripts/db.sh finds
-# or starts one).
+# or starts one) and, for the browser tests, Chromium (scripts/chromium.sh
+# finds or installs it).
 #
 # Every package runs with the race detector but two, which drive the
 # service as separate processes built without it: the fault-injection
@@ -16,6 +17,9 @@ GO=${GO:-go}
 TEST_PARALLEL=${TEST_PARALLEL:-8}
 DATABASE_URL=$(scripts/db.sh)
 export DATABASE_URL
+# The browser tests' Chromium (platform/browsertest), installed when missing.
+SVC_CHROMIUM=$(scripts/chromium.sh)
+export SVC_CHROMIUM
 
 processes=(./cmd/svc/chaos/ ./cmd/svc/httpbench/)
 out=$(mktemp)

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -142,4 +143,12 @@ func (p *Passkey) Assert(authData, clientDataJSON []byte) []byte {
 	sig, err := p.signer.Sign(rand.Reader, msg, p.hash)
 	must(err)
 	return sig
+}
+
+// PKCS8 is the passkey's private key in PKCS #8 DER, as a browser's
+// virtual authenticator takes it (platform/browsertest).
+func (p *Passkey) PKCS8() []byte {
+	b, err := x509.MarshalPKCS8PrivateKey(p.signer)
+	must(err)
+	return b
 }

@@ -1,0 +1,174 @@
+package console_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"svc/modules/console"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
+	"svc/platform/browsertest"
+	"svc/platform/clock"
+	"svc/platform/db"
+	"svc/platform/dbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(browsertest.Run(m)) }
+
+// idle is the tests' session idle timeout; the clock is advanced past it,
+// never waited for.
+const idle = 15 * time.Minute
+
+// env is one console on a fresh database, with an admin (root, an Ed25519
+// key) and an approver (ada) enrolled with a passkey.
+type env struct {
+	URL     string // http://localhost:PORT
+	DB      *db.DB
+	Clock   *clock.Fake
+	Passkey *operatortest.Passkey
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	d := dbtest.New(t)
+	clk := clock.NewFake(time.Now())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	e := &env{URL: "http://localhost:" + port, DB: d, Clock: clk, Passkey: operatortest.NewPasskey("localhost")}
+
+	root := operatortest.Team(t, d.Bun, clk.Now, operatortest.Member{Name: "root", Role: operator.Admin})["root"]
+	ops := &operator.Service{DB: d.Bun, Now: clk.Now, RP: operator.RelyingParty{ID: "localhost", Origins: []string{e.URL}}}
+	ctx := context.Background()
+	head, err := ops.Head(ctx, d.Bun)
+	require.NoError(t, err)
+	c := operator.Change{Action: operator.ActionEnroll, Name: "ada", Role: operator.Approver, PublicKey: e.Passkey.Public().String()}
+	_, err = ops.Submit(ctx, operatortest.Sign(t, root, c.Statement(head, clk.Now())))
+	require.NoError(t, err)
+
+	srv, err := console.New(console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now,
+		Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("console server: %v", err)
+		}
+	}()
+	t.Cleanup(func() { _ = hs.Close() })
+	return e
+}
+
+// page opens a tab whose authenticator holds ada's passkey.
+func (e *env) page(t *testing.T) *browsertest.Page {
+	p := browsertest.New(t)
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	p.AddAuthenticator(browsertest.Passkey{RPID: "localhost", CredentialID: id, PKCS8: e.Passkey.PKCS8(), UserHandle: []byte("ada")})
+	return p
+}
+
+// signIn signs ada in from the sign-in page and waits for the overview.
+func (e *env) signIn(t *testing.T, p *browsertest.Page) {
+	t.Helper()
+	p.Do(chromedp.Navigate(e.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.SendKeys(chromedp.ID("name"), "ada"),
+		chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+		chromedp.WaitVisible(chromedp.ID("who")))
+	require.Contains(t, p.Text("#who"), "ada")
+}
+
+// TestSignInWithPasskey: ada opens the console, is sent to the sign-in
+// page, signs in with her passkey (the browser's virtual authenticator
+// holds its private key), and sees the overview; the sign-in is in the
+// audit trail as signed by her passkey; every page carries the console's
+// Content-Security-Policy, and none writes an error to the console (no
+// blocked script or style, no failed request).
+func TestSignInWithPasskey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.page(t)
+
+	res, err := chromedp.Run(p.Ctx, chromedp.NavigateResponse(e.URL+"/"))
+	require.NoError(t, err)
+	require.Equal(t, e.URL+"/sign-in", p.Location())
+	require.Equal(t, console.ContentSecurityPolicy, res.Headers["Content-Security-Policy"])
+	e.signIn(t, p)
+	require.Equal(t, e.URL+"/", p.Location())
+	require.Contains(t, p.Text("main"), "Signed in as ada (approver)")
+	res, err = chromedp.Run(p.Ctx, chromedp.NavigateResponse(e.URL+"/"))
+	require.NoError(t, err)
+	require.Equal(t, console.ContentSecurityPolicy, res.Headers["Content-Security-Policy"])
+	p.Do(chromedp.WaitVisible(chromedp.ID("who")))
+	htmx, err := chromedp.Run(p.Ctx, chromedp.Evaluate[string]("typeof htmx === 'object' ? htmx.version : 'missing'"))
+	require.NoError(t, err)
+	require.Equal(t, "2.0.11", htmx, "htmx loads under the policy")
+	require.Empty(t, p.Errors(), "console errors")
+
+	var operatorName, keyID, target string
+	require.NoError(t, e.DB.Bun.NewRaw("SELECT operator, key_id, target FROM audit_log WHERE action = ?", console.ActionSignIn).
+		Scan(context.Background(), &operatorName, &keyID, &target))
+	require.Equal(t, "ada", operatorName)
+	require.Equal(t, e.Passkey.Public().ID(), keyID)
+	require.Equal(t, "console", target)
+}
+
+// TestFormWithoutCSRFTokenIsRefused: the sign-out form posted without its
+// CSRF token is refused (403) and the session goes on.
+func TestFormWithoutCSRFTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.page(t)
+	e.signIn(t, p)
+	p.Do(chromedp.Evaluate[chromedp.Void](`document.querySelector("#sign-out input[name=csrf]").remove()`),
+		chromedp.Click(chromedp.CSS("#sign-out button")),
+		chromedp.WaitVisible(chromedp.ID("notice")))
+	require.Contains(t, p.Text("#notice"), "security token is missing or wrong")
+	require.Contains(t, p.Text("h1"), "Forbidden")
+
+	p.Do(chromedp.Navigate(e.URL + "/"))
+	require.Contains(t, p.Text("#who"), "ada", "still signed in")
+}
+
+// TestIdleSessionIsRefused: a session unused for the idle timeout is
+// over: the next page is the sign-in page, saying why.
+func TestIdleSessionIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.page(t)
+	e.signIn(t, p)
+	e.Clock.Advance(idle - time.Second)
+	p.Do(chromedp.Navigate(e.URL + "/"))
+	require.Contains(t, p.Text("#who"), "ada", "used within the idle timeout")
+	e.Clock.Advance(idle)
+	p.Do(chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.ID("sign-in")))
+	require.Equal(t, e.URL+"/sign-in?why=idle", p.Location())
+	require.Contains(t, p.Text("#notice"), "expired")
+}
+
+// TestSignOut: signing out ends the session: the console's pages send
+// the browser to the sign-in page again.
+func TestSignOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.page(t)
+	e.signIn(t, p)
+	p.Do(chromedp.Click(chromedp.CSS("#sign-out button")), chromedp.WaitVisible(chromedp.ID("sign-in")))
+	require.Equal(t, e.URL+"/sign-in?why=signed-out", p.Location())
+	require.Contains(t, p.Text("#notice"), "signed out")
+	p.Do(chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.ID("sign-in")))
+	require.True(t, strings.HasPrefix(p.Location(), e.URL+"/sign-in"))
+	require.Empty(t, p.Errors(), "console errors")
+}
