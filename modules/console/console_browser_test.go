@@ -37,9 +37,12 @@ type env struct {
 	DB      *db.DB
 	Clock   *clock.Fake
 	Passkey *operatortest.Passkey
+	Root    *operator.Signer // root's key
+	Ops     *operator.Service
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts a console; opts change its options.
+func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 	t.Helper()
 	d := dbtest.New(t)
 	clk := clock.NewFake(time.Now())
@@ -57,8 +60,12 @@ func newEnv(t *testing.T) *env {
 	_, err = ops.Submit(ctx, operatortest.Sign(t, root, c.Statement(head, clk.Now())))
 	require.NoError(t, err)
 
-	srv, err := console.New(console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now,
-		Log: slog.New(slog.DiscardHandler)})
+	e.Root, e.Ops = root, ops
+	o := console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now, Log: slog.New(slog.DiscardHandler)}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv, err := console.New(o)
 	require.NoError(t, err)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
