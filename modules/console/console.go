@@ -48,11 +48,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
 
+	"svc/modules/alert"
+	"svc/modules/health"
 	"svc/modules/operator"
+	"svc/modules/reconcile"
 )
 
 // MaxLifetime bounds a session whatever its use: the operator signs in
@@ -91,6 +96,11 @@ type Options struct {
 	// Operators verifies signatures and reads the enrollment chain; its
 	// RP is the console's WebAuthn relying party.
 	Operators *operator.Service
+	// The overview's sources: readiness, the alerts, the reconciliation's
+	// reports.
+	Health    *health.Service
+	Alerts    *alert.Service
+	Reconcile *reconcile.Service
 	// IdleTimeout signs out a session unused this long (CONSOLE_IDLE_TIMEOUT).
 	IdleTimeout time.Duration
 	// Secure marks the cookies Secure (production, or HTTPS).
@@ -103,8 +113,8 @@ type Options struct {
 
 // New builds the console.
 func New(o Options) (*Server, error) {
-	if o.DB == nil || o.Operators == nil {
-		return nil, errors.New("console: DB and Operators are required")
+	if o.DB == nil || o.Operators == nil || o.Health == nil || o.Alerts == nil || o.Reconcile == nil {
+		return nil, errors.New("console: DB, Operators, Health, Alerts and Reconcile are required")
 	}
 	if o.IdleTimeout <= 0 {
 		return nil, errors.New("console: the idle timeout must be positive")
@@ -137,6 +147,7 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 //	POST /sign-in            the passkey's signature: a session (JSON)
 //	POST /sign-out           ends the session
 //	GET  /                   the overview (signed in)
+//	GET  /overview           the overview's part, for htmx's refresh
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /assets/{file}", s.handleAsset)
@@ -145,6 +156,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sign-in", s.handleSignIn)
 	mux.Handle("POST /sign-out", s.authed(s.checkCSRF(http.HandlerFunc(s.handleSignOut))))
 	mux.Handle("GET /{$}", s.authed(http.HandlerFunc(s.handleOverview)))
+	mux.Handle("GET /overview", s.authed(http.HandlerFunc(s.handleOverview)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})
@@ -162,20 +174,27 @@ func (s *Server) handleAsset(w http.ResponseWriter, r *http.Request) {
 	s.assets.ServeHTTP(w, r)
 }
 
-// parsePages parses each page with the layout.
+// parsePages parses each page with the layout and the parts (the
+// templates whose file name starts with "_", which pages include and htmx
+// asks for alone).
 func parsePages() (map[string]*template.Template, error) {
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err
 	}
+	parts, err := fs.Glob(templateFS, "templates/_*.html")
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]*template.Template{}
 	for _, n := range names {
-		base := n[len("templates/"):]
-		if base == "layout.html" {
+		base := path.Base(n)
+		if base == "layout.html" || strings.HasPrefix(base, "_") {
 			continue
 		}
+		files := append([]string{"templates/layout.html", n}, parts...)
 		t, err := template.New("layout.html").Funcs(template.FuncMap{"htmx": func() string { return HTMX }}).
-			ParseFS(templateFS, "templates/layout.html", n)
+			ParseFS(templateFS, files...)
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", base, err)
 		}
@@ -195,6 +214,12 @@ type page struct {
 
 // render writes a page with status.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	s.renderPart(w, r, status, name, "layout.html", p)
+}
+
+// renderPart writes the template part of page name (the whole page when
+// part is layout.html) with status.
+func (s *Server) renderPart(w http.ResponseWriter, r *http.Request, status int, name, part string, p page) {
 	t, ok := s.pages[name]
 	if !ok {
 		panic("console: no page " + name)
@@ -207,7 +232,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := t.Execute(w, p); err != nil {
+	if err := t.ExecuteTemplate(w, part, p); err != nil {
 		s.opts.Log.Error("console: render", "page", name, "error", err)
 	}
 }

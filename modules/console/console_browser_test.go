@@ -15,7 +15,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"svc/modules/alert"
 	"svc/modules/console"
+	"svc/modules/health"
+	"svc/modules/reconcile"
 	"svc/modules/operator"
 	"svc/modules/operator/operatortest"
 	"svc/platform/browsertest"
@@ -61,7 +64,10 @@ func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 	require.NoError(t, err)
 
 	e.Root, e.Ops = root, ops
-	o := console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now, Log: slog.New(slog.DiscardHandler)}
+	o := console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now, Log: slog.New(slog.DiscardHandler),
+		Health:    &health.Service{DB: d.Bun, Now: clk.Now, StaleAfter: time.Minute},
+		Alerts:    &alert.Service{DB: d.Bun, Now: clk.Now},
+		Reconcile: &reconcile.Service{DB: d.Bun, Now: clk.Now}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -114,7 +120,7 @@ func TestSignInWithPasskey(t *testing.T) {
 	require.Equal(t, console.ContentSecurityPolicy, res.Headers["Content-Security-Policy"])
 	e.signIn(t, p)
 	require.Equal(t, e.URL+"/", p.Location())
-	require.Contains(t, p.Text("main"), "Signed in as ada (approver)")
+	require.Contains(t, p.Text("#who"), "approver")
 	res, err = chromedp.Run(p.Ctx, chromedp.NavigateResponse(e.URL+"/"))
 	require.NoError(t, err)
 	require.Equal(t, console.ContentSecurityPolicy, res.Headers["Content-Security-Policy"])
@@ -178,4 +184,61 @@ func TestSignOut(t *testing.T) {
 	p.Do(chromedp.Navigate(e.URL+"/"), chromedp.WaitVisible(chromedp.ID("sign-in")))
 	require.True(t, strings.HasPrefix(p.Location(), e.URL+"/sign-in"))
 	require.Empty(t, p.Errors(), "console errors")
+}
+
+// TestOverview: the overview shows readiness as /readyz has it, the open
+// alerts, and the last reconciliation report's line per asset; its
+// Refresh reads them again into the page (htmx) without loading the page
+// anew, and no page writes an error to the console.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	require.NoError(t, health.Beat(ctx, e.DB.Bun, "worker-1", e.Clock.Now()))
+	alerts := &alert.Service{DB: e.DB.Bun, Now: e.Clock.Now}
+	_, _, err := alerts.Raise(ctx, e.DB.Bun, alert.Params{Type: "event.dead", Subject: "evt_first", Detail: "delivery gave up"})
+	require.NoError(t, err)
+	shortfall, chain := "0.50000000", "1.00000000"
+	report := reconcile.Stored{CreatedAt: e.Clock.Now(), Trigger: reconcile.TriggerHourly, Report: reconcile.Report{
+		LedgerConsistent: true, Alerts: []string{"BTC insolvent by 0.50000000"},
+		Custody: []reconcile.CustodyLine{{Asset: "BTC", LedgerCustody: "1.50000000", LedgerInFlight: "0.00000000",
+			UserObligations: "1.50000000", ChainBalance: &chain, ChainSource: "processor", Shortfall: &shortfall, Insolvent: true}}}}
+	_, err = e.DB.Bun.NewInsert().Model(&report).Exec(ctx)
+	require.NoError(t, err)
+
+	p := e.page(t)
+	e.signIn(t, p)
+	readiness := p.Text("#readiness")
+	require.Contains(t, readiness, "Readiness: ready")
+	require.Regexp(t, `database\s+ok`, readiness)
+	require.Regexp(t, `worker\s+ok\s+last heartbeat`, readiness)
+	require.Contains(t, p.Text("#alerts"), "Open alerts: 1")
+	require.Contains(t, p.Text("#alerts"), "evt_first")
+	rec := p.Text("#reconciliation")
+	require.Contains(t, rec, "Reconciliation: unhealthy")
+	require.Contains(t, rec, "BTC insolvent by 0.50000000")
+	require.Regexp(t, `BTC\s+1.50000000\s+0.00000000\s+1.50000000\s+1.00000000\s+processor\s+0.50000000\s+insolvent`, rec)
+
+	_, _, err = alerts.Raise(ctx, e.DB.Bun, alert.Params{Type: "tron.gas_low", Subject: "TRX", Detail: "top up the hot wallet"})
+	require.NoError(t, err)
+	p.Do(chromedp.Evaluate[chromedp.Void]("window.sameLoad = true"), chromedp.Click(chromedp.ID("refresh")))
+	_, err = chromedp.Run(p.Ctx, chromedp.Poll[bool](`document.getElementById("alerts").textContent.includes("top up the hot wallet")`))
+	require.NoError(t, err)
+	require.Contains(t, p.Text("#alerts"), "Open alerts: 2")
+	same, err := chromedp.Run(p.Ctx, chromedp.Evaluate[bool]("window.sameLoad === true"))
+	require.NoError(t, err)
+	require.True(t, same, "the refresh replaced a part of the page, not the page")
+	require.Empty(t, p.Errors(), "console errors")
+}
+
+// TestOverviewRefreshAfterSessionEnds: htmx's refresh of a session that
+// has ended takes the whole page to the sign-in page.
+func TestOverviewRefreshAfterSessionEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := e.page(t)
+	e.signIn(t, p)
+	e.Clock.Advance(idle)
+	p.Do(chromedp.Click(chromedp.ID("refresh")), chromedp.WaitVisible(chromedp.ID("sign-in")))
+	require.Equal(t, e.URL+"/sign-in?why=idle", p.Location())
 }

@@ -280,13 +280,20 @@ func (s *Server) authed(next http.Handler) http.Handler {
 			if token != "" {
 				s.clearCookie(w, sessionCookie)
 			}
-			if wantsJSON(r) || r.Method != http.MethodGet {
-				s.fail(w, r, http.StatusUnauthorized, signedOutNotice(why))
-				return
-			}
 			to := "/sign-in"
 			if why != "" {
 				to += "?why=" + why
+			}
+			if r.Header.Get("HX-Request") == "true" {
+				// htmx's request for a part of the page: the whole page
+				// goes to the sign-in page.
+				w.Header().Set("HX-Redirect", to)
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			if wantsJSON(r) || r.Method != http.MethodGet {
+				s.fail(w, r, http.StatusUnauthorized, signedOutNotice(why))
+				return
 			}
 			http.Redirect(w, r, to, http.StatusSeeOther)
 			return

@@ -156,6 +156,17 @@ func (s *Service) pingDB(ctx context.Context) error {
 func (s *Service) readyz(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 5*time.Second)
 	defer cancel()
+	ready, comps := s.Readiness(ctx)
+	if !ready {
+		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "degraded", "components": comps})
+	}
+	return c.JSON(fiber.Map{"status": "ready", "components": comps})
+}
+
+// Readiness is what /readyz answers: whether the service is ready, and
+// each component with its status and detail (an Upstream component's
+// failure in general words, logged in full).
+func (s *Service) Readiness(ctx context.Context) (bool, []Component) {
 	checks := append([]Check{{Name: "database", Run: s.writable}, {Name: "worker", Run: nil}}, s.Checks...)
 	comps := make([]Component, len(checks))
 	ready := true
@@ -184,10 +195,7 @@ func (s *Service) readyz(c *fiber.Ctx) error {
 			comps[i].Status, comps[i].Detail = "degraded", &msg
 		}
 	}
-	if !ready {
-		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "degraded", "components": comps})
-	}
-	return c.JSON(fiber.Map{"status": "ready", "components": comps})
+	return ready, comps
 }
 
 func (s *Service) logger() *slog.Logger { return logging.Or(s.Log) }

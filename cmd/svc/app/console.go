@@ -15,7 +15,8 @@ import (
 // Console returns the operators' web console (modules/console), over the
 // same operator service and database as the API.
 func (a *App) Console() (*console.Server, error) {
-	return console.New(console.Options{DB: a.DB.Bun, Operators: a.Operators, IdleTimeout: a.Cfg.Console.IdleTimeout,
+	return console.New(console.Options{DB: a.DB.Bun, Operators: a.Operators, Health: a.Health, Alerts: a.Alerts,
+		Reconcile: a.Reconcile, IdleTimeout: a.Cfg.Console.IdleTimeout,
 		Secure: a.Cfg.Production() || a.Cfg.Console.TLS(), HSTS: a.Cfg.Console.TLS(), Now: a.Clock.Now, Log: a.Log})
 }
 
