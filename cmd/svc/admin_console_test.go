@@ -2,7 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -55,6 +66,73 @@ func TestAdminConsole(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("svc admin console did not stop")
 	}
+}
+
+// TestAdminConsoleServesHTTPS: with CONSOLE_TLS_CERT and CONSOLE_TLS_KEY
+// the console serves HTTPS, TLS 1.2 or later, with
+// Strict-Transport-Security and Secure cookies.
+func TestAdminConsoleServesHTTPS(t *testing.T) {
+	t.Setenv("DATABASE_URL", dbtest.NewURL(t))
+	t.Setenv("BITCOIN_NETWORK", "regtest")
+	t.Setenv("LOG_LEVEL", "error")
+	certFile, keyFile := selfSigned(t)
+	t.Setenv("CONSOLE_TLS_CERT", certFile)
+	t.Setenv("CONSOLE_TLS_KEY", keyFile)
+
+	var buf logtest.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&buf)
+	cmd.SetErr(&buf)
+	cmd.SetArgs([]string{"admin", "console", "--addr", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	re := regexp.MustCompile(`console on https://localhost:(\d+)/`)
+	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
+	addr := "127.0.0.1:" + re.FindStringSubmatch(buf.String())[1]
+
+	client := func(max uint16) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, // a test's own certificate
+			MinVersion: tls.VersionTLS10, MaxVersion: max}}}
+	}
+	res, err := client(0).Get("https://" + addr + "/sign-in")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotEmpty(t, res.Header.Get("Strict-Transport-Security"))
+	require.NotEmpty(t, res.Cookies())
+	for _, c := range res.Cookies() {
+		require.True(t, c.Secure, c.Name)
+	}
+	_, err = client(tls.VersionTLS11).Get("https://" + addr + "/sign-in")
+	require.Error(t, err, "TLS 1.1 is refused")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("svc admin console did not stop")
+	}
+}
+
+// selfSigned writes a self-signed certificate for localhost and its key,
+// and returns their files.
+func selfSigned(t *testing.T) (certFile, keyFile string) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return certFile, keyFile
 }
 
 // TestAdminConsoleNeedsTLSOffLoopbackInProduction: in production svc admin

@@ -136,6 +136,15 @@ func TestSignInWithPasskey(t *testing.T) {
 	require.Equal(t, "ada", operatorName)
 	require.Equal(t, e.Passkey.Public().ID(), keyID)
 	require.Equal(t, "console", target)
+
+	// svc admin audit verify's check holds with the sign-in's row.
+	x, err := operator.ExportAudit(context.Background(), e.DB.Bun, e.Ops.RP, e.Clock.Now())
+	require.NoError(t, err)
+	rep := operator.VerifyAudit(x, false)
+	require.True(t, rep.OK, "%+v", rep.Failures)
+	var signed int
+	require.NoError(t, e.DB.Bun.NewRaw("SELECT count(*) FROM audit_log WHERE signature IS NOT NULL").Scan(context.Background(), &signed))
+	require.Equal(t, signed, rep.Signed, "every signed row was checked, the sign-in's too")
 }
 
 // TestFormWithoutCSRFTokenIsRefused: the sign-out form posted without its

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"crypto/sha256"
 	"testing"
 	"time"
 
@@ -15,6 +16,9 @@ func TestSessionEnds(t *testing.T) {
 	idle := 15 * time.Minute
 
 	token := st.create(&session{Operator: "ada"}, now, idle)
+	for k := range st.sessions {
+		require.Equal(t, sha256.Sum256([]byte(token)), k, "the store keeps the token's SHA-256, not the token")
+	}
 	se, why := st.session(token, now.Add(idle-time.Second), idle)
 	require.NotNil(t, se)
 	require.Empty(t, why)

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -123,6 +124,19 @@ func TestSignInChallengeIsAnsweredOnce(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode, "signed in")
 }
 
+// TestSignInChallengeLapses: a challenge not answered within 2 minutes
+// is refused.
+func TestSignInChallengeLapses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client(t)
+	answer := c.assertion(e.Passkey, c.challenge("ada"))
+	e.Clock.Advance(2 * time.Minute)
+	res, body := c.answer(answer)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
+	require.Contains(t, body, "has expired")
+}
+
 // TestSignInIsBoundToItsBrowser: an answer to one browser's challenge
 // does not sign in another browser (another sign-in cookie), whatever its
 // CSRF token; the first browser's sign-in still takes it.
@@ -179,7 +193,18 @@ func TestSessionCookie(t *testing.T) {
 	}
 }
 
-// TestRevokedPasskeyEndsTheSession: once the enrollment chain revokes the
+// change applies a change of the roster signed by root.
+func (e *env) change(t *testing.T, ch operator.Change) {
+	t.Helper()
+	ctx := t.Context()
+	head, err := e.Ops.Head(ctx, e.DB.Bun)
+	require.NoError(t, err)
+	_, err = e.Ops.Submit(ctx, operatortest.Sign(t, e.Root, ch.Statement(head, e.Clock.Now())))
+	require.NoError(t, err)
+}
+
+// TestRevokedPasskeyEndsTheSession: a change of role shows at the
+// session's next request (and any role signs in); once the enrollment chain revokes the
 // passkey a session signed in with, the session is over, and the passkey
 // cannot sign in again.
 func TestRevokedPasskeyEndsTheSession(t *testing.T) {
@@ -191,12 +216,16 @@ func TestRevokedPasskeyEndsTheSession(t *testing.T) {
 	res, _ = c.do("GET", "/", "", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
-	ctx := t.Context()
-	head, err := e.Ops.Head(ctx, e.DB.Bun)
-	require.NoError(t, err)
-	ch := operator.Change{Action: operator.ActionRevokeKey, Name: "ada", KeyID: e.Passkey.Public().ID()}
-	_, err = e.Ops.Submit(ctx, operatortest.Sign(t, e.Root, ch.Statement(head, e.Clock.Now())))
-	require.NoError(t, err)
+	// A change of role shows at the next request; a viewer signs in too.
+	e.change(t, operator.Change{Action: operator.ActionSetRole, Name: "ada", Role: operator.Viewer})
+	res, body = c.do("GET", "/", "", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `<span class="role">viewer</span>`)
+	c = e.client(t)
+	res, body = c.answer(c.assertion(e.Passkey, c.challenge("ada")))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+
+	e.change(t, operator.Change{Action: operator.ActionRevokeKey, Name: "ada", KeyID: e.Passkey.Public().ID()})
 
 	res, _ = c.do("GET", "/", "", nil)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
@@ -243,7 +272,11 @@ func TestSecurityHeaders(t *testing.T) {
 			require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"), path)
 			require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"), path)
 			require.Equal(t, "no-referrer", res.Header.Get("Referrer-Policy"), path)
+			require.Equal(t, "same-origin", res.Header.Get("Cross-Origin-Opener-Policy"), path)
 			require.Equal(t, hsts, res.Header.Get("Strict-Transport-Security") != "", path)
+			if path == "/sign-in" {
+				require.Equal(t, "no-store", res.Header.Get("Cache-Control"), path)
+			}
 		}
 	}
 }
