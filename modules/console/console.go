@@ -145,6 +145,9 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 //	GET  /sign-in            the sign-in page
 //	POST /sign-in/challenge  the statement to sign for a sign-in (JSON)
 //	POST /sign-in            the passkey's signature: a session (JSON)
+//	GET  /passkeys/new       the page that makes a passkey
+//	POST /passkeys/challenge the challenge of a passkey to make (JSON)
+//	POST /passkeys           the new passkey: its public key to enroll (JSON)
 //	POST /sign-out           ends the session
 //	GET  /                   the overview (signed in)
 //	GET  /overview           the overview's part, for htmx's refresh
@@ -154,6 +157,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /sign-in", s.handleSignInPage)
 	mux.HandleFunc("POST /sign-in/challenge", s.handleChallenge)
 	mux.HandleFunc("POST /sign-in", s.handleSignIn)
+	mux.HandleFunc("GET /passkeys/new", s.handlePasskeyPage)
+	mux.HandleFunc("POST /passkeys/challenge", s.handleCreationChallenge)
+	mux.HandleFunc("POST /passkeys", s.handlePasskeyCreated)
 	mux.Handle("POST /sign-out", s.authed(s.checkCSRF(http.HandlerFunc(s.handleSignOut))))
 	mux.Handle("GET /{$}", s.authed(http.HandlerFunc(s.handleOverview)))
 	mux.Handle("GET /overview", s.authed(http.HandlerFunc(s.handleOverview)))

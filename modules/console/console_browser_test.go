@@ -251,3 +251,36 @@ func TestOverviewRefreshAfterSessionEnds(t *testing.T) {
 	p.Do(chromedp.Click(chromedp.ID("refresh")), chromedp.WaitVisible(chromedp.ID("sign-in")))
 	require.Equal(t, e.URL+"/sign-in?why=idle", p.Location())
 }
+
+// TestMakePasskeyThenSignIn: a person with no passkey yet follows the
+// sign-in page's link, has the browser make a passkey (the virtual
+// authenticator starts empty) and reads its public key; once an admin has
+// enrolled that key for them, they sign in with it.
+func TestMakePasskeyThenSignIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := browsertest.New(t)
+	p.AddAuthenticator()
+	p.Do(chromedp.Navigate(e.URL+"/sign-in"), chromedp.Click(chromedp.ID("make-passkey")),
+		chromedp.WaitVisible(chromedp.ID("passkey-new")),
+		chromedp.SendKeys(chromedp.ID("name"), "bea"),
+		chromedp.Click(chromedp.CSS("#passkey-new button[type=submit]")),
+		chromedp.WaitVisible(chromedp.ID("passkey-made")))
+	text, err := chromedp.Run(p.Ctx, chromedp.Value(chromedp.ID("public-key")))
+	require.NoError(t, err)
+	pub, err := operator.ParsePublicKey(text)
+	require.NoError(t, err)
+	require.Equal(t, operator.KindWebAuthn, pub.Kind)
+	require.Equal(t, pub.ID(), p.Text("#key-id"))
+	require.Contains(t, p.Text("#enroll-command"), "svc admin operators enroll --name bea --role ROLE --public-key "+text)
+	require.Empty(t, p.Errors(), "console errors")
+
+	e.change(t, operator.Change{Action: operator.ActionEnroll, Name: "bea", Role: operator.Viewer, PublicKey: text})
+	p.Do(chromedp.Navigate(e.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.SendKeys(chromedp.ID("name"), "bea"),
+		chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+		chromedp.WaitVisible(chromedp.ID("who")))
+	require.Contains(t, p.Text("#who"), "bea")
+	require.Contains(t, p.Text("#who"), "viewer")
+}

@@ -51,6 +51,15 @@ type signIn struct {
 	CSRF      string
 	Created   time.Time
 	Challenge *challenge
+	// Creation is the challenge of a passkey being made (/passkeys/new),
+	// answered once too.
+	Creation *creation
+}
+
+// creation is the challenge of a passkey being made.
+type creation struct {
+	Challenge []byte
+	Expires   time.Time
 }
 
 // challenge is a statement the console made for one sign-in, to be
@@ -218,6 +227,31 @@ func (st *store) takeChallenge(token string) *challenge {
 	}
 	c := si.Challenge
 	si.Challenge = nil
+	return c
+}
+
+// setCreation gives the sign-in of token the challenge of a passkey being
+// made, replacing any earlier one; false when the sign-in is gone.
+func (st *store) setCreation(token string, c *creation) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	si, ok := st.signIns[digest(token)]
+	if ok {
+		si.Creation = c
+	}
+	return ok
+}
+
+// takeCreation removes and returns the sign-in's passkey challenge.
+func (st *store) takeCreation(token string) *creation {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	si, ok := st.signIns[digest(token)]
+	if !ok {
+		return nil
+	}
+	c := si.Creation
+	si.Creation = nil
 	return c
 }
 

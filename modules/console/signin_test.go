@@ -280,3 +280,39 @@ func TestSecurityHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestMakePasskey: /passkeys answers the public key and key id of the
+// passkey made for its challenge, once; the challenge is random for each
+// passkey; the name must be an operator's name.
+func TestMakePasskey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client(t)
+	ask := func(name string) (*http.Response, map[string]string) {
+		res, body := c.do("POST", "/passkeys/challenge", "application/x-www-form-urlencoded", strings.NewReader(url.Values{"name": {name}}.Encode()))
+		var m map[string]string
+		_ = json.Unmarshal([]byte(body), &m)
+		return res, m
+	}
+	res, bad := ask("Not A Name")
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, bad)
+	res, first := ask("bea")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	_, second := ask("bea")
+	require.NotEqual(t, first["challenge"], second["challenge"])
+	require.Equal(t, "localhost", second["rp_id"])
+
+	challenge, err := base64.RawURLEncoding.DecodeString(second["challenge"])
+	require.NoError(t, err)
+	pk := operatortest.NewPasskey("localhost")
+	att, cd := pk.Create(challenge, e.URL)
+	b64 := base64.RawURLEncoding.EncodeToString
+	answer := `{"attestation_object":"` + b64(att) + `","client_data_json":"` + b64(cd) + `"}`
+	res, body := c.do("POST", "/passkeys", "application/json", strings.NewReader(answer))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	var made map[string]string
+	require.NoError(t, json.Unmarshal([]byte(body), &made))
+	require.Equal(t, map[string]string{"public_key": pk.Public().String(), "key_id": pk.Public().ID()}, made)
+	res, body = c.do("POST", "/passkeys", "application/json", strings.NewReader(answer))
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
+}

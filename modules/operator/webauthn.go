@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/go-webauthn/webauthn/protocol"
@@ -142,4 +143,54 @@ func verifyWebAuthn(cose []byte, e Envelope, rp RelyingParty) error {
 		return unauthenticated("the passkey signature does not verify with key " + id)
 	}
 	return nil
+}
+
+// PasskeyOf reads the public key of a passkey just created (the answer to
+// navigator.credentials.create), as it is then enrolled: the client data
+// is a "webauthn.create" for challenge from one of rp's origins, not in a
+// cross-origin frame; the attestation object's authenticator data is for
+// rp's ID, with the user-present and user-verified flags and the
+// credential's public key, which must be a key parseCOSE accepts (its
+// algorithm and canonical form). The attestation statement is not looked
+// at: what makes a passkey an operator's is the admins' signatures on its
+// enrollment, not the make of the device.
+func PasskeyOf(attestationObject, clientDataJSON, challenge []byte, rp RelyingParty) (PublicKey, error) {
+	if rp.ID == "" || len(rp.Origins) == 0 {
+		return PublicKey{}, errors.New("passkeys cannot be made: the service has no WebAuthn relying party ID and origins")
+	}
+	var cd protocol.CollectedClientData
+	if err := json.Unmarshal(clientDataJSON, &cd); err != nil {
+		return PublicKey{}, fmt.Errorf("the passkey's client data JSON does not parse: %v", err)
+	}
+	switch {
+	case cd.Type != protocol.CreateCeremony:
+		return PublicKey{}, fmt.Errorf("the passkey's client data type is %q, not %q", cd.Type, protocol.CreateCeremony)
+	case cd.Challenge != base64.RawURLEncoding.EncodeToString(challenge):
+		return PublicKey{}, errors.New("the passkey was made for another challenge")
+	case !protocol.IsOriginInHaystack(cd.Origin, rp.Origins):
+		return PublicKey{}, fmt.Errorf("the passkey's origin %q is not one of the console's (%v)", cd.Origin, rp.Origins)
+	case cd.CrossOrigin || cd.TopOrigin != "":
+		return PublicKey{}, errors.New("the passkey was made in a cross-origin frame")
+	}
+	var ao protocol.AttestationObject
+	if err := webauthncbor.Unmarshal(attestationObject, &ao); err != nil {
+		return PublicKey{}, fmt.Errorf("the passkey's attestation object does not parse: %v", err)
+	}
+	if err := ao.AuthData.Unmarshal(ao.RawAuthData); err != nil {
+		return PublicKey{}, fmt.Errorf("the passkey's authenticator data does not parse: %v", err)
+	}
+	ad := ao.AuthData
+	if want := sha256.Sum256([]byte(rp.ID)); !bytes.Equal(ad.RPIDHash, want[:]) {
+		return PublicKey{}, fmt.Errorf("the passkey is for another relying party, not %q", rp.ID)
+	}
+	if !ad.Flags.HasUserPresent() || !ad.Flags.HasUserVerified() {
+		return PublicKey{}, errors.New("the passkey was made without user presence and verification (a PIN or biometric)")
+	}
+	if !ad.Flags.HasAttestedCredentialData() || len(ad.AttData.CredentialPublicKey) == 0 {
+		return PublicKey{}, errors.New("the passkey's authenticator data carries no public key")
+	}
+	if _, err := parseCOSE(ad.AttData.CredentialPublicKey); err != nil {
+		return PublicKey{}, err
+	}
+	return PublicKey{Kind: KindWebAuthn, Key: ad.AttData.CredentialPublicKey}, nil
 }

@@ -308,3 +308,36 @@ func TestParseCOSE(t *testing.T) {
 		})
 	}
 }
+
+// TestPasskeyOf: the public key of a passkey just made is read from the
+// browser's answer, for each accepted algorithm, and every check refuses
+// an answer that fails it.
+func TestPasskeyOf(t *testing.T) {
+	challenge := []byte("0123456789abcdef0123456789abcdef")
+	for _, pk := range []*operatortest.Passkey{operatortest.NewPasskey(testRP.ID), operatortest.NewPasskeyEd25519(testRP.ID), operatortest.NewPasskeyRSA(testRP.ID)} {
+		att, cd := pk.Create(challenge, testOrigin)
+		got, err := operator.PasskeyOf(att, cd, challenge, testRP)
+		require.NoError(t, err)
+		require.Equal(t, pk.Public().String(), got.String())
+	}
+
+	pk := operatortest.NewPasskey(testRP.ID)
+	att, cd := pk.Create(challenge, testOrigin)
+	refused := func(name, want string, att, cd []byte, rp operator.RelyingParty) {
+		t.Helper()
+		_, err := operator.PasskeyOf(att, cd, challenge, rp)
+		require.ErrorContains(t, err, want, name)
+	}
+	_, cdOther := pk.Create([]byte("another challenge"), testOrigin)
+	refused("another challenge", "another challenge", att, cdOther, testRP)
+	_, cdElsewhere := pk.Create(challenge, "https://elsewhere.example")
+	refused("another origin", "is not one of the console's", att, cdElsewhere, testRP)
+	refused("a get, not a create", "not \"webauthn.create\"", att, bytes.Replace(cd, []byte("webauthn.create"), []byte("webauthn.get"), 1), testRP)
+	refused("another relying party", "another relying party", att, cd, operator.RelyingParty{ID: "other.example", Origins: testRP.Origins})
+	noUV := operatortest.NewPasskey(testRP.ID)
+	noUV.Flags = operatortest.FlagUP
+	attNoUV, cdNoUV := noUV.Create(challenge, testOrigin)
+	refused("no user verification", "without user presence and verification", attNoUV, cdNoUV, testRP)
+	refused("not an attestation object", "does not parse", []byte("junk"), cd, testRP)
+	refused("no relying party", "no WebAuthn relying party", att, cd, operator.RelyingParty{})
+}

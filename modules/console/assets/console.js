@@ -1,7 +1,8 @@
 // The console's script (served from the binary; the pages have no inline
 // script). It signs the operator in with their passkey: it asks the
 // console for the statement's challenge, has the browser ask the passkey
-// for its assertion (WebAuthn), and posts the assertion back.
+// for its assertion (WebAuthn), and posts the assertion back. It also
+// makes a passkey (/passkeys/new) and shows its public key to enroll.
 "use strict";
 
 (function () {
@@ -92,8 +93,68 @@
     });
   }
 
+  // makePasskey has the browser make a passkey for the console's RP ID
+  // and shows its public key, as the console reads it, to be enrolled.
+  function makePasskey(form) {
+    const errorBox = document.getElementById("passkey-error");
+    const made = document.getElementById("passkey-made");
+    const button = form.querySelector("button[type=submit]");
+
+    function show(msg) {
+      errorBox.textContent = msg;
+      errorBox.hidden = !msg;
+    }
+
+    form.addEventListener("submit", async function (ev) {
+      ev.preventDefault();
+      show("");
+      made.hidden = true;
+      if (!window.PublicKeyCredential || !navigator.credentials) {
+        show("This browser cannot make passkeys.");
+        return;
+      }
+      button.disabled = true;
+      const csrf = form.elements.csrf.value;
+      const name = form.elements.name.value.trim();
+      try {
+        const params = new URLSearchParams();
+        params.set("name", name);
+        const ch = await post("/passkeys/challenge", csrf, params.toString(), "application/x-www-form-urlencoded");
+        const cred = await navigator.credentials.create({
+          publicKey: {
+            challenge: fromB64u(ch.challenge),
+            rp: { id: ch.rp_id, name: "svc console" },
+            user: { id: fromB64u(ch.user_id), name: name, displayName: name },
+            pubKeyCredParams: [-7, -8, -35, -36, -257].map(function (alg) { return { type: "public-key", alg: alg }; }),
+            authenticatorSelection: { residentKey: "required", requireResidentKey: true, userVerification: "required" },
+            attestation: "none",
+            timeout: ch.timeout_ms,
+          },
+        });
+        const r = cred.response;
+        const key = await post("/passkeys", csrf, JSON.stringify({
+          attestation_object: toB64u(r.attestationObject),
+          client_data_json: toB64u(r.clientDataJSON),
+        }), "application/json");
+        document.getElementById("public-key").value = key.public_key;
+        document.getElementById("key-id").textContent = key.key_id;
+        document.getElementById("enroll-command").textContent =
+          "svc admin operators enroll --name " + name + " --role ROLE --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
+        document.getElementById("add-key-command").textContent =
+          "svc admin operators add-key " + name + " --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
+        made.hidden = false;
+      } catch (e) {
+        show(e && e.message ? e.message : String(e));
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     const form = document.getElementById("sign-in");
     if (form) signIn(form);
+    const passkey = document.getElementById("passkey-new");
+    if (passkey) makePasskey(passkey);
   });
 })();

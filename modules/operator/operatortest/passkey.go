@@ -152,3 +152,30 @@ func (p *Passkey) PKCS8() []byte {
 	must(err)
 	return b
 }
+
+// FlagAT is the authenticator data's flag of attested credential data.
+const FlagAT byte = 0x40
+
+// Create is the answer of navigator.credentials.create as the browser
+// gives it when this passkey is made for challenge at origin: the
+// attestation object (format "none", the authenticator data with the
+// passkey's flags, AT set, and its COSE key) and the client data JSON.
+func (p *Passkey) Create(challenge []byte, origin string) (attestationObject, clientDataJSON []byte) {
+	cd, err := json.Marshal(map[string]any{
+		"type":        "webauthn.create",
+		"challenge":   base64.RawURLEncoding.EncodeToString(challenge),
+		"origin":      origin,
+		"crossOrigin": false,
+	})
+	must(err)
+	rpHash := sha256.Sum256([]byte(p.RPID))
+	ad := append(rpHash[:], p.Flags|FlagAT)
+	ad = binary.BigEndian.AppendUint32(ad, p.Count)
+	ad = append(ad, make([]byte, 16)...) // AAGUID: none
+	credID := sha256.Sum256(p.cose)
+	ad = binary.BigEndian.AppendUint16(ad, uint16(len(credID)))
+	ad = append(append(ad, credID[:]...), p.cose...)
+	att, err := webauthncbor.Marshal(map[string]any{"fmt": "none", "attStmt": map[string]any{}, "authData": ad})
+	must(err)
+	return att, cd
+}
