@@ -34,18 +34,7 @@ func TestAdminConsole(t *testing.T) {
 	t.Setenv("BITCOIN_NETWORK", "regtest")
 	t.Setenv("LOG_LEVEL", "error")
 
-	var buf logtest.Buffer
-	cmd := newRootCmd()
-	cmd.SetOut(&buf)
-	cmd.SetErr(&buf)
-	cmd.SetArgs([]string{"admin", "console", "--addr", "127.0.0.1:0"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	re := regexp.MustCompile(`console on http://localhost:(\d+)/`)
-	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
-	base := "http://127.0.0.1:" + re.FindStringSubmatch(buf.String())[1]
+	base := "http://127.0.0.1:" + startConsole(t, "http")
 
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	res, err := noRedirect.Get(base + "/sign-in")
@@ -59,13 +48,32 @@ func TestAdminConsole(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, "/sign-in", res.Header.Get("Location"))
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("svc admin console did not stop")
-	}
+}
+
+// startConsole runs svc admin console --addr 127.0.0.1:0 until the test
+// ends, when it must stop; it returns the port of the URL it prints,
+// which has scheme and the RP id's host.
+func startConsole(t *testing.T, scheme string) string {
+	var buf logtest.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&buf)
+	cmd.SetErr(&buf)
+	cmd.SetArgs([]string{"admin", "console", "--addr", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("svc admin console did not stop")
+		}
+	})
+	re := regexp.MustCompile(`console on ` + scheme + `://localhost:(\d+)/`)
+	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
+	return re.FindStringSubmatch(buf.String())[1]
 }
 
 // TestAdminConsoleServesHTTPS: with CONSOLE_TLS_CERT and CONSOLE_TLS_KEY
@@ -79,18 +87,7 @@ func TestAdminConsoleServesHTTPS(t *testing.T) {
 	t.Setenv("CONSOLE_TLS_CERT", certFile)
 	t.Setenv("CONSOLE_TLS_KEY", keyFile)
 
-	var buf logtest.Buffer
-	cmd := newRootCmd()
-	cmd.SetOut(&buf)
-	cmd.SetErr(&buf)
-	cmd.SetArgs([]string{"admin", "console", "--addr", "127.0.0.1:0"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	re := regexp.MustCompile(`console on https://localhost:(\d+)/`)
-	require.Eventually(t, func() bool { return re.MatchString(buf.String()) }, 10*time.Second, 20*time.Millisecond, buf.String())
-	addr := "127.0.0.1:" + re.FindStringSubmatch(buf.String())[1]
+	addr := "127.0.0.1:" + startConsole(t, "https")
 
 	client := func(max uint16) *http.Client {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, // a test's own certificate
@@ -108,13 +105,6 @@ func TestAdminConsoleServesHTTPS(t *testing.T) {
 	_, err = client(tls.VersionTLS11).Get("https://" + addr + "/sign-in")
 	require.Error(t, err, "TLS 1.1 is refused")
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("svc admin console did not stop")
-	}
 }
 
 // selfSigned writes a self-signed certificate for localhost and its key,

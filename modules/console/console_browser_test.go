@@ -93,14 +93,17 @@ func (e *env) page(t *testing.T) *browsertest.Page {
 }
 
 // signIn signs ada in from the sign-in page and waits for the overview.
-func (e *env) signIn(t *testing.T, p *browsertest.Page) {
+func (e *env) signIn(t *testing.T, p *browsertest.Page) { e.signInAs(t, p, "ada") }
+
+// signInAs signs name in from the sign-in page and waits for the overview.
+func (e *env) signInAs(t *testing.T, p *browsertest.Page, name string) {
 	t.Helper()
 	p.Do(chromedp.Navigate(e.URL+"/"),
 		chromedp.WaitVisible(chromedp.ID("sign-in")),
-		chromedp.SendKeys(chromedp.ID("name"), "ada"),
+		chromedp.SendKeys(chromedp.ID("name"), name),
 		chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
 		chromedp.WaitVisible(chromedp.ID("who")))
-	require.Contains(t, p.Text("#who"), "ada")
+	require.Contains(t, p.Text("#who"), name)
 }
 
 // TestSignInWithPasskey: ada opens the console, is sent to the sign-in
@@ -276,11 +279,6 @@ func TestMakePasskeyThenSignIn(t *testing.T) {
 	require.Empty(t, p.Errors(), "console errors")
 
 	e.change(t, operator.Change{Action: operator.ActionEnroll, Name: "bea", Role: operator.Viewer, PublicKey: text})
-	p.Do(chromedp.Navigate(e.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("sign-in")),
-		chromedp.SendKeys(chromedp.ID("name"), "bea"),
-		chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
-		chromedp.WaitVisible(chromedp.ID("who")))
-	require.Contains(t, p.Text("#who"), "bea")
+	e.signInAs(t, p, "bea")
 	require.Contains(t, p.Text("#who"), "viewer")
 }

@@ -90,9 +90,8 @@ func (s *Server) handlePasskeyCreated(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, "The passkey's answer did not arrive whole. Try again.")
 		return
 	}
-	att, err1 := base64.RawURLEncoding.DecodeString(in.AttestationObject)
-	cd, err2 := base64.RawURLEncoding.DecodeString(in.ClientDataJSON)
-	if err1 != nil || err2 != nil {
+	var att, cd []byte
+	if !decodeAll(map[*[]byte]string{&att: in.AttestationObject, &cd: in.ClientDataJSON}) {
 		s.fail(w, r, http.StatusBadRequest, "The passkey's answer is not in the form the console expects. Try again.")
 		return
 	}

@@ -204,54 +204,40 @@ func (st *store) startSignIn(now time.Time) (string, *signIn) {
 	return token, &c
 }
 
-// setChallenge gives the sign-in of token its challenge, replacing any
-// earlier one; false when the sign-in is gone.
-func (st *store) setChallenge(token string, c *challenge) bool {
+// update applies f to the sign-in of token, under the store's lock;
+// false when the sign-in is gone.
+func (st *store) update(token string, f func(*signIn)) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	si, ok := st.signIns[digest(token)]
 	if ok {
-		si.Challenge = c
+		f(si)
 	}
 	return ok
 }
 
+// setChallenge gives the sign-in of token its challenge, replacing any
+// earlier one; false when the sign-in is gone.
+func (st *store) setChallenge(token string, c *challenge) bool {
+	return st.update(token, func(si *signIn) { si.Challenge = c })
+}
+
 // takeChallenge removes and returns the sign-in's challenge: a challenge
 // is answered once, whatever the answer.
-func (st *store) takeChallenge(token string) *challenge {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	si, ok := st.signIns[digest(token)]
-	if !ok {
-		return nil
-	}
-	c := si.Challenge
-	si.Challenge = nil
+func (st *store) takeChallenge(token string) (c *challenge) {
+	st.update(token, func(si *signIn) { c, si.Challenge = si.Challenge, nil })
 	return c
 }
 
 // setCreation gives the sign-in of token the challenge of a passkey being
 // made, replacing any earlier one; false when the sign-in is gone.
 func (st *store) setCreation(token string, c *creation) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	si, ok := st.signIns[digest(token)]
-	if ok {
-		si.Creation = c
-	}
-	return ok
+	return st.update(token, func(si *signIn) { si.Creation = c })
 }
 
 // takeCreation removes and returns the sign-in's passkey challenge.
-func (st *store) takeCreation(token string) *creation {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	si, ok := st.signIns[digest(token)]
-	if !ok {
-		return nil
-	}
-	c := si.Creation
-	si.Creation = nil
+func (st *store) takeCreation(token string) (c *creation) {
+	st.update(token, func(si *signIn) { c, si.Creation = si.Creation, nil })
 	return c
 }
 

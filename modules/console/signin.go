@@ -188,16 +188,9 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	env := operator.Envelope{Statement: c.Statement}
-	for _, f := range []struct {
-		dst *[]byte
-		src string
-	}{{&env.AuthenticatorData, a.AuthenticatorData}, {&env.ClientDataJSON, a.ClientDataJSON}, {&env.Signature, a.Signature}} {
-		b, err := base64.RawURLEncoding.DecodeString(f.src)
-		if err != nil || len(b) == 0 {
-			s.fail(w, r, http.StatusBadRequest, "The passkey's answer is not in the form the console expects. Sign in again.")
-			return
-		}
-		*f.dst = b
+	if !decodeAll(map[*[]byte]string{&env.AuthenticatorData: a.AuthenticatorData, &env.ClientDataJSON: a.ClientDataJSON, &env.Signature: a.Signature}) {
+		s.fail(w, r, http.StatusBadRequest, "The passkey's answer is not in the form the console expects. Sign in again.")
+		return
 	}
 	x := operator.Expect{Action: ActionSignIn, Resource: signInResource, Facts: c.Facts, Role: operator.Viewer}
 	var signed operator.Signed
@@ -237,6 +230,19 @@ func (s *Server) verifySignIn(ctx context.Context, tx bun.Tx, env operator.Envel
 	}
 	*out = sig
 	return nil
+}
+
+// decodeAll decodes each non-empty unpadded base64url string into its
+// destination; false when one is empty or not base64url.
+func decodeAll(fields map[*[]byte]string) bool {
+	for dst, src := range fields {
+		b, err := base64.RawURLEncoding.DecodeString(src)
+		if err != nil || len(b) == 0 {
+			return false
+		}
+		*dst = b
+	}
+	return true
 }
 
 func (s *Server) handleSignOut(w http.ResponseWriter, r *http.Request) {

@@ -316,3 +316,31 @@ func TestMakePasskey(t *testing.T) {
 	res, body = c.do("POST", "/passkeys", "application/json", strings.NewReader(answer))
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode, body)
 }
+
+// TestSignInWithOneOfSeveralPasskeys: an operator with several passkeys
+// is asked to choose one; the statement names the chosen one, which then
+// signs in.
+func TestSignInWithOneOfSeveralPasskeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	second := operatortest.NewPasskey("localhost")
+	e.change(t, operator.Change{Action: operator.ActionAddKey, Name: "ada", PublicKey: second.Public().String()})
+	c := e.client(t)
+	ask := func(fields url.Values) map[string]any {
+		res, body := c.do("POST", "/sign-in/challenge", "application/x-www-form-urlencoded", strings.NewReader(fields.Encode()))
+		require.Equal(t, http.StatusOK, res.StatusCode, body)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(body), &m))
+		return m
+	}
+	got := ask(url.Values{"name": {"ada"}})
+	require.ElementsMatch(t, []any{e.Passkey.Public().ID(), second.Public().ID()}, got["choose"])
+	require.Nil(t, got["challenge"])
+
+	got = ask(url.Values{"name": {"ada"}, "key_id": {second.Public().ID()}})
+	res, body := c.answer(c.assertion(e.Passkey, got["challenge"].(string)))
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the other passkey does not answer for the chosen one: %s", body)
+	got = ask(url.Values{"name": {"ada"}, "key_id": {second.Public().ID()}})
+	res, body = c.answer(c.assertion(second, got["challenge"].(string)))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+}

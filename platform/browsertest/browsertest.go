@@ -28,6 +28,8 @@ import (
 
 	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
+
+	"svc/platform/dbtest"
 )
 
 // Timeout bounds each test's use of its page.
@@ -112,11 +114,7 @@ func Chromium() (string, error) {
 			return p, nil
 		}
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command(filepath.Join(root, "scripts", "chromium.sh"))
+	cmd := exec.Command(filepath.Join(dbtest.ModuleRoot(), "scripts", "chromium.sh"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -125,24 +123,6 @@ func Chromium() (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1], nil
-}
-
-// moduleRoot is the directory of go.mod above the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("browsertest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Page is a test's tab, in a browser context of its own.
@@ -203,12 +183,7 @@ func (p *Page) screenshot(tab context.Context) {
 		p.t.Logf("browsertest: no screenshot: %v", err)
 		return
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		p.t.Logf("browsertest: no screenshot: %v", err)
-		return
-	}
-	dir := filepath.Join(root, ".data", "browsertest")
+	dir := filepath.Join(dbtest.ModuleRoot(), ".data", "browsertest")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		p.t.Logf("browsertest: no screenshot: %v", err)
 		return

@@ -20,6 +20,8 @@
     return out;
   }
 
+  // post sends body to url with the page's CSRF token and returns the
+  // console's JSON answer; an error answer throws its message.
   async function post(url, csrf, body, type) {
     const res = await fetch(url, {
       method: "POST",
@@ -33,17 +35,20 @@
     return data;
   }
 
-  function signIn(form) {
-    const errorBox = document.getElementById("sign-in-error");
-    const keys = document.getElementById("keys");
-    const select = document.getElementById("key_id");
-    const button = form.querySelector("button[type=submit]");
+  function postForm(url, csrf, fields) {
+    return post(url, csrf, new URLSearchParams(fields).toString(), "application/x-www-form-urlencoded");
+  }
 
+  // onPasskeyForm runs ceremony(csrf, name, show) when form is submitted:
+  // the button is disabled meanwhile, and what it throws is shown in the
+  // element errorId.
+  function onPasskeyForm(form, errorId, ceremony) {
+    const errorBox = document.getElementById(errorId);
+    const button = form.querySelector("button[type=submit]");
     function show(msg) {
       errorBox.textContent = msg;
       errorBox.hidden = !msg;
     }
-
     form.addEventListener("submit", async function (ev) {
       ev.preventDefault();
       show("");
@@ -52,39 +57,8 @@
         return;
       }
       button.disabled = true;
-      const csrf = form.elements.csrf.value;
       try {
-        const params = new URLSearchParams();
-        params.set("name", form.elements.name.value.trim());
-        if (!keys.hidden && select.value) params.set("key_id", select.value);
-        const ch = await post("/sign-in/challenge", csrf, params.toString(), "application/x-www-form-urlencoded");
-        if (ch.choose) {
-          select.replaceChildren();
-          for (const id of ch.choose) {
-            const o = document.createElement("option");
-            o.value = id;
-            o.textContent = id;
-            select.appendChild(o);
-          }
-          keys.hidden = false;
-          show("You have several passkeys: choose the one to sign in with.");
-          return;
-        }
-        const cred = await navigator.credentials.get({
-          publicKey: {
-            challenge: fromB64u(ch.challenge),
-            rpId: ch.rp_id,
-            timeout: ch.timeout_ms,
-            userVerification: "required",
-          },
-        });
-        const r = cred.response;
-        const done = await post("/sign-in", csrf, JSON.stringify({
-          authenticator_data: toB64u(r.authenticatorData),
-          client_data_json: toB64u(r.clientDataJSON),
-          signature: toB64u(r.signature),
-        }), "application/json");
-        window.location.assign(done.location);
+        await ceremony(form.elements.csrf.value, form.elements.name.value.trim(), show);
       } catch (e) {
         show(e && e.message ? e.message : String(e));
       } finally {
@@ -93,61 +67,73 @@
     });
   }
 
+  function signIn(form) {
+    const keys = document.getElementById("keys");
+    const select = document.getElementById("key_id");
+    onPasskeyForm(form, "sign-in-error", async function (csrf, name, show) {
+      const fields = { name: name };
+      if (!keys.hidden && select.value) fields.key_id = select.value;
+      const ch = await postForm("/sign-in/challenge", csrf, fields);
+      if (ch.choose) {
+        select.replaceChildren();
+        for (const id of ch.choose) {
+          const o = document.createElement("option");
+          o.value = id;
+          o.textContent = id;
+          select.appendChild(o);
+        }
+        keys.hidden = false;
+        show("You have several passkeys: choose the one to sign in with.");
+        return;
+      }
+      const cred = await navigator.credentials.get({
+        publicKey: {
+          challenge: fromB64u(ch.challenge),
+          rpId: ch.rp_id,
+          timeout: ch.timeout_ms,
+          userVerification: "required",
+        },
+      });
+      const r = cred.response;
+      const done = await post("/sign-in", csrf, JSON.stringify({
+        authenticator_data: toB64u(r.authenticatorData),
+        client_data_json: toB64u(r.clientDataJSON),
+        signature: toB64u(r.signature),
+      }), "application/json");
+      window.location.assign(done.location);
+    });
+  }
+
   // makePasskey has the browser make a passkey for the console's RP ID
   // and shows its public key, as the console reads it, to be enrolled.
   function makePasskey(form) {
-    const errorBox = document.getElementById("passkey-error");
     const made = document.getElementById("passkey-made");
-    const button = form.querySelector("button[type=submit]");
-
-    function show(msg) {
-      errorBox.textContent = msg;
-      errorBox.hidden = !msg;
-    }
-
-    form.addEventListener("submit", async function (ev) {
-      ev.preventDefault();
-      show("");
+    onPasskeyForm(form, "passkey-error", async function (csrf, name) {
       made.hidden = true;
-      if (!window.PublicKeyCredential || !navigator.credentials) {
-        show("This browser cannot make passkeys.");
-        return;
-      }
-      button.disabled = true;
-      const csrf = form.elements.csrf.value;
-      const name = form.elements.name.value.trim();
-      try {
-        const params = new URLSearchParams();
-        params.set("name", name);
-        const ch = await post("/passkeys/challenge", csrf, params.toString(), "application/x-www-form-urlencoded");
-        const cred = await navigator.credentials.create({
-          publicKey: {
-            challenge: fromB64u(ch.challenge),
-            rp: { id: ch.rp_id, name: "svc console" },
-            user: { id: fromB64u(ch.user_id), name: name, displayName: name },
-            pubKeyCredParams: [-7, -8, -35, -36, -257].map(function (alg) { return { type: "public-key", alg: alg }; }),
-            authenticatorSelection: { residentKey: "required", requireResidentKey: true, userVerification: "required" },
-            attestation: "none",
-            timeout: ch.timeout_ms,
-          },
-        });
-        const r = cred.response;
-        const key = await post("/passkeys", csrf, JSON.stringify({
-          attestation_object: toB64u(r.attestationObject),
-          client_data_json: toB64u(r.clientDataJSON),
-        }), "application/json");
-        document.getElementById("public-key").value = key.public_key;
-        document.getElementById("key-id").textContent = key.key_id;
-        document.getElementById("enroll-command").textContent =
-          "svc admin operators enroll --name " + name + " --role ROLE --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
-        document.getElementById("add-key-command").textContent =
-          "svc admin operators add-key " + name + " --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
-        made.hidden = false;
-      } catch (e) {
-        show(e && e.message ? e.message : String(e));
-      } finally {
-        button.disabled = false;
-      }
+      const ch = await postForm("/passkeys/challenge", csrf, { name: name });
+      const cred = await navigator.credentials.create({
+        publicKey: {
+          challenge: fromB64u(ch.challenge),
+          rp: { id: ch.rp_id, name: "svc console" },
+          user: { id: fromB64u(ch.user_id), name: name, displayName: name },
+          pubKeyCredParams: [-7, -8, -35, -36, -257].map(function (alg) { return { type: "public-key", alg: alg }; }),
+          authenticatorSelection: { residentKey: "required", requireResidentKey: true, userVerification: "required" },
+          attestation: "none",
+          timeout: ch.timeout_ms,
+        },
+      });
+      const r = cred.response;
+      const key = await post("/passkeys", csrf, JSON.stringify({
+        attestation_object: toB64u(r.attestationObject),
+        client_data_json: toB64u(r.clientDataJSON),
+      }), "application/json");
+      document.getElementById("public-key").value = key.public_key;
+      document.getElementById("key-id").textContent = key.key_id;
+      document.getElementById("enroll-command").textContent =
+        "svc admin operators enroll --name " + name + " --role ROLE --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
+      document.getElementById("add-key-command").textContent =
+        "svc admin operators add-key " + name + " --public-key " + key.public_key + " --key ADMIN_KEY_FILE";
+      made.hidden = false;
     });
   }
 
