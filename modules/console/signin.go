@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -118,7 +119,7 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request) {
 	if keyID == "" {
 		keyID = keys[0]
 	}
-	if !contains(keys, keyID) {
+	if !slices.Contains(keys, keyID) {
 		s.fail(w, r, http.StatusForbidden, fmt.Sprintf("%s is not an active passkey of %s.", keyID, name))
 		return
 	}
@@ -152,15 +153,6 @@ func passkeys(r *operator.Roster, name string) []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // assertion is what console.js posts to /sign-in: the passkey's answer,
