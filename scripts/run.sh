@@ -39,6 +39,8 @@ bin/svc api    > .data/logs/api.log 2>&1 & pids+=($!)
 bin/svc worker > .data/logs/worker.log 2>&1 & pids+=($!)
 ADMIN_UI_ADDR="${ADMIN_UI_ADDR:-127.0.0.1:8092}"
 bin/svc admin ui --addr "$ADMIN_UI_ADDR" > .data/logs/admin-ui.log 2>&1 & pids+=($!)
+export CONSOLE_ADDR="${CONSOLE_ADDR:-127.0.0.1:8093}"
+bin/svc admin console > .data/logs/console.log 2>&1 & pids+=($!)
 
 for _ in $(seq 1 100); do curl -fsS "localhost:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 # The first operator: minting keys and every money action of svc admin are
@@ -54,6 +56,8 @@ cat <<MSG
 svc is running (logs in .data/logs/):
   API          http://localhost:$PORT   (docs: http://localhost:$PORT/docs)
   River UI     http://$ADMIN_UI_ADDR/   (jobs and queues; user: any, password: the admin key below)
+  console      http://localhost:${CONSOLE_ADDR##*:}/   (sign in with a passkey: make one at /passkeys/new, then
+               svc admin operators add-key dev --public-key webauthn:... )
   database     $DATABASE_URL (runtime role; migrations: $MIGRATE_DATABASE_URL)
 
 Dev keys (minted just now):
