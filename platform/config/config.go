@@ -203,6 +203,10 @@ type Console struct {
 // CONSOLE_TLS_KEY set).
 func (c Console) TLS() bool { return c.TLSCert != "" && c.TLSKey != "" }
 
+// ConsoleSecureCookies reports whether the console's cookies are Secure:
+// in production, and whenever it serves HTTPS.
+func (c Config) ConsoleSecureCookies() bool { return c.Production() || c.Console.TLS() }
+
 // Ledger configures the ledger's tamper-evident checkpoints
 // (docs/checkpoints.md) and how often the hourly reconciliation checks
 // the whole ledger (docs/reconciliation.md).

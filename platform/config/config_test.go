@@ -214,6 +214,17 @@ func TestProductionConsoleNeedsTLSOffLoopback(t *testing.T) {
 	require.NoError(t, err, "development takes any address")
 }
 
+// TestConsoleSecureCookies: the console's cookies are Secure in
+// production, and over HTTPS in development too.
+func TestConsoleSecureCookies(t *testing.T) {
+	c := Config{Env: "development"}
+	require.False(t, c.ConsoleSecureCookies())
+	c.Console.TLSCert, c.Console.TLSKey = "c.pem", "k.pem"
+	require.True(t, c.ConsoleSecureCookies())
+	c = Config{Env: "production"}
+	require.True(t, c.ConsoleSecureCookies())
+}
+
 // refusesNonLoopback: env takes a loopback address in production, any
 // other only with allow true, and any address in development.
 func refusesNonLoopback(t *testing.T, env, allow string) {

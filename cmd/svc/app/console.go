@@ -17,7 +17,7 @@ import (
 func (a *App) Console() (*console.Server, error) {
 	return console.New(console.Options{DB: a.DB.Bun, Operators: a.Operators, Health: a.Health, Alerts: a.Alerts,
 		Reconcile: a.Reconcile, IdleTimeout: a.Cfg.Console.IdleTimeout,
-		Secure: a.Cfg.Production() || a.Cfg.Console.TLS(), HSTS: a.Cfg.Console.TLS(), Now: a.Clock.Now, Log: a.Log})
+		Secure: a.Cfg.ConsoleSecureCookies(), HSTS: a.Cfg.Console.TLS(), Now: a.Clock.Now, Log: a.Log})
 }
 
 // ServeConsole starts the console's listener on CONSOLE_ADDR (loopback by
