@@ -55,9 +55,11 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/alert"
+	"svc/modules/deposit"
 	"svc/modules/health"
 	"svc/modules/operator"
 	"svc/modules/reconcile"
+	"svc/modules/withdrawal"
 )
 
 // MaxLifetime bounds a session whatever its use: the operator signs in
@@ -101,6 +103,9 @@ type Options struct {
 	Health    *health.Service
 	Alerts    *alert.Service
 	Reconcile *reconcile.Service
+	// The money pages' services (withdrawals.go, review.go).
+	Withdrawals *withdrawal.Service
+	Deposits    *deposit.Service
 	// IdleTimeout signs out a session unused this long (CONSOLE_IDLE_TIMEOUT).
 	IdleTimeout time.Duration
 	// Secure marks the cookies Secure (production, or HTTPS).
@@ -113,8 +118,8 @@ type Options struct {
 
 // New builds the console.
 func New(o Options) (*Server, error) {
-	if o.DB == nil || o.Operators == nil || o.Health == nil || o.Alerts == nil || o.Reconcile == nil {
-		return nil, errors.New("console: DB, Operators, Health, Alerts and Reconcile are required")
+	if o.DB == nil || o.Operators == nil || o.Health == nil || o.Alerts == nil || o.Reconcile == nil || o.Withdrawals == nil || o.Deposits == nil {
+		return nil, errors.New("console: DB, Operators, Health, Alerts, Reconcile, Withdrawals and Deposits are required")
 	}
 	if o.IdleTimeout <= 0 {
 		return nil, errors.New("console: the idle timeout must be positive")
@@ -151,6 +156,7 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 //	POST /sign-out           ends the session
 //	GET  /                   the overview (signed in)
 //	GET  /overview           the overview's part, for htmx's refresh
+//	...                      the money pages: moneyRoutes (signed.go)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /assets/{file}", s.handleAsset)
@@ -163,6 +169,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /sign-out", s.authed(s.checkCSRF(http.HandlerFunc(s.handleSignOut))))
 	mux.Handle("GET /{$}", s.authed(http.HandlerFunc(s.handleOverview)))
 	mux.Handle("GET /overview", s.authed(http.HandlerFunc(s.handleOverview)))
+	s.moneyRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})

@@ -17,10 +17,12 @@ import (
 
 	"svc/modules/alert"
 	"svc/modules/console"
+	"svc/modules/deposit"
 	"svc/modules/health"
 	"svc/modules/operator"
 	"svc/modules/operator/operatortest"
 	"svc/modules/reconcile"
+	"svc/modules/withdrawal"
 	"svc/platform/browsertest"
 	"svc/platform/clock"
 	"svc/platform/db"
@@ -67,7 +69,8 @@ func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 	o := console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now, Log: slog.New(slog.DiscardHandler),
 		Health:    &health.Service{DB: d.Bun, Now: clk.Now, StaleAfter: time.Minute},
 		Alerts:    &alert.Service{DB: d.Bun, Now: clk.Now},
-		Reconcile: &reconcile.Service{DB: d.Bun, Now: clk.Now}}
+		Reconcile: &reconcile.Service{DB: d.Bun, Now: clk.Now},
+		Withdrawals: &withdrawal.Service{DB: d.Bun, Operators: ops, Now: clk.Now}, Deposits: &deposit.Service{DB: d.Bun, Operators: ops, Now: clk.Now}}
 	for _, f := range opts {
 		f(&o)
 	}

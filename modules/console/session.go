@@ -43,6 +43,8 @@ type session struct {
 	CSRF     string
 	Created  time.Time
 	LastSeen time.Time
+	Action   *signedAction // the money action waiting for its signature (signed.go)
+	Result   string        // what the last signed action did, shown once
 }
 
 // signIn is a sign-in in progress: its CSRF token and, once asked for,

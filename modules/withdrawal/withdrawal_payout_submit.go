@@ -180,6 +180,13 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 // keeps failing raises an operator alert.
 const stuckAfter = 5
 
+// Stuck reports a withdrawal stuck in submission: still submitting after
+// stuckAfter attempts, the rule that raises withdrawal.submission_stuck.
+// An operator releases it (with an attestation) once no payout exists.
+func Stuck(w Withdrawal) bool {
+	return w.Status == StatusSubmitting && w.SubmitAttempts >= stuckAfter
+}
+
 // definitive reports a refusal about the payout itself (400 and 422: a
 // destination, an amount, a payout method), which fails the withdrawal.
 // 401, 403 and 404 (an API key without the permission, an unknown store)

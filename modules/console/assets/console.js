@@ -2,7 +2,8 @@
 // script). It signs the operator in with their passkey: it asks the
 // console for the statement's challenge, has the browser ask the passkey
 // for its assertion (WebAuthn), and posts the assertion back. It also
-// makes a passkey (/passkeys/new) and shows its public key to enroll.
+// makes a passkey (/passkeys/new) and shows its public key to enroll, and
+// signs a money action (#signed-action, signed.go) the same way.
 "use strict";
 
 (function () {
@@ -137,7 +138,59 @@
     });
   }
 
+  // signedAction signs the action of the confirmation page: it posts the
+  // form to its path + "/challenge" for the statement's challenge, asks
+  // the passkey for its assertion and posts it to the path; the console
+  // answers where its result is, or its refusal, shown on the page.
+  function signedAction(form) {
+    const errorBox = document.getElementById("action-error");
+    const button = form.querySelector("button[type=submit]");
+    function show(msg) {
+      errorBox.textContent = msg;
+      errorBox.hidden = !msg;
+    }
+    form.addEventListener("submit", async function (ev) {
+      ev.preventDefault();
+      show("");
+      if (!window.PublicKeyCredential || !navigator.credentials) {
+        show("This browser cannot use passkeys.");
+        return;
+      }
+      const path = form.getAttribute("action");
+      const csrf = form.elements.csrf ? form.elements.csrf.value : "";
+      const fields = {};
+      for (const el of form.elements) {
+        if (el.name && el.name !== "csrf") fields[el.name] = el.value;
+      }
+      button.disabled = true;
+      try {
+        const ch = await postForm(path + "/challenge", csrf, fields);
+        const cred = await navigator.credentials.get({
+          publicKey: {
+            challenge: fromB64u(ch.challenge),
+            rpId: ch.rp_id,
+            timeout: ch.timeout_ms,
+            userVerification: "required",
+          },
+        });
+        const r = cred.response;
+        const done = await post(path, csrf, JSON.stringify({
+          authenticator_data: toB64u(r.authenticatorData),
+          client_data_json: toB64u(r.clientDataJSON),
+          signature: toB64u(r.signature),
+        }), "application/json");
+        window.location.assign(done.location);
+      } catch (e) {
+        show(e && e.message ? e.message : String(e));
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    const action = document.getElementById("signed-action");
+    if (action) signedAction(action);
     const form = document.getElementById("sign-in");
     if (form) signIn(form);
     const passkey = document.getElementById("passkey-new");

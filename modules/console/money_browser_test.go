@@ -1,0 +1,373 @@
+package console_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"svc/cmd/svc/app/apptest"
+	"svc/modules/deposit"
+	"svc/modules/ledger"
+	"svc/modules/operator"
+	"svc/modules/operator/operatortest"
+	"svc/modules/withdrawal"
+	"svc/platform/browsertest"
+	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
+	"svc/platform/chain/chaintest"
+	"svc/platform/config"
+)
+
+// moneyEnv is the whole service (apptest: the API on its own listener,
+// the simulated payment processor) with its console, as svc admin console
+// builds it (App.Console), on the same database and clock. ada and bea are
+// approvers with a passkey each; OPERATOR_SIGNATURES is required, so only
+// a signed decision acts.
+type moneyEnv struct {
+	*apptest.Env
+	Console string // http://localhost:PORT
+	Sim     *btcpaysim.Sim
+	Keys    map[string]*operatortest.Passkey
+}
+
+func newMoneyEnv(t *testing.T) *moneyEnv {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	e := &moneyEnv{Console: "http://localhost:" + port, Keys: map[string]*operatortest.Passkey{}}
+	sim, clk := apptest.StartProcessor(t, btcpaysim.Options{})
+	e.Sim = sim
+	e.Env = apptest.New(t, apptest.WithClock(clk), apptest.WithProcessor(sim, "test-processor-webhook-secret"),
+		apptest.WithConfig(func(c *config.Config) {
+			c.Operators.WebAuthnOrigins = []string{e.Console}
+			c.Operators.Signatures = "required"
+		}))
+	ctx := context.Background()
+	root := operatortest.Team(t, e.App.DB.Bun, clk.Now, operatortest.Member{Name: "root", Role: operator.Admin})["root"]
+	for _, name := range []string{"ada", "bea"} {
+		e.Keys[name] = operatortest.NewPasskey("localhost")
+		head, err := e.App.Operators.Head(ctx, e.App.DB.Bun)
+		require.NoError(t, err)
+		c := operator.Change{Action: operator.ActionEnroll, Name: name, Role: operator.Approver, PublicKey: e.Keys[name].Public().String()}
+		_, err = e.App.Operators.Submit(ctx, operatortest.Sign(t, root, c.Statement(head, clk.Now())))
+		require.NoError(t, err)
+	}
+	srv, err := e.App.Console()
+	require.NoError(t, err)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("console server: %v", err)
+		}
+	}()
+	t.Cleanup(func() { _ = hs.Close() })
+	return e
+}
+
+// operator opens a tab of its own browser context whose authenticator
+// holds name's passkey, and signs name in.
+func (e *moneyEnv) operator(t *testing.T, name string) *browsertest.Page {
+	t.Helper()
+	p := browsertest.New(t)
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	p.AddAuthenticator(browsertest.Passkey{RPID: "localhost", CredentialID: id, PKCS8: e.Keys[name].PKCS8(), UserHandle: []byte(name)})
+	p.Do(chromedp.Navigate(e.Console+"/"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.SendKeys(chromedp.ID("name"), name),
+		chromedp.Click(chromedp.CSS("#sign-in button[type=submit]")),
+		chromedp.WaitVisible(chromedp.ID("who")))
+	return p
+}
+
+// withdrawal creates a withdrawal of units of BTC from user through the
+// API (funded first, as a settled deposit would), and requires its status.
+func (e *moneyEnv) withdrawal(t *testing.T, user string, units int64, want withdrawal.Status) withdrawal.View {
+	t.Helper()
+	_, err := ledger.CreditDeposit(context.Background(), e.App.DB.Bun, "BTC", ledger.UserHolder(user), units,
+		fmt.Sprintf("test-funding:%s:%d:%d", user, units, time.Now().UnixNano()), "test funding")
+	require.NoError(t, err)
+	r := e.Post("/v1/withdrawals", map[string]string{"external_user_id": user, "asset": "BTC", "amount": fmt.Sprint(units),
+		"destination_address": chaintest.P2WPKH(t, chain.Regtest, user+fmt.Sprint(units))})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	var v withdrawal.View
+	r.JSON(t, &v)
+	require.Equal(t, want, v.Status)
+	return v
+}
+
+// read is the withdrawal as the platform reads it: GET /v1/withdrawals/{id}
+// with the platform's key.
+func (e *moneyEnv) read(t *testing.T, id string) withdrawal.View {
+	t.Helper()
+	r := e.Get("/v1/withdrawals/" + id)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var v withdrawal.View
+	r.JSON(t, &v)
+	return v
+}
+
+// adminRead is GET /v1/admin/withdrawals/{id}, with the approvals.
+func (e *moneyEnv) adminRead(t *testing.T, id string) withdrawal.AdminView {
+	t.Helper()
+	r := e.AdminGet("/v1/admin/withdrawals/" + id)
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var v withdrawal.AdminView
+	r.JSON(t, &v)
+	return v
+}
+
+// confirmAndSign follows the link sel to its confirmation page, types
+// text into field (if any) and signs; it returns the result or the
+// refusal.
+func confirmAndSign(t *testing.T, p *browsertest.Page, sel, field, text string) string {
+	t.Helper()
+	p.Do(chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	if field != "" {
+		p.Do(chromedp.SendKeys(chromedp.ID(field), text))
+	}
+	return sign(t, p)
+}
+
+// sign submits the confirmation page's form and returns the result page's
+// text or the refusal shown on the page.
+func sign(t *testing.T, p *browsertest.Page) string {
+	t.Helper()
+	p.Do(chromedp.Click(chromedp.CSS("#signed-action button[type=submit]")))
+	return p.Text(`#result, #action-error:not([hidden])`)
+}
+
+// TestFourEyesWithdrawalInTwoBrowsers: above BTC's four-eyes threshold,
+// ada approves in her browser (the page then shows her as the approver so
+// far), her second approval is refused in plain words and does not count,
+// and bea's approval in her own browser approves it: the API reads it
+// approved by both, each signature verified. The confirmation shows the
+// amount in display units and the destination.
+func TestFourEyesWithdrawalInTwoBrowsers(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	_, err := e.App.DB.Bun.ExecContext(context.Background(), "UPDATE assets SET withdrawal_four_eyes_threshold = 3000000 WHERE asset = 'BTC'")
+	require.NoError(t, err)
+	w := e.withdrawal(t, "yuri", 5_000_000, withdrawal.StatusPendingApproval)
+
+	ada := e.operator(t, "ada")
+	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	row := ada.Text("#pending #w-" + w.WithdrawalID)
+	require.Contains(t, row, "0.05000000")
+	require.Contains(t, row, w.DestinationAddress)
+	require.Contains(t, row, "yuri")
+	require.Contains(t, row, "withdrawal_auto_limit", "the approval reason")
+	sel := fmt.Sprintf(`#w-%s a[href$="/approve"]`, w.WithdrawalID)
+	ada.Do(chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Equal(t, "0.05000000 BTC", ada.Text("#confirm-amount"))
+	require.Equal(t, w.DestinationAddress, ada.Text("#confirm-destination"))
+	require.Contains(t, sign(t, ada), "approval by op:ada is recorded; 1 more approval by a different operator is needed")
+	require.Equal(t, withdrawal.StatusPendingApproval, e.read(t, w.WithdrawalID).Status)
+
+	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	require.Contains(t, ada.Text("#w-"+w.WithdrawalID), "op:ada", "who approved so far")
+	refused := confirmAndSign(t, ada, sel, "", "")
+	require.Contains(t, refused, "Refused, nothing was done")
+	require.Contains(t, refused, "this operator already approved the withdrawal; four-eyes approval needs a different operator")
+	v := e.adminRead(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusPendingApproval, v.Status)
+	require.Len(t, v.Approvals, 1, "the second approval by ada does not count")
+
+	bea := e.operator(t, "bea")
+	bea.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	require.Contains(t, confirmAndSign(t, bea, sel, "note", "checked the destination"), "is approved (approved by op:ada, op:bea)")
+	require.Equal(t, withdrawal.StatusApproved, e.read(t, w.WithdrawalID).Status)
+	v = e.adminRead(t, w.WithdrawalID)
+	require.Equal(t, "op:ada, op:bea", *v.ApprovedBy)
+	require.Len(t, v.Approvals, 2)
+	for _, ap := range v.Approvals {
+		require.True(t, ap.SignatureVerified, "%+v", ap)
+	}
+	require.Equal(t, "checked the destination", *v.Approvals[1].Note)
+	onlyRefusals(t, ada, 409)
+	require.Empty(t, bea.Errors(), "console errors")
+}
+
+// TestRejectAndReleaseWithdrawals: ada rejects a withdrawal pending
+// approval and releases a failed one and one stuck in submission (the
+// attestation typed in, too short first: refused by the service's rule);
+// the API reads each refunded, with the reason or the attestation and
+// op:ada. A withdrawal still being submitted is refused release in the
+// service's words.
+func TestRejectAndReleaseWithdrawals(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	ctx := context.Background()
+	pending := e.withdrawal(t, "yuri", 2_000_000, withdrawal.StatusPendingApproval)
+	failed := e.withdrawal(t, "zoe", 3_000_000, withdrawal.StatusPendingApproval)
+	stuck := e.withdrawal(t, "zoe", 4_000_000, withdrawal.StatusPendingApproval)
+	_, err := e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET status = 'failed', failure_reason = 'the payment processor refused the payout' WHERE id = ?", failed.WithdrawalID)
+	require.NoError(t, err)
+	// Stuck: still submitting after five attempts, its claim lapsed; the
+	// processor has no payout of it.
+	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET status = 'submitting', submit_attempts = 5, next_attempt_at = ? WHERE id = ?",
+		e.App.Clock.Now().Add(-time.Minute), stuck.WithdrawalID)
+	require.NoError(t, err)
+
+	ada := e.operator(t, "ada")
+	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	require.Contains(t, ada.Text("#failed #w-"+failed.WithdrawalID), "the payment processor refused the payout")
+	require.Contains(t, ada.Text("#stuck #w-"+stuck.WithdrawalID), "0.04000000")
+
+	res := confirmAndSign(t, ada, fmt.Sprintf(`#w-%s a[href$="/reject"]`, pending.WithdrawalID), "reason", "unknown destination")
+	require.Contains(t, res, "is refunded: 0.02000000 BTC returned to yuri")
+	v := e.adminRead(t, pending.WithdrawalID)
+	require.Equal(t, withdrawal.StatusRefunded, e.read(t, pending.WithdrawalID).Status)
+	require.Equal(t, "op:ada", *v.RejectedBy)
+	require.Equal(t, "rejected by an operator: unknown destination", *v.FailureReason)
+
+	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	sel := fmt.Sprintf(`#w-%s a[href$="/release"]`, failed.WithdrawalID)
+	ada.Do(chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Equal(t, "0.03000000 BTC", ada.Text("#confirm-amount"))
+	rule, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[string](`(a => a.required + " " + a.minLength + " " + a.maxLength)(document.getElementById("attestation"))`))
+	require.NoError(t, err)
+	require.Equal(t, "true 10 2000", rule, "the attestation's rule is the service's")
+	// The page's length rule is the service's: a short one typed past the
+	// browser's check is refused by the console before signing.
+	ada.Do(chromedp.Evaluate[chromedp.Void](`document.getElementById("attestation").removeAttribute("minlength")`),
+		chromedp.SendKeys(chromedp.ID("attestation"), "short"))
+	require.Contains(t, sign(t, ada), "The attestation must have 10 to 2000 characters")
+	ada.Do(chromedp.SendKeys(chromedp.ID("attestation"), ": the processor shows no payout"))
+	require.Contains(t, sign(t, ada), "is refunded: 0.03000000 BTC returned to zoe (released by op:ada)")
+	v = e.adminRead(t, failed.WithdrawalID)
+	require.Equal(t, withdrawal.StatusRefunded, e.read(t, failed.WithdrawalID).Status)
+	require.Equal(t, "op:ada", *v.ReleasedBy)
+	require.Equal(t, "short: the processor shows no payout", *v.ReleaseAttestation)
+
+	// Stuck, but a submitter's claim runs again: the service refuses.
+	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET next_attempt_at = ? WHERE id = ?", e.App.Clock.Now().Add(time.Minute), stuck.WithdrawalID)
+	require.NoError(t, err)
+	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
+	sel = fmt.Sprintf(`#w-%s a[href$="/release"]`, stuck.WithdrawalID)
+	res = confirmAndSign(t, ada, sel, "attestation", "the processor shows no payout of it")
+	require.Contains(t, res, "Refused, nothing was done: cannot release withdrawal "+stuck.WithdrawalID+" yet: it is being handed to the processor")
+	require.Equal(t, withdrawal.StatusSubmitting, e.read(t, stuck.WithdrawalID).Status)
+	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET next_attempt_at = ? WHERE id = ?", e.App.Clock.Now().Add(-time.Minute), stuck.WithdrawalID)
+	require.NoError(t, err)
+	require.Contains(t, sign(t, ada), "is refunded: 0.04000000 BTC returned to zoe")
+	require.Equal(t, withdrawal.StatusRefunded, e.read(t, stuck.WithdrawalID).Status)
+	onlyRefusals(t, ada, 422, 409)
+}
+
+// TestMoneyActionWithoutCSRFTokenIsRefused: an approval posted without
+// the session's CSRF token is refused before anything is signed or done.
+func TestMoneyActionWithoutCSRFTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	w := e.withdrawal(t, "yuri", 2_000_000, withdrawal.StatusPendingApproval)
+	ada := e.operator(t, "ada")
+	ada.Do(chromedp.Navigate(e.Console+"/withdrawals/"+w.WithdrawalID+"/approve"), chromedp.WaitVisible(chromedp.ID("signed-action")),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#signed-action input[name=csrf]").remove()`))
+	require.Contains(t, sign(t, ada), "security token is missing or wrong, so nothing was done")
+	require.Equal(t, withdrawal.StatusPendingApproval, e.read(t, w.WithdrawalID).Status)
+	require.Empty(t, e.adminRead(t, w.WithdrawalID).Approvals)
+	onlyRefusals(t, ada, 403)
+}
+
+// onlyRefusals requires that the page's console errors are the refusals
+// the test expects (the browser logs an answer with an error status), and
+// no other.
+func onlyRefusals(t *testing.T, p *browsertest.Page, statuses ...int) {
+	t.Helper()
+	for _, m := range p.Errors() {
+		ok := false
+		for _, st := range statuses {
+			ok = ok || strings.Contains(m, fmt.Sprintf("the server responded with a status of %d", st))
+		}
+		require.True(t, ok, "console error: %s", m)
+	}
+}
+
+// TestResolveReviewQueue: two deposits in review (a second payment after
+// settlement); ada credits one, the confirmation showing what the
+// processor says it was worth in display units, and dismisses the other;
+// the API reads the first credited and the second dismissed, each payment
+// resolved by op:ada.
+func TestResolveReviewQueue(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	ctx := context.Background()
+	var ids []string
+	for _, user := range []string{"yuri", "zoe"} {
+		r := e.Post("/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"})
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+		var d deposit.View
+		r.JSON(t, &d)
+		inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
+		require.True(t, ok)
+		_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
+		require.NoError(t, err)
+		require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
+		_, err = e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
+		require.NoError(t, err)
+		require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
+		ids = append(ids, d.DepositID)
+	}
+	ada := e.operator(t, "ada")
+	ada.Do(chromedp.Navigate(e.Console + "/review"))
+	row := ada.Text("#d-" + ids[0])
+	require.Contains(t, row, "yuri")
+	require.Contains(t, row, "0.00100000", "credited so far")
+
+	ada.Do(chromedp.Click(chromedp.CSS(`#d-`+ids[0]+` a[href$="/credit"]`)), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Equal(t, "0.00020000 BTC", ada.Text("#confirm-amount"))
+	require.Contains(t, sign(t, ada), "is settled: this resolution credited 0.00020000 BTC, 0.00120000 in total")
+	ada.Do(chromedp.Navigate(e.Console + "/review"))
+	require.Contains(t, confirmAndSign(t, ada, `#d-`+ids[1]+` a[href$="/dismiss"]`, "", ""), "credited 0.00000000 BTC")
+
+	for i, want := range []deposit.Status{deposit.StatusSettled, deposit.StatusDismissed} {
+		r := e.Get("/v1/deposits/" + ids[i])
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		var d deposit.View
+		r.JSON(t, &d)
+		require.Equal(t, want, d.Status)
+		resolved := false
+		for _, p := range d.Payments {
+			resolved = resolved || (p.ResolvedBy != nil && *p.ResolvedBy == "op:ada")
+		}
+		require.True(t, resolved, "%+v", d.Payments)
+	}
+	ada.Do(chromedp.Navigate(e.Console + "/review"))
+	require.Contains(t, ada.Text("#review"), "The review queue is empty.")
+	require.Empty(t, ada.Errors(), "console errors")
+}
+
+// TestMoneyPagesFitNarrowAndWideScreens: at 1280×800 and at 390×844 no
+// page of the money work scrolls sideways (long addresses and tables
+// wrap or scroll inside their card), and every control has a label.
+func TestMoneyPagesFitNarrowAndWideScreens(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	w := e.withdrawal(t, "a-user-with-a-rather-long-external-identifier", 2_000_000, withdrawal.StatusPendingApproval)
+	ada := e.operator(t, "ada")
+	for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
+		for _, path := range []string{"/withdrawals", "/withdrawals/" + w.WithdrawalID + "/approve", "/withdrawals/" + w.WithdrawalID + "/reject", "/review"} {
+			ada.Do(chromedp.EmulateViewport(size[0], size[1]), chromedp.Navigate(e.Console+path), chromedp.WaitVisible(chromedp.CSS("main")))
+			fits, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+			require.NoError(t, err)
+			require.True(t, fits, "%s at %dx%d scrolls sideways", path, size[0], size[1])
+			unlabeled, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("input:not([type=hidden]), textarea, select"))
+				.filter(el => !(el.labels && el.labels.length) && !el.getAttribute("aria-label")).map(el => el.id || el.name)`))
+			require.NoError(t, err)
+			require.Empty(t, unlabeled, "%s: controls without a label", path)
+		}
+	}
+	require.Empty(t, ada.Errors(), "console errors")
+}
