@@ -67,9 +67,9 @@ func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 
 	e.Root, e.Ops = root, ops
 	o := console.Options{DB: d.Bun, Operators: ops, IdleTimeout: idle, Now: clk.Now, Log: slog.New(slog.DiscardHandler),
-		Health:    &health.Service{DB: d.Bun, Now: clk.Now, StaleAfter: time.Minute},
-		Alerts:    &alert.Service{DB: d.Bun, Now: clk.Now},
-		Reconcile: &reconcile.Service{DB: d.Bun, Now: clk.Now},
+		Health:      &health.Service{DB: d.Bun, Now: clk.Now, StaleAfter: time.Minute},
+		Alerts:      &alert.Service{DB: d.Bun, Now: clk.Now},
+		Reconcile:   &reconcile.Service{DB: d.Bun, Now: clk.Now},
 		Withdrawals: &withdrawal.Service{DB: d.Bun, Operators: ops, Now: clk.Now}, Deposits: &deposit.Service{DB: d.Bun, Operators: ops, Now: clk.Now}}
 	for _, f := range opts {
 		f(&o)
