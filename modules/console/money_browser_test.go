@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/modules/audit"
 	"svc/modules/deposit"
 	"svc/modules/ledger"
 	"svc/modules/operator"
@@ -25,6 +27,7 @@ import (
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/chain"
 	"svc/platform/chain/chaintest"
+	"svc/platform/clock"
 	"svc/platform/config"
 )
 
@@ -37,6 +40,7 @@ type moneyEnv struct {
 	*apptest.Env
 	Console string // http://localhost:PORT
 	Sim     *btcpaysim.Sim
+	Clock   *clock.Fake
 	Keys    map[string]*operatortest.Passkey
 }
 
@@ -47,7 +51,7 @@ func newMoneyEnv(t *testing.T) *moneyEnv {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	e := &moneyEnv{Console: "http://localhost:" + port, Keys: map[string]*operatortest.Passkey{}}
 	sim, clk := apptest.StartProcessor(t, btcpaysim.Options{})
-	e.Sim = sim
+	e.Sim, e.Clock = sim, clk
 	e.Env = apptest.New(t, apptest.WithClock(clk), apptest.WithProcessor(sim, "test-processor-webhook-secret"),
 		apptest.WithConfig(func(c *config.Config) {
 			c.Operators.WebAuthnOrigins = []string{e.Console}
@@ -231,6 +235,12 @@ func TestRejectAndReleaseWithdrawals(t *testing.T) {
 	require.Equal(t, withdrawal.StatusRefunded, e.read(t, pending.WithdrawalID).Status)
 	require.Equal(t, "op:ada", *v.RejectedBy)
 	require.Equal(t, "rejected by an operator: unknown destination", *v.FailureReason)
+	r := e.AdminGet("/v1/admin/audit?action=withdrawal.reject")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	var trail audit.ListView
+	r.JSON(t, &trail)
+	require.Len(t, trail.Entries, 1)
+	require.Equal(t, "op:ada", trail.Entries[0].Actor, "the signed statement's operator")
 
 	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
 	sel := fmt.Sprintf(`#w-%s a[href$="/release"]`, failed.WithdrawalID)
@@ -281,6 +291,58 @@ func TestMoneyActionWithoutCSRFTokenIsRefused(t *testing.T) {
 	onlyRefusals(t, ada, 403)
 }
 
+// TestSignedActionIsAnsweredOnce: the statement of a money action takes
+// one answer, right or wrong, within 2 minutes: after another passkey's
+// signature (refused by the service), the right one is refused too; a
+// right answer acts once, and the same answer again is refused; a
+// statement older than 2 minutes is refused. (A browser without its
+// browser: the console's own requests, answered as a passkey would.)
+func TestSignedActionIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	w := e.withdrawal(t, "yuri", 2_000_000, withdrawal.StatusPendingApproval)
+	c := (&env{URL: e.Console}).client(t)
+	res, body := c.answer(c.assertion(e.Keys["ada"], c.challenge("ada")))
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	path := "/withdrawals/" + w.WithdrawalID + "/approve"
+	res, body = c.do("GET", path, "", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	c.csrf = csrfRE.FindStringSubmatch(body)[1]
+	challenge := func() string {
+		res, body := c.do("POST", path+"/challenge", "application/x-www-form-urlencoded", strings.NewReader("note="))
+		require.Equal(t, http.StatusOK, res.StatusCode, body)
+		var a struct{ Challenge string }
+		require.NoError(t, json.Unmarshal([]byte(body), &a))
+		return a.Challenge
+	}
+	sign := func(assertion string) (int, string) {
+		res, body := c.do("POST", path, "application/json", strings.NewReader(assertion))
+		return res.StatusCode, body
+	}
+
+	ch := challenge()
+	status, body := sign(c.assertion(e.Keys["bea"], ch))
+	require.Equal(t, http.StatusUnauthorized, status, body)
+	status, body = sign(c.assertion(e.Keys["ada"], ch))
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Contains(t, body, "no statement to sign, or it was used or has expired")
+
+	ch = challenge()
+	e.Clock.Advance(2 * time.Minute)
+	status, body = sign(c.assertion(e.Keys["ada"], ch))
+	require.Equal(t, http.StatusConflict, status, body)
+	require.Equal(t, withdrawal.StatusPendingApproval, e.read(t, w.WithdrawalID).Status)
+
+	good := c.assertion(e.Keys["ada"], challenge())
+	status, body = sign(good)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = sign(good)
+	require.Equal(t, http.StatusConflict, status, body)
+	v := e.adminRead(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusApproved, v.Status)
+	require.Len(t, v.Approvals, 1)
+}
+
 // onlyRefusals requires that the page's console errors are the refusals
 // the test expects (the browser logs an answer with an error status), and
 // no other.
@@ -295,6 +357,27 @@ func onlyRefusals(t *testing.T, p *browsertest.Page, statuses ...int) {
 	}
 }
 
+// inReview makes a deposit of user's in review, as the deposit tests do: a
+// second payment after its invoice settled (0.001 BTC credited, 0.0002 BTC
+// in review); it returns the deposit's id.
+func (e *moneyEnv) inReview(t *testing.T, user string) string {
+	t.Helper()
+	ctx := context.Background()
+	r := e.Post("/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	var d deposit.View
+	r.JSON(t, &d)
+	inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
+	require.True(t, ok)
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
+	require.NoError(t, err)
+	require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
+	_, err = e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
+	require.NoError(t, err)
+	require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
+	return d.DepositID
+}
+
 // TestResolveReviewQueue: two deposits in review (a second payment after
 // settlement); ada credits one, the confirmation showing what the
 // processor says it was worth in display units, and dismisses the other;
@@ -303,23 +386,7 @@ func onlyRefusals(t *testing.T, p *browsertest.Page, statuses ...int) {
 func TestResolveReviewQueue(t *testing.T) {
 	t.Parallel()
 	e := newMoneyEnv(t)
-	ctx := context.Background()
-	var ids []string
-	for _, user := range []string{"yuri", "zoe"} {
-		r := e.Post("/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"})
-		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		var d deposit.View
-		r.JSON(t, &d)
-		inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
-		require.True(t, ok)
-		_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
-		require.NoError(t, err)
-		require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
-		_, err = e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0002"}, Settled: true})
-		require.NoError(t, err)
-		require.NoError(t, e.App.Deposits.Reconcile(ctx, uuid.MustParse(d.DepositID)))
-		ids = append(ids, d.DepositID)
-	}
+	ids := []string{e.inReview(t, "yuri"), e.inReview(t, "zoe")}
 	ada := e.operator(t, "ada")
 	ada.Do(chromedp.Navigate(e.Console + "/review"))
 	row := ada.Text("#d-" + ids[0])
@@ -351,14 +418,18 @@ func TestResolveReviewQueue(t *testing.T) {
 
 // TestMoneyPagesFitNarrowAndWideScreens: at 1280×800 and at 390×844 no
 // page of the money work scrolls sideways (long addresses and tables
-// wrap or scroll inside their card), and every control has a label.
+// wrap or scroll inside their card); every control has a label, and every
+// link and button is in the keyboard's tab order.
 func TestMoneyPagesFitNarrowAndWideScreens(t *testing.T) {
 	t.Parallel()
 	e := newMoneyEnv(t)
 	w := e.withdrawal(t, "a-user-with-a-rather-long-external-identifier", 2_000_000, withdrawal.StatusPendingApproval)
+	d := e.inReview(t, "yuri")
 	ada := e.operator(t, "ada")
+	pages := []string{"/withdrawals", "/withdrawals/" + w.WithdrawalID + "/approve", "/withdrawals/" + w.WithdrawalID + "/reject",
+		"/review", "/deposits/" + d + "/credit", "/deposits/" + d + "/dismiss"}
 	for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
-		for _, path := range []string{"/withdrawals", "/withdrawals/" + w.WithdrawalID + "/approve", "/withdrawals/" + w.WithdrawalID + "/reject", "/review"} {
+		for _, path := range pages {
 			ada.Do(chromedp.EmulateViewport(size[0], size[1]), chromedp.Navigate(e.Console+path), chromedp.WaitVisible(chromedp.CSS("main")))
 			fits, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
 			require.NoError(t, err)
@@ -367,7 +438,19 @@ func TestMoneyPagesFitNarrowAndWideScreens(t *testing.T) {
 				.filter(el => !(el.labels && el.labels.length) && !el.getAttribute("aria-label")).map(el => el.id || el.name)`))
 			require.NoError(t, err)
 			require.Empty(t, unlabeled, "%s: controls without a label", path)
+			untabbable, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("a[href], button, textarea"))
+				.filter(el => el.tabIndex < 0 || el.disabled || !el.textContent.trim() && !el.getAttribute("aria-label") && el.tagName !== "TEXTAREA").map(el => el.outerHTML)`))
+			require.NoError(t, err)
+			require.Empty(t, untabbable, "%s: controls out of the tab order or without a name", path)
 		}
 	}
+	// The keyboard alone approves: Enter on the approve link (in the tab
+	// order, as checked above), then from the note Tab to the button and
+	// Enter.
+	ada.Do(chromedp.Navigate(e.Console+"/withdrawals"), chromedp.WaitVisible(chromedp.ID("pending")),
+		chromedp.Focus(chromedp.CSS(fmt.Sprintf(`#w-%s a[href$="/approve"]`, w.WithdrawalID))), chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.ID("signed-action")), chromedp.Focus(chromedp.ID("note")), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"))
+	require.Contains(t, ada.Text("#result"), "is approved (approved by op:ada)")
+	require.Equal(t, withdrawal.StatusApproved, e.read(t, w.WithdrawalID).Status)
 	require.Empty(t, ada.Errors(), "console errors")
 }
