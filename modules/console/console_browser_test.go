@@ -3,10 +3,8 @@ package console_test
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -76,13 +74,7 @@ func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 	}
 	srv, err := console.New(o)
 	require.NoError(t, err)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("console server: %v", err)
-		}
-	}()
-	t.Cleanup(func() { _ = hs.Close() })
+	serve(t, ln, srv.Handler())
 	return e
 }
 

@@ -69,14 +69,19 @@ func newMoneyEnv(t *testing.T) *moneyEnv {
 	}
 	srv, err := e.App.Console()
 	require.NoError(t, err)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	serve(t, ln, srv.Handler())
+	return e
+}
+
+// serve serves h on ln until the test ends.
+func serve(t *testing.T, ln net.Listener, h http.Handler) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("console server: %v", err)
 		}
 	}()
 	t.Cleanup(func() { _ = hs.Close() })
-	return e
 }
 
 // operator opens a tab of its own browser context whose authenticator
@@ -104,10 +109,17 @@ func (e *moneyEnv) withdrawal(t *testing.T, user string, units int64, want withd
 	require.NoError(t, err)
 	r := e.Post("/v1/withdrawals", map[string]string{"external_user_id": user, "asset": "BTC", "amount": fmt.Sprint(units),
 		"destination_address": chaintest.P2WPKH(t, chain.Regtest, user+fmt.Sprint(units))})
-	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var v withdrawal.View
-	r.JSON(t, &v)
+	v := answer[withdrawal.View](t, r, http.StatusCreated)
 	require.Equal(t, want, v.Status)
+	return v
+}
+
+// answer requires r's status and decodes its body.
+func answer[T any](t *testing.T, r *apptest.Response, status int) T {
+	t.Helper()
+	require.Equal(t, status, r.Status, string(r.Body))
+	var v T
+	r.JSON(t, &v)
 	return v
 }
 
@@ -115,21 +127,13 @@ func (e *moneyEnv) withdrawal(t *testing.T, user string, units int64, want withd
 // with the platform's key.
 func (e *moneyEnv) read(t *testing.T, id string) withdrawal.View {
 	t.Helper()
-	r := e.Get("/v1/withdrawals/" + id)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var v withdrawal.View
-	r.JSON(t, &v)
-	return v
+	return answer[withdrawal.View](t, e.Get("/v1/withdrawals/"+id), http.StatusOK)
 }
 
 // adminRead is GET /v1/admin/withdrawals/{id}, with the approvals.
 func (e *moneyEnv) adminRead(t *testing.T, id string) withdrawal.AdminView {
 	t.Helper()
-	r := e.AdminGet("/v1/admin/withdrawals/" + id)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var v withdrawal.AdminView
-	r.JSON(t, &v)
-	return v
+	return answer[withdrawal.AdminView](t, e.AdminGet("/v1/admin/withdrawals/"+id), http.StatusOK)
 }
 
 // confirmAndSign follows the link sel to its confirmation page, types
@@ -148,6 +152,10 @@ func confirmAndSign(t *testing.T, p *browsertest.Page, sel, field, text string) 
 // text or the refusal shown on the page.
 func sign(t *testing.T, p *browsertest.Page) string {
 	t.Helper()
+	// The page's script listens once the document is loaded: a click
+	// before would post the form without it.
+	_, err := chromedp.Run(p.Ctx, chromedp.Poll[bool](`document.readyState === "complete"`))
+	require.NoError(t, err)
 	p.Do(chromedp.Click(chromedp.CSS("#signed-action button[type=submit]")))
 	return p.Text(`#result, #action-error:not([hidden])`)
 }
@@ -235,10 +243,7 @@ func TestRejectAndReleaseWithdrawals(t *testing.T) {
 	require.Equal(t, withdrawal.StatusRefunded, e.read(t, pending.WithdrawalID).Status)
 	require.Equal(t, "op:ada", *v.RejectedBy)
 	require.Equal(t, "rejected by an operator: unknown destination", *v.FailureReason)
-	r := e.AdminGet("/v1/admin/audit?action=withdrawal.reject")
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var trail audit.ListView
-	r.JSON(t, &trail)
+	trail := answer[audit.ListView](t, e.AdminGet("/v1/admin/audit?action=withdrawal.reject"), http.StatusOK)
 	require.Len(t, trail.Entries, 1)
 	require.Equal(t, "op:ada", trail.Entries[0].Actor, "the signed statement's operator")
 
@@ -363,10 +368,7 @@ func onlyRefusals(t *testing.T, p *browsertest.Page, statuses ...int) {
 func (e *moneyEnv) inReview(t *testing.T, user string) string {
 	t.Helper()
 	ctx := context.Background()
-	r := e.Post("/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"})
-	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	var d deposit.View
-	r.JSON(t, &d)
+	d := answer[deposit.View](t, e.Post("/v1/deposits", map[string]any{"external_user_id": user, "asset": "BTC", "expected_amount": "100000"}), http.StatusCreated)
 	inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
 	require.True(t, ok)
 	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Settled: true})
@@ -400,10 +402,7 @@ func TestResolveReviewQueue(t *testing.T) {
 	require.Contains(t, confirmAndSign(t, ada, `#d-`+ids[1]+` a[href$="/dismiss"]`, "", ""), "credited 0.00000000 BTC")
 
 	for i, want := range []deposit.Status{deposit.StatusSettled, deposit.StatusDismissed} {
-		r := e.Get("/v1/deposits/" + ids[i])
-		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-		var d deposit.View
-		r.JSON(t, &d)
+		d := answer[deposit.View](t, e.Get("/v1/deposits/"+ids[i]), http.StatusOK)
 		require.Equal(t, want, d.Status)
 		resolved := false
 		for _, p := range d.Payments {
@@ -449,7 +448,10 @@ func TestMoneyPagesFitNarrowAndWideScreens(t *testing.T) {
 	// Enter.
 	ada.Do(chromedp.Navigate(e.Console+"/withdrawals"), chromedp.WaitVisible(chromedp.ID("pending")),
 		chromedp.Focus(chromedp.CSS(fmt.Sprintf(`#w-%s a[href$="/approve"]`, w.WithdrawalID))), chromedp.KeyEvent("\r"),
-		chromedp.WaitVisible(chromedp.ID("signed-action")), chromedp.Focus(chromedp.ID("note")), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"))
+		chromedp.WaitVisible(chromedp.ID("signed-action")))
+	_, err := chromedp.Run(ada.Ctx, chromedp.Poll[bool](`document.readyState === "complete"`))
+	require.NoError(t, err)
+	ada.Do(chromedp.Focus(chromedp.ID("note")), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"))
 	require.Contains(t, ada.Text("#result"), "is approved (approved by op:ada)")
 	require.Equal(t, withdrawal.StatusApproved, e.read(t, w.WithdrawalID).Status)
 	require.Empty(t, ada.Errors(), "console errors")

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -115,14 +114,9 @@ func (s *Server) handleSigned(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusConflict, "This action has no statement to sign, or it was used or has expired. Nothing was done: confirm it again.")
 		return
 	}
-	var as assertion
-	if err := json.NewDecoder(r.Body).Decode(&as); err != nil {
-		s.fail(w, r, http.StatusBadRequest, "The passkey's answer did not arrive whole. Nothing was done: confirm it again.")
-		return
-	}
-	env := operator.Envelope{Statement: a.Statement}
-	if !decodeAll(map[*[]byte]string{&env.AuthenticatorData: as.AuthenticatorData, &env.ClientDataJSON: as.ClientDataJSON, &env.Signature: as.Signature}) {
-		s.fail(w, r, http.StatusBadRequest, "The passkey's answer is not in the form the console expects. Nothing was done: confirm it again.")
+	env, bad := envelopeOf(r, a.Statement)
+	if bad != "" {
+		s.fail(w, r, http.StatusBadRequest, bad+" Nothing was done: confirm it again.")
 		return
 	}
 	se := sessionFrom(r.Context())

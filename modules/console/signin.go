@@ -174,14 +174,9 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusUnauthorized, "This sign-in has no challenge, or it was used or has expired. Sign in again.")
 		return
 	}
-	var a assertion
-	if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
-		s.fail(w, r, http.StatusBadRequest, "The passkey's answer did not arrive whole. Sign in again.")
-		return
-	}
-	env := operator.Envelope{Statement: c.Statement}
-	if !decodeAll(map[*[]byte]string{&env.AuthenticatorData: a.AuthenticatorData, &env.ClientDataJSON: a.ClientDataJSON, &env.Signature: a.Signature}) {
-		s.fail(w, r, http.StatusBadRequest, "The passkey's answer is not in the form the console expects. Sign in again.")
+	env, bad := envelopeOf(r, c.Statement)
+	if bad != "" {
+		s.fail(w, r, http.StatusBadRequest, bad+" Sign in again.")
 		return
 	}
 	x := operator.Expect{Action: ActionSignIn, Resource: signInResource, Facts: c.Facts, Role: operator.Viewer}
@@ -222,6 +217,20 @@ func (s *Server) verifySignIn(ctx context.Context, tx bun.Tx, env operator.Envel
 	}
 	*out = sig
 	return nil
+}
+
+// envelopeOf is the envelope of statement with the passkey's answer the
+// request's body carries (an assertion), or what is wrong with the answer.
+func envelopeOf(r *http.Request, statement []byte) (operator.Envelope, string) {
+	var a assertion
+	if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+		return operator.Envelope{}, "The passkey's answer did not arrive whole."
+	}
+	env := operator.Envelope{Statement: statement}
+	if !decodeAll(map[*[]byte]string{&env.AuthenticatorData: a.AuthenticatorData, &env.ClientDataJSON: a.ClientDataJSON, &env.Signature: a.Signature}) {
+		return operator.Envelope{}, "The passkey's answer is not in the form the console expects."
+	}
+	return env, ""
 }
 
 // decodeAll decodes each non-empty unpadded base64url string into its

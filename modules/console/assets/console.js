@@ -40,6 +40,26 @@
     return post(url, csrf, new URLSearchParams(fields).toString(), "application/x-www-form-urlencoded");
   }
 
+  // assert has the passkey sign the console's challenge ch (a statement's,
+  // user verification required) and returns its answer as the console
+  // takes it.
+  async function assert(ch) {
+    const cred = await navigator.credentials.get({
+      publicKey: {
+        challenge: fromB64u(ch.challenge),
+        rpId: ch.rp_id,
+        timeout: ch.timeout_ms,
+        userVerification: "required",
+      },
+    });
+    const r = cred.response;
+    return {
+      authenticator_data: toB64u(r.authenticatorData),
+      client_data_json: toB64u(r.clientDataJSON),
+      signature: toB64u(r.signature),
+    };
+  }
+
   // onPasskeyForm runs ceremony(csrf, name, show) when form is submitted:
   // the button is disabled meanwhile, and what it throws is shown in the
   // element errorId.
@@ -59,7 +79,10 @@
       }
       button.disabled = true;
       try {
-        await ceremony(form.elements.csrf.value, form.elements.name.value.trim(), show);
+        // A form without its token sends none: the console refuses it.
+        const csrf = form.elements.csrf ? form.elements.csrf.value : "";
+        const name = form.elements.name ? form.elements.name.value.trim() : "";
+        await ceremony(csrf, name, show);
       } catch (e) {
         show(e && e.message ? e.message : String(e));
       } finally {
@@ -87,20 +110,7 @@
         show("You have several passkeys: choose the one to sign in with.");
         return;
       }
-      const cred = await navigator.credentials.get({
-        publicKey: {
-          challenge: fromB64u(ch.challenge),
-          rpId: ch.rp_id,
-          timeout: ch.timeout_ms,
-          userVerification: "required",
-        },
-      });
-      const r = cred.response;
-      const done = await post("/sign-in", csrf, JSON.stringify({
-        authenticator_data: toB64u(r.authenticatorData),
-        client_data_json: toB64u(r.clientDataJSON),
-        signature: toB64u(r.signature),
-      }), "application/json");
+      const done = await post("/sign-in", csrf, JSON.stringify(await assert(ch)), "application/json");
       window.location.assign(done.location);
     });
   }
@@ -139,52 +149,20 @@
   }
 
   // signedAction signs the action of the confirmation page: it posts the
-  // form to its path + "/challenge" for the statement's challenge, asks
-  // the passkey for its assertion and posts it to the path; the console
-  // answers where its result is, or its refusal, shown on the page.
+  // form's fields to its path + "/challenge" for the statement's
+  // challenge, asks the passkey for its assertion and posts it to the
+  // path; the console answers where its result is, or its refusal, shown
+  // on the page.
   function signedAction(form) {
-    const errorBox = document.getElementById("action-error");
-    const button = form.querySelector("button[type=submit]");
-    function show(msg) {
-      errorBox.textContent = msg;
-      errorBox.hidden = !msg;
-    }
-    form.addEventListener("submit", async function (ev) {
-      ev.preventDefault();
-      show("");
-      if (!window.PublicKeyCredential || !navigator.credentials) {
-        show("This browser cannot use passkeys.");
-        return;
-      }
+    onPasskeyForm(form, "action-error", async function (csrf) {
       const path = form.getAttribute("action");
-      const csrf = form.elements.csrf ? form.elements.csrf.value : "";
       const fields = {};
       for (const el of form.elements) {
         if (el.name && el.name !== "csrf") fields[el.name] = el.value;
       }
-      button.disabled = true;
-      try {
-        const ch = await postForm(path + "/challenge", csrf, fields);
-        const cred = await navigator.credentials.get({
-          publicKey: {
-            challenge: fromB64u(ch.challenge),
-            rpId: ch.rp_id,
-            timeout: ch.timeout_ms,
-            userVerification: "required",
-          },
-        });
-        const r = cred.response;
-        const done = await post(path, csrf, JSON.stringify({
-          authenticator_data: toB64u(r.authenticatorData),
-          client_data_json: toB64u(r.clientDataJSON),
-          signature: toB64u(r.signature),
-        }), "application/json");
-        window.location.assign(done.location);
-      } catch (e) {
-        show(e && e.message ? e.message : String(e));
-      } finally {
-        button.disabled = false;
-      }
+      const ch = await postForm(path + "/challenge", csrf, fields);
+      const done = await post(path, csrf, JSON.stringify(await assert(ch)), "application/json");
+      window.location.assign(done.location);
     });
   }
 
