@@ -231,11 +231,20 @@ func TestRejectAndReleaseWithdrawals(t *testing.T) {
 	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET status = 'submitting', submit_attempts = 5, next_attempt_at = ? WHERE id = ?",
 		e.App.Clock.Now().Add(-time.Minute), stuck.WithdrawalID)
 	require.NoError(t, err)
+	// Four attempts is not stuck yet.
+	retrying := e.withdrawal(t, "zoe", 5_000_000, withdrawal.StatusPendingApproval)
+	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE withdrawals SET status = 'submitting', submit_attempts = 4, next_attempt_at = ? WHERE id = ?",
+		e.App.Clock.Now().Add(time.Minute), retrying.WithdrawalID)
+	require.NoError(t, err)
 
 	ada := e.operator(t, "ada")
 	ada.Do(chromedp.Navigate(e.Console + "/withdrawals"))
 	require.Contains(t, ada.Text("#failed #w-"+failed.WithdrawalID), "the payment processor refused the payout")
 	require.Contains(t, ada.Text("#stuck #w-"+stuck.WithdrawalID), "0.04000000")
+	require.Contains(t, ada.Text("#stuck h2"), "Stuck in submission: 1")
+	listed, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[bool](`document.getElementById("w-`+retrying.WithdrawalID+`") !== null`))
+	require.NoError(t, err)
+	require.False(t, listed, "a withdrawal retried 4 times is not stuck")
 
 	res := confirmAndSign(t, ada, fmt.Sprintf(`#w-%s a[href$="/reject"]`, pending.WithdrawalID), "reason", "unknown destination")
 	require.Contains(t, res, "is refunded: 0.02000000 BTC returned to yuri")
@@ -441,6 +450,10 @@ func TestMoneyPagesFitNarrowAndWideScreens(t *testing.T) {
 				.filter(el => el.tabIndex < 0 || el.disabled || !el.textContent.trim() && !el.getAttribute("aria-label") && el.tagName !== "TEXTAREA").map(el => el.outerHTML)`))
 			require.NoError(t, err)
 			require.Empty(t, untabbable, "%s: controls out of the tab order or without a name", path)
+			hidden, err := chromedp.Run(ada.Ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("a, button"))
+				.filter(el => el.getBoundingClientRect().right > window.innerWidth).map(el => el.textContent)`))
+			require.NoError(t, err)
+			require.Empty(t, hidden, "%s at %dx%d: controls beyond the right edge", path, size[0], size[1])
 		}
 	}
 	// The keyboard alone approves: Enter on the approve link (in the tab
