@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -82,10 +83,8 @@ func (s *Server) withdrawalRows(ctx context.Context, ws []withdrawal.Withdrawal)
 			r.Approvers = append(r.Approvers, ap.Actor)
 		}
 		for _, name := range []string{"approve", "reject", "release"} {
-			for _, st := range withdrawalActions[name].From {
-				if st == v.Status {
-					r.Actions = append(r.Actions, name)
-				}
+			if slices.Contains(withdrawalActions[name].From, v.Status) {
+				r.Actions = append(r.Actions, name)
 			}
 		}
 		out = append(out, r)
@@ -222,19 +221,10 @@ func (s *Server) handleWithdrawalConfirm(w http.ResponseWriter, r *http.Request)
 			withdrawal.MinAttestation, withdrawal.MaxAttestation)
 		c.Warning = "Releasing returns the held amount to the user's available balance."
 	}
-	if !contains(a.From, v.Status) {
+	if !slices.Contains(a.From, v.Status) {
 		c.Warning = fmt.Sprintf("This withdrawal is %s: the service refuses to %s it.", v.Status, name)
 	}
 	s.render(w, r, http.StatusOK, "confirm.html", page{Title: a.Verb + " withdrawal", Data: c})
-}
-
-func contains[T comparable](xs []T, x T) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 // handleWithdrawalChallenge makes the statement of the action on the
