@@ -424,6 +424,42 @@ func TestResolveReviewQueue(t *testing.T) {
 	require.Empty(t, ada.Errors(), "console errors")
 }
 
+// TestCreditOneOfSeveralPayments: a deposit with two uncredited payments
+// in review offers a credit per payment; the one chosen is the one the
+// confirmation values and the resolution credits (the statement names
+// it), and the API reads it credited by op:ada, the other not.
+func TestCreditOneOfSeveralPayments(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	id := e.inReview(t, "yuri")
+	inv, ok := e.Sim.InvoiceByOrderID(id)
+	require.True(t, ok)
+	paid, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+	require.NoError(t, err)
+	require.NoError(t, e.App.Deposits.Reconcile(context.Background(), uuid.MustParse(id)))
+	third := paid[0].ID
+
+	ada := e.operator(t, "ada")
+	ada.Do(chromedp.Navigate(e.Console + "/review"))
+	res := confirmAndSign(t, ada, `#d-`+id+` a[href$="payment_id=`+third+`"]`, "", "")
+	require.Contains(t, res, "this resolution credited 0.00030000 BTC")
+	d := answer[deposit.View](t, e.Get("/v1/deposits/"+id), http.StatusOK)
+	seen := 0
+	for _, p := range d.Payments {
+		switch {
+		case p.PaymentID == third:
+			require.True(t, p.Credited)
+			require.Equal(t, "op:ada", *p.ResolvedBy)
+			seen++
+		case p.Amount == "0.00020000":
+			require.False(t, p.Credited, "the other payment waits")
+			seen++
+		}
+	}
+	require.Equal(t, 2, seen, "%+v", d.Payments)
+	onlyRefusals(t, ada)
+}
+
 // TestMoneyPagesFitNarrowAndWideScreens: at 1280×800 and at 390×844 no
 // page of the money work scrolls sideways (long addresses and tables
 // wrap or scroll inside their card); every control has a label, and every
