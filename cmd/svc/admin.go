@@ -14,7 +14,6 @@ import (
 	"svc/modules/asset"
 	"svc/modules/audit"
 	"svc/modules/operator"
-	"svc/platform/money"
 	"svc/platform/timefmt"
 )
 
@@ -205,35 +204,19 @@ recorded in the audit trail as made by "op:NAME".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var l asset.Limits
-			for _, f := range []struct {
-				flag, val string
-				dst       **int64
-			}{{"withdrawal-min", minS, &l.Min}, {"withdrawal-auto-limit", autoS, &l.AutoLimit}, {"withdrawal-daily-cap", capS, &l.DailyCap}, {"withdrawal-flat-fee", feeS, &l.FlatFee}} {
+			for _, f := range []struct{ flag, val, setting string }{{"withdrawal-min", minS, "withdrawal_min"},
+				{"withdrawal-auto-limit", autoS, "withdrawal_auto_limit"}, {"withdrawal-daily-cap", capS, "withdrawal_daily_cap"},
+				{"withdrawal-flat-fee", feeS, "withdrawal_flat_fee"}, {"withdrawal-user-daily-cap", userCapS, "withdrawal_user_daily_cap"},
+				{"four-eyes-threshold", fourEyesS, "withdrawal_four_eyes_threshold"}} {
 				if !cmd.Flags().Changed(f.flag) {
 					continue
 				}
-				n, err := money.ParseUnits(f.val, false)
-				if err != nil {
+				if err := l.Set(f.setting, f.val); err != nil {
+					if asset.OptionalSetting(f.setting) {
+						return fmt.Errorf("--%s %q: %w (smallest units, or off)", f.flag, f.val, err)
+					}
 					return fmt.Errorf("--%s %q: %w (smallest units, e.g. 10000 for 0.0001 BTC)", f.flag, f.val, err)
 				}
-				*f.dst = &n
-			}
-			for _, f := range []struct {
-				flag, val string
-				dst       **asset.Optional
-			}{{"withdrawal-user-daily-cap", userCapS, &l.UserDailyCap}, {"four-eyes-threshold", fourEyesS, &l.FourEyesThreshold}} {
-				if !cmd.Flags().Changed(f.flag) {
-					continue
-				}
-				if f.val == "off" {
-					*f.dst = &asset.Optional{Off: true}
-					continue
-				}
-				n, err := money.ParseUnits(f.val, false)
-				if err != nil {
-					return fmt.Errorf("--%s %q: %w (smallest units, or off)", f.flag, f.val, err)
-				}
-				*f.dst = &asset.Optional{Value: n}
 			}
 			if l.IsZero() {
 				return fmt.Errorf("nothing to change: give at least one limit flag")

@@ -272,6 +272,15 @@ type mintDetail struct {
 	AllowedCIDRs []string `json:"allowed_cidrs,omitempty"`
 }
 
+// CheckLabel checks a key's label, trimmed as Mint stores it: 1 to 200
+// characters.
+func CheckLabel(label string) error {
+	if l := strings.TrimSpace(label); l == "" || len(l) > 200 {
+		return fault.New(fault.Invalid, "label must be 1 to 200 characters")
+	}
+	return nil
+}
+
 // Mint creates a key and returns it with its only copy of the secret. The
 // operator service authorizes it (MintExpect) in the transaction that
 // stores the key and its audit entry.
@@ -293,8 +302,9 @@ func (s *Store) Mint(ctx context.Context, p MintParams) (Key, string, error) {
 			return Key{}, "", ErrLiveDatabase
 		}
 	}
-	if p.Label = strings.TrimSpace(p.Label); p.Label == "" || len(p.Label) > 200 {
-		return Key{}, "", fmt.Errorf("label must be 1 to 200 characters")
+	p.Label = strings.TrimSpace(p.Label)
+	if err := CheckLabel(p.Label); err != nil {
+		return Key{}, "", err
 	}
 	if p.ExpiresIn < 0 {
 		return Key{}, "", fmt.Errorf("expiry must be in the future")

@@ -6,6 +6,7 @@ package asset
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -132,6 +133,46 @@ type Optional struct {
 
 // IsZero reports a Limits that changes nothing.
 func (l Limits) IsZero() bool { return l == Limits{} }
+
+// LimitSettings name the settings of Limits, in its order, as the signed
+// statement's facts name them (SetLimitsExpect); the last two are
+// optional, and may be turned off.
+var LimitSettings = []string{"withdrawal_min", "withdrawal_auto_limit", "withdrawal_daily_cap", "withdrawal_flat_fee",
+	"withdrawal_user_daily_cap", "withdrawal_four_eyes_threshold"}
+
+// Optional reports whether the setting name (LimitSettings) may be
+// turned off.
+func OptionalSetting(name string) bool {
+	return name == "withdrawal_user_daily_cap" || name == "withdrawal_four_eyes_threshold"
+}
+
+// Set changes the setting name (LimitSettings) of l to text: an integer
+// in the asset's smallest unit (money.ParseUnits), or, for an optional
+// setting, "off". svc admin assets set and the console read their
+// operators' text with it.
+func (l *Limits) Set(name, text string) error {
+	opt := map[string]**Optional{"withdrawal_user_daily_cap": &l.UserDailyCap, "withdrawal_four_eyes_threshold": &l.FourEyesThreshold}
+	req := map[string]**int64{"withdrawal_min": &l.Min, "withdrawal_auto_limit": &l.AutoLimit, "withdrawal_daily_cap": &l.DailyCap,
+		"withdrawal_flat_fee": &l.FlatFee}
+	if o, ok := opt[name]; ok && text == "off" {
+		*o = &Optional{Off: true}
+		return nil
+	}
+	n, err := money.ParseUnits(text, false)
+	if err != nil {
+		return err
+	}
+	if o, ok := opt[name]; ok {
+		*o = &Optional{Value: n}
+		return nil
+	}
+	p, ok := req[name]
+	if !ok {
+		return fmt.Errorf("no withdrawal limit is named %q", name)
+	}
+	*p = &n
+	return nil
+}
 
 // limitChange is one setting a Limits changes: its column and its new
 // value, or nil to turn it off.

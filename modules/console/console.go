@@ -31,6 +31,9 @@
 //     out. A session ends after IdleTimeout without a request, after
 //     MaxLifetime whatever its use, when its operator or key is revoked in
 //     the enrollment chain, and on sign-out;
+//   - every change is an action signed by the session's passkey, shown
+//     for confirmation first and verified by the module's service
+//     (signed.go);
 //   - every request that changes something carries the session's CSRF
 //     token (a form's hidden field or the X-CSRF-Token header) and comes
 //     from the console's own origin (http.CrossOriginProtection);
@@ -55,8 +58,12 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/alert"
+	"svc/modules/apikey"
+	"svc/modules/asset"
 	"svc/modules/deposit"
+	"svc/modules/event"
 	"svc/modules/health"
+	"svc/modules/liabilities"
 	"svc/modules/operator"
 	"svc/modules/reconcile"
 	"svc/modules/withdrawal"
@@ -89,6 +96,7 @@ type Server struct {
 	sessions *store
 	pages    map[string]*template.Template
 	assets   http.Handler
+	minted   *mintedStore // apikeys.go
 }
 
 // Options are what the console needs.
@@ -106,6 +114,12 @@ type Options struct {
 	// The money pages' services (withdrawals.go, review.go).
 	Withdrawals *withdrawal.Service
 	Deposits    *deposit.Service
+	// The pages' services (pages.go).
+	Events      *event.Service
+	Endpoints   *event.EndpointService
+	Keys        *apikey.Store
+	Assets      *asset.Store
+	Liabilities *liabilities.Service
 	// IdleTimeout signs out a session unused this long (CONSOLE_IDLE_TIMEOUT).
 	IdleTimeout time.Duration
 	// Secure marks the cookies Secure (production, or HTTPS).
@@ -120,6 +134,9 @@ type Options struct {
 func New(o Options) (*Server, error) {
 	if o.DB == nil || o.Operators == nil || o.Health == nil || o.Alerts == nil || o.Reconcile == nil || o.Withdrawals == nil || o.Deposits == nil {
 		return nil, errors.New("console: DB, Operators, Health, Alerts, Reconcile, Withdrawals and Deposits are required")
+	}
+	if err := o.checkPages(); err != nil {
+		return nil, err
 	}
 	if o.IdleTimeout <= 0 {
 		return nil, errors.New("console: the idle timeout must be positive")
@@ -138,7 +155,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: o, sessions: newStore(), pages: pages, assets: http.StripPrefix("/assets/", http.FileServerFS(sub))}, nil
+	return &Server{opts: o, sessions: newStore(), pages: pages, assets: http.StripPrefix("/assets/", http.FileServerFS(sub)),
+		minted: &mintedStore{keys: map[string]mintedKey{}}}, nil
 }
 
 func (s *Server) now() time.Time { return s.opts.Now() }
@@ -156,7 +174,8 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 //	POST /sign-out           ends the session
 //	GET  /                   the overview (signed in)
 //	GET  /overview           the overview's part, for htmx's refresh
-//	...                      the money pages: moneyRoutes (signed.go)
+//	...                      the money pages: moneyRoutes (signed.go), and the
+//	                         other pages: pageRoutes (pages.go)
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /assets/{file}", s.handleAsset)
@@ -170,6 +189,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /{$}", s.authed(http.HandlerFunc(s.handleOverview)))
 	mux.Handle("GET /overview", s.authed(http.HandlerFunc(s.handleOverview)))
 	s.moneyRoutes(mux)
+	s.pageRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "There is no such page.")
 	})

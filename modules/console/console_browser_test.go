@@ -42,6 +42,8 @@ type env struct {
 	Passkey *operatortest.Passkey
 	Root    *operator.Signer // root's key
 	Ops     *operator.Service
+
+	pagesEnv // the pages' services: pages_browser_test.go
 }
 
 // newEnv starts a console; opts change its options.
@@ -69,6 +71,7 @@ func newEnv(t *testing.T, opts ...func(*console.Options)) *env {
 		Alerts:      &alert.Service{DB: d.Bun, Now: clk.Now},
 		Reconcile:   &reconcile.Service{DB: d.Bun, Now: clk.Now},
 		Withdrawals: &withdrawal.Service{DB: d.Bun, Operators: ops, Now: clk.Now}, Deposits: &deposit.Service{DB: d.Bun, Operators: ops, Now: clk.Now}}
+	e.pages(t, d, &o)
 	for _, f := range opts {
 		f(&o)
 	}

@@ -29,6 +29,7 @@ type overview struct {
 	Alerts     []alertRow
 	MoreAlerts bool
 	Report     *reportView
+	Charts     []assetCharts // chart.go
 	ReadAt     string
 }
 
@@ -70,6 +71,9 @@ func (s *Server) readOverview(ctx context.Context) (overview, error) {
 		r := reports[0]
 		o.Report = &reportView{ID: r.ID, GeneratedAt: timefmt.Format(r.CreatedAt), Trigger: r.Trigger, Healthy: r.Healthy,
 			Consistent: r.Report.LedgerConsistent, Alerts: r.Report.Alerts, Custody: r.Report.Custody}
+	}
+	if o.Charts, err = s.readCharts(ctx, s.now()); err != nil {
+		return overview{}, err
 	}
 	o.ReadAt = timefmt.Format(s.now())
 	return o, nil

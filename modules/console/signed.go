@@ -153,6 +153,7 @@ func refusal(err error) (int, string) {
 // resultPage is the result page's data.
 type resultPage struct {
 	Message string
+	Minted  *mintedKey // a key the action minted, its secret shown this once (apikeys.go)
 }
 
 // handleResult shows what the session's last signed action did, once.
@@ -162,7 +163,8 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	s.render(w, r, http.StatusOK, "result.html", page{Title: "Done", Data: resultPage{Message: msg}})
+	minted := s.minted.take(sessionFrom(r.Context()).ID, s.now())
+	s.render(w, r, http.StatusOK, "result.html", page{Title: "Done", Data: resultPage{Message: msg, Minted: minted}})
 }
 
 // moneyRoutes registers the pages of the money work: withdrawals and the

@@ -143,6 +143,8 @@ type confirmPage struct {
 	Path    string // the action's page: the form's action
 	// PaymentID is a credit's payment, a hidden field of the form.
 	PaymentID string
+	// Hidden are more hidden fields of the form (pages.go's actions).
+	Hidden []hidden
 	// Field is the action's own field: "note", "reason", "attestation",
 	// or "" for none.
 	Field, FieldLabel, FieldHelp string
@@ -152,6 +154,9 @@ type confirmPage struct {
 	Back                         string
 	Warning                      string
 }
+
+// hidden is a hidden field of a form.
+type hidden struct{ Name, Value string }
 
 // fact is a line of what the operator signs.
 type fact struct {

@@ -97,12 +97,22 @@ func (s *Service) Routes(platform, admin fiber.Router, idem fiber.Handler) {
 
 func (s *Service) handleList(c *fiber.Ctx) error {
 	args := c.Context().QueryArgs() // copies below: fiber reuses its buffers
-	p := ListParams{Status: Status(args.Peek("status")), Limit: c.QueryInt("limit", 50)}
+	out, err := s.Records(c.UserContext(), ListParams{Status: Status(args.Peek("status")), Limit: c.QueryInt("limit", 50)})
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"events": out})
+}
+
+// Records is the operators' list of events (GET /v1/admin/events, the
+// console's events page): newest first, each with its endpoint
+// deliveries, read with Replica when there is one.
+func (s *Service) Records(ctx context.Context, p ListParams) ([]Record, error) {
 	var (
 		events     []Event
 		deliveries map[uuid.UUID][]Delivery
 	)
-	err := s.Replica.Read(c.UserContext(), s.DB, func(ctx context.Context, idb bun.IDB) error {
+	err := s.Replica.Read(ctx, s.DB, func(ctx context.Context, idb bun.IDB) error {
 		var err error
 		if events, err = list(ctx, idb, p); err != nil {
 			return err
@@ -115,7 +125,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]Record, 0, len(events))
 	for _, e := range events {
@@ -125,7 +135,7 @@ func (s *Service) handleList(c *fiber.Ctx) error {
 		}
 		out = append(out, r)
 	}
-	return c.JSON(fiber.Map{"events": out})
+	return out, nil
 }
 
 func (s *Service) handleRedeliver(c *fiber.Ctx) error {

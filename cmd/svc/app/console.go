@@ -16,7 +16,8 @@ import (
 // same operator service and database as the API.
 func (a *App) Console() (*console.Server, error) {
 	return console.New(console.Options{DB: a.DB.Bun, Operators: a.Operators, Health: a.Health, Alerts: a.Alerts,
-		Reconcile: a.Reconcile, Withdrawals: a.Withdrawals, Deposits: a.Deposits, IdleTimeout: a.Cfg.Console.IdleTimeout,
+		Reconcile: a.Reconcile, Withdrawals: a.Withdrawals, Deposits: a.Deposits, Events: a.Events, Endpoints: a.Endpoints, Keys: a.Keys,
+		Assets: a.Assets, Liabilities: a.Liabilities, IdleTimeout: a.Cfg.Console.IdleTimeout,
 		Secure: a.Cfg.ConsoleSecureCookies(), HSTS: a.Cfg.Console.TLS(), Now: a.Clock.Now, Log: a.Log})
 }
 
