@@ -81,3 +81,7 @@ openapi-check: ## Check openapi.json: the document itself, then every route agai
 .PHONY: db-stop
 db-stop: ## Stop the private PostgreSQL server started by make run/test
 	@scripts/db.sh stop
+
+.PHONY: sdk
+sdk: ## Regenerate the client libraries (sdk/typescript, sdk/go) from openapi.json
+	@GO=$(GO) scripts/sdk.sh
