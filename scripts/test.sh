@@ -3,9 +3,12 @@
 # or starts one) and, for the browser tests, Chromium (scripts/chromium.sh
 # finds or installs it).
 #
-# Every package runs with the race detector but two, which drive the
+# Every package runs with the race detector but three, which drive the
 # service as separate processes built without it: the fault-injection
-# harness (cmd/svc/chaos) and the HTTP load harness (cmd/svc/httpbench).
+# harness (cmd/svc/chaos), the HTTP load harness (cmd/svc/httpbench) and the
+# client libraries' checks (sdk/sdktest: regenerated clients compared with
+# the committed ones, then each client's tests against the service; npm
+# installs sdk/typescript's packages from its lockfile when they are missing).
 # Under -race only their own drivers would be watched, at about half again
 # their CPU (the simulators they embed have race-checked tests of their own
 # in their packages). They run beside the rest, started first since the
@@ -21,13 +24,13 @@ export DATABASE_URL
 SVC_CHROMIUM=$(scripts/chromium.sh)
 export SVC_CHROMIUM
 
-processes=(./cmd/svc/chaos/ ./cmd/svc/httpbench/)
+processes=(./cmd/svc/chaos/ ./sdk/sdktest/ ./cmd/svc/httpbench/)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$GO" test -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${processes[@]}" >"$out" 2>&1 &
 pid=$!
 
-mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$')
+mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$' -e '/sdk/sdktest$')
 status=0
 "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${rest[@]}" || status=$?
 wait "$pid" || status=$?

@@ -77,6 +77,23 @@ func LastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
+// SimulatorEnv runs `svc simulator simArgs... --print-env` and returns the
+// service's settings for that simulator (BTCPAY_URL, its key and store,
+// TRONGRID_URL, TRON_HOT_WALLET, USDT_POOL_ADDRESSES) as NAME=value.
+func SimulatorEnv(t testing.TB, bin string, env []string, simArgs ...string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(Run(t, bin, env, append(append([]string{"simulator"}, simArgs...), "--print-env")...), "\n") {
+		kv, ok := strings.CutPrefix(strings.TrimSpace(line), "export ")
+		if !ok {
+			continue
+		}
+		name, val, _ := strings.Cut(kv, "=")
+		out = append(out, name+"="+strings.Trim(val, "'"))
+	}
+	return out
+}
+
 // Tail is the end of a log file, for a failure message.
 func Tail(path string) string {
 	b, err := os.ReadFile(path)

@@ -63,27 +63,17 @@ func startCluster(t testing.TB) *cluster {
 	simPort, apiPort := dbtest.FreePort(t), dbtest.FreePort(t)
 	c.simURL = fmt.Sprintf("http://127.0.0.1:%d", simPort)
 	c.apiURL = fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	simArgs := []string{"simulator", "--addr", fmt.Sprintf("127.0.0.1:%d", simPort), "--platform-secret", platformSecret}
-	// BTCPAY_URL, its key and store, TRONGRID_URL, TRON_HOT_WALLET and
-	// USDT_POOL_ADDRESSES, as the simulator prints them.
-	simEnv := c.run(append(simArgs, "--print-env")...)
+	simArgs := []string{"--addr", fmt.Sprintf("127.0.0.1:%d", simPort), "--platform-secret", platformSecret}
 	c.env = append(os.Environ(), "DATABASE_URL="+c.dbURL, "MIGRATE_DATABASE_URL="+dbtest.OwnerURL(c.dbURL),
 		"SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=warn", "BITCOIN_NETWORK=regtest",
 		"HTTP_LISTEN_HOST=127.0.0.1", "PROCESSOR_WEBHOOK_SECRET="+processorSecret)
-	for _, line := range strings.Split(simEnv, "\n") {
-		kv, ok := strings.CutPrefix(strings.TrimSpace(line), "export ")
-		if !ok {
-			continue
-		}
-		name, val, _ := strings.Cut(kv, "=")
-		c.env = append(c.env, name+"="+strings.Trim(val, "'"))
-	}
+	c.env = append(c.env, clustertest.SimulatorEnv(t, c.bin, c.env, simArgs...)...)
 
 	c.sim = &proc{Name: "simulator", Bin: c.bin, Env: c.env, Log: filepath.Join(logs, "simulator.log"),
 		// Every approved payout completes at once, as a payout processor's
 		// eventually do: otherwise the worker's payout tracking reads every
 		// open payout at each poll, a set that only grows during the run.
-		Args: append(simArgs, "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
+		Args: append(append([]string{"simulator"}, simArgs...), "--webhook-url", c.apiURL+"/webhooks/processor", "--webhook-secret", processorSecret,
 			"--auto-complete-payouts"),
 		Ready: c.simURL + "/_sim/"}
 	apiMetrics, workerMetrics := dbtest.FreePort(t), dbtest.FreePort(t)

@@ -1,0 +1,118 @@
+package sdktest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"svc/cmd/svc/clustertest"
+	"svc/platform/dbtest"
+)
+
+const (
+	processorSecret = "sdk-processor-secret"
+	webhookSecret   = "sdk-webhook-secret"
+)
+
+// needNPM skips the test where npm is missing, except in CI.
+func needNPM(t *testing.T) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("npm is needed for the TypeScript client's checks")
+		}
+		t.Skip("npm is not installed: the client libraries are not checked")
+	}
+}
+
+// run runs name args... in dir (relative to the module root) with env
+// added, and fails the test with its output when it fails.
+func run(t *testing.T, dir string, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = filepath.Join(dbtest.ModuleRoot(), dir)
+	cmd.Env = append(os.Environ(), env...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v in %s: %v\n%s", name, args, dir, err, out)
+	}
+	t.Logf("%s %v in %s: %s", name, args, dir, time.Since(start).Round(time.Millisecond))
+	if testing.Verbose() {
+		t.Logf("%s", out)
+	}
+}
+
+// TestClientsAreGenerated fails when openapi.json changed and make sdk was
+// not run: both clients are generated into a temporary folder and compared
+// with the committed ones.
+func TestClientsAreGenerated(t *testing.T) {
+	needNPM(t)
+	run(t, ".", []string{"GO=go"}, "scripts/sdk.sh", "check")
+}
+
+// TestClientsEndToEnd runs each client's tests against the service: the
+// TypeScript one's (npm test) and the Go one's (go test ./sdk/go), with
+// SVC_SDK_API_URL, a readwrite key, the webhook secret, the port of the
+// webhook receiver each test runs (PLATFORM_WEBHOOK_URL points there; the
+// two run one after the other) and the simulator's control API.
+func TestClientsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the service as separate processes")
+	}
+	needNPM(t)
+	run(t, ".", nil, "scripts/sdk.sh", "deps")
+	env := start(t)
+	t.Run("typescript", func(t *testing.T) { run(t, "sdk/typescript", env, "npm", "test") })
+	t.Run("go", func(t *testing.T) {
+		run(t, ".", env, "go", "test", "-count=1", "-run", "^TestEndToEnd$", "-v", "./sdk/go/")
+	})
+}
+
+// start builds svc, starts the simulator, the api and the worker on a
+// fresh database, mints a readwrite key, and returns what the clients'
+// tests read.
+func start(t *testing.T) []string {
+	dir := t.TempDir()
+	bin := clustertest.Build(t, dir)
+	dbURL := dbtest.NewURL(t)
+	simPort, apiPort, hookPort := dbtest.FreePort(t), dbtest.FreePort(t), dbtest.FreePort(t)
+	simURL := fmt.Sprintf("http://127.0.0.1:%d", simPort)
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	simArgs := []string{"--addr", fmt.Sprintf("127.0.0.1:%d", simPort)}
+	env := append(os.Environ(), "DATABASE_URL="+dbURL, "MIGRATE_DATABASE_URL="+dbtest.OwnerURL(dbURL),
+		"SVC_ENV=development", "SVC_CONFIG_FILE=", "LOG_LEVEL=warn", "BITCOIN_NETWORK=regtest", "API_KEY_MODE=test",
+		"HTTP_LISTEN_HOST=127.0.0.1", "PROCESSOR_WEBHOOK_SECRET="+processorSecret,
+		fmt.Sprintf("PLATFORM_WEBHOOK_URL=http://127.0.0.1:%d/webhooks", hookPort), "PLATFORM_WEBHOOK_SECRET="+webhookSecret)
+	env = append(env, clustertest.SimulatorEnv(t, bin, env, simArgs...)...)
+	env = append(env, "SVC_OPERATOR_KEY="+clustertest.OperatorKey(t, dbURL, dir, "sdk"))
+	key := clustertest.LastLine(clustertest.Run(t, bin, env, "admin", "keys", "mint", "--scope", "readwrite", "--label", "sdk tests"))
+	procs := []*clustertest.Proc{
+		{Name: "simulator", Bin: bin, Env: env, Log: filepath.Join(dir, "simulator.log"), Ready: simURL + "/_sim/",
+			Args: append(append([]string{"simulator"}, simArgs...), "--webhook-url", apiURL+"/webhooks/processor", "--webhook-secret", processorSecret)},
+		{Name: "api", Bin: bin, Args: []string{"api"}, Log: filepath.Join(dir, "api.log"), Ready: apiURL + "/healthz",
+			Env: append(append([]string(nil), env...), "PORT="+strconv.Itoa(apiPort))},
+		{Name: "worker", Bin: bin, Args: []string{"worker"}, Log: filepath.Join(dir, "worker.log"), Env: env},
+	}
+	for _, p := range procs {
+		if err := p.Start(); err != nil {
+			t.Fatalf("start %s: %v", p.Name, err)
+		}
+		t.Cleanup(p.Stop)
+		if err := p.WaitReady(30 * time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", p.Name, err, clustertest.Tail(p.Log))
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("%s's log:\n%s", p.Name, clustertest.Tail(p.Log))
+			}
+		}
+	})
+	return []string{"SVC_SDK_API_URL=" + apiURL, "SVC_SDK_API_KEY=" + key, "SVC_SDK_WEBHOOK_SECRET=" + webhookSecret,
+		"SVC_SDK_WEBHOOK_PORT=" + strconv.Itoa(hookPort), "SVC_SDK_SIMULATOR_URL=" + simURL}
+}
