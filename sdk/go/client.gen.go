@@ -10407,38 +10407,43 @@ type ListAuditResponse200Headers struct {
 
 // ListAuditResponse401Headers the declared response headers of an HTTP 401 response for ListAudit
 type ListAuditResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAuditResponse403Headers the declared response headers of an HTTP 403 response for ListAudit
 type ListAuditResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAuditResponse422Headers the declared response headers of an HTTP 422 response for ListAudit
 type ListAuditResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAuditResponse500Headers the declared response headers of an HTTP 500 response for ListAudit
 type ListAuditResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAuditResponse503Headers the declared response headers of an HTTP 503 response for ListAudit
 type ListAuditResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListAuditResponse struct {
@@ -10537,38 +10542,43 @@ type VerifyAuditResponse200Headers struct {
 
 // VerifyAuditResponse401Headers the declared response headers of an HTTP 401 response for VerifyAudit
 type VerifyAuditResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VerifyAuditResponse403Headers the declared response headers of an HTTP 403 response for VerifyAudit
 type VerifyAuditResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VerifyAuditResponse422Headers the declared response headers of an HTTP 422 response for VerifyAudit
 type VerifyAuditResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VerifyAuditResponse500Headers the declared response headers of an HTTP 500 response for VerifyAudit
 type VerifyAuditResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VerifyAuditResponse503Headers the declared response headers of an HTTP 503 response for VerifyAudit
 type VerifyAuditResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type VerifyAuditResponse struct {
@@ -10667,38 +10677,43 @@ type ListReviewQueueResponse200Headers struct {
 
 // ListReviewQueueResponse401Headers the declared response headers of an HTTP 401 response for ListReviewQueue
 type ListReviewQueueResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListReviewQueueResponse403Headers the declared response headers of an HTTP 403 response for ListReviewQueue
 type ListReviewQueueResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListReviewQueueResponse422Headers the declared response headers of an HTTP 422 response for ListReviewQueue
 type ListReviewQueueResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListReviewQueueResponse500Headers the declared response headers of an HTTP 500 response for ListReviewQueue
 type ListReviewQueueResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListReviewQueueResponse503Headers the declared response headers of an HTTP 503 response for ListReviewQueue
 type ListReviewQueueResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListReviewQueueResponse struct {
@@ -10798,81 +10813,92 @@ type ResolveDepositResponse200Headers struct {
 
 // ResolveDepositResponse400Headers the declared response headers of an HTTP 400 response for ResolveDeposit
 type ResolveDepositResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse401Headers the declared response headers of an HTTP 401 response for ResolveDeposit
 type ResolveDepositResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse403Headers the declared response headers of an HTTP 403 response for ResolveDeposit
 type ResolveDepositResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse404Headers the declared response headers of an HTTP 404 response for ResolveDeposit
 type ResolveDepositResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse409Headers the declared response headers of an HTTP 409 response for ResolveDeposit
 type ResolveDepositResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse413Headers the declared response headers of an HTTP 413 response for ResolveDeposit
 type ResolveDepositResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse415Headers the declared response headers of an HTTP 415 response for ResolveDeposit
 type ResolveDepositResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse422Headers the declared response headers of an HTTP 422 response for ResolveDeposit
 type ResolveDepositResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse500Headers the declared response headers of an HTTP 500 response for ResolveDeposit
 type ResolveDepositResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse502Headers the declared response headers of an HTTP 502 response for ResolveDeposit
 type ResolveDepositResponse502Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ResolveDepositResponse503Headers the declared response headers of an HTTP 503 response for ResolveDeposit
 type ResolveDepositResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ResolveDepositResponse struct {
@@ -11025,38 +11051,43 @@ type ListEventsResponse200Headers struct {
 
 // ListEventsResponse401Headers the declared response headers of an HTTP 401 response for ListEvents
 type ListEventsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListEventsResponse403Headers the declared response headers of an HTTP 403 response for ListEvents
 type ListEventsResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListEventsResponse422Headers the declared response headers of an HTTP 422 response for ListEvents
 type ListEventsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListEventsResponse500Headers the declared response headers of an HTTP 500 response for ListEvents
 type ListEventsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
 type ListEventsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListEventsResponse struct {
@@ -11156,67 +11187,76 @@ type RedeliverEventResponse200Headers struct {
 
 // RedeliverEventResponse400Headers the declared response headers of an HTTP 400 response for RedeliverEvent
 type RedeliverEventResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse401Headers the declared response headers of an HTTP 401 response for RedeliverEvent
 type RedeliverEventResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse403Headers the declared response headers of an HTTP 403 response for RedeliverEvent
 type RedeliverEventResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse404Headers the declared response headers of an HTTP 404 response for RedeliverEvent
 type RedeliverEventResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse409Headers the declared response headers of an HTTP 409 response for RedeliverEvent
 type RedeliverEventResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse413Headers the declared response headers of an HTTP 413 response for RedeliverEvent
 type RedeliverEventResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse422Headers the declared response headers of an HTTP 422 response for RedeliverEvent
 type RedeliverEventResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse500Headers the declared response headers of an HTTP 500 response for RedeliverEvent
 type RedeliverEventResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RedeliverEventResponse503Headers the declared response headers of an HTTP 503 response for RedeliverEvent
 type RedeliverEventResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type RedeliverEventResponse struct {
@@ -11351,45 +11391,51 @@ type GetLedgerCheckpointKeyResponse200Headers struct {
 
 // GetLedgerCheckpointKeyResponse401Headers the declared response headers of an HTTP 401 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLedgerCheckpointKeyResponse403Headers the declared response headers of an HTTP 403 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLedgerCheckpointKeyResponse404Headers the declared response headers of an HTTP 404 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLedgerCheckpointKeyResponse422Headers the declared response headers of an HTTP 422 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLedgerCheckpointKeyResponse500Headers the declared response headers of an HTTP 500 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLedgerCheckpointKeyResponse503Headers the declared response headers of an HTTP 503 response for GetLedgerCheckpointKey
 type GetLedgerCheckpointKeyResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetLedgerCheckpointKeyResponse struct {
@@ -11505,74 +11551,84 @@ type PostLedgerCorrectionResponse201Headers struct {
 
 // PostLedgerCorrectionResponse400Headers the declared response headers of an HTTP 400 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse401Headers the declared response headers of an HTTP 401 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse403Headers the declared response headers of an HTTP 403 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse404Headers the declared response headers of an HTTP 404 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse409Headers the declared response headers of an HTTP 409 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse413Headers the declared response headers of an HTTP 413 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse415Headers the declared response headers of an HTTP 415 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse422Headers the declared response headers of an HTTP 422 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse500Headers the declared response headers of an HTTP 500 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerCorrectionResponse503Headers the declared response headers of an HTTP 503 response for PostLedgerCorrection
 type PostLedgerCorrectionResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type PostLedgerCorrectionResponse struct {
@@ -11733,74 +11789,84 @@ type PostLedgerTransferResponse201Headers struct {
 
 // PostLedgerTransferResponse400Headers the declared response headers of an HTTP 400 response for PostLedgerTransfer
 type PostLedgerTransferResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse401Headers the declared response headers of an HTTP 401 response for PostLedgerTransfer
 type PostLedgerTransferResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse403Headers the declared response headers of an HTTP 403 response for PostLedgerTransfer
 type PostLedgerTransferResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse404Headers the declared response headers of an HTTP 404 response for PostLedgerTransfer
 type PostLedgerTransferResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse409Headers the declared response headers of an HTTP 409 response for PostLedgerTransfer
 type PostLedgerTransferResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse413Headers the declared response headers of an HTTP 413 response for PostLedgerTransfer
 type PostLedgerTransferResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse415Headers the declared response headers of an HTTP 415 response for PostLedgerTransfer
 type PostLedgerTransferResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse422Headers the declared response headers of an HTTP 422 response for PostLedgerTransfer
 type PostLedgerTransferResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse500Headers the declared response headers of an HTTP 500 response for PostLedgerTransfer
 type PostLedgerTransferResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // PostLedgerTransferResponse503Headers the declared response headers of an HTTP 503 response for PostLedgerTransfer
 type PostLedgerTransferResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type PostLedgerTransferResponse struct {
@@ -11953,38 +12019,43 @@ type GetLiabilitiesResponse200Headers struct {
 
 // GetLiabilitiesResponse401Headers the declared response headers of an HTTP 401 response for GetLiabilities
 type GetLiabilitiesResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesResponse403Headers the declared response headers of an HTTP 403 response for GetLiabilities
 type GetLiabilitiesResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesResponse422Headers the declared response headers of an HTTP 422 response for GetLiabilities
 type GetLiabilitiesResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesResponse500Headers the declared response headers of an HTTP 500 response for GetLiabilities
 type GetLiabilitiesResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesResponse503Headers the declared response headers of an HTTP 503 response for GetLiabilities
 type GetLiabilitiesResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetLiabilitiesResponse struct {
@@ -12083,38 +12154,43 @@ type ListOperatorsResponse200Headers struct {
 
 // ListOperatorsResponse401Headers the declared response headers of an HTTP 401 response for ListOperators
 type ListOperatorsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListOperatorsResponse403Headers the declared response headers of an HTTP 403 response for ListOperators
 type ListOperatorsResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListOperatorsResponse422Headers the declared response headers of an HTTP 422 response for ListOperators
 type ListOperatorsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListOperatorsResponse500Headers the declared response headers of an HTTP 500 response for ListOperators
 type ListOperatorsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListOperatorsResponse503Headers the declared response headers of an HTTP 503 response for ListOperators
 type ListOperatorsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListOperatorsResponse struct {
@@ -12221,74 +12297,84 @@ type SubmitOperatorChangeResponse202Headers struct {
 
 // SubmitOperatorChangeResponse400Headers the declared response headers of an HTTP 400 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse401Headers the declared response headers of an HTTP 401 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse403Headers the declared response headers of an HTTP 403 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse404Headers the declared response headers of an HTTP 404 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse409Headers the declared response headers of an HTTP 409 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse413Headers the declared response headers of an HTTP 413 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse415Headers the declared response headers of an HTTP 415 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse422Headers the declared response headers of an HTTP 422 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse500Headers the declared response headers of an HTTP 500 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // SubmitOperatorChangeResponse503Headers the declared response headers of an HTTP 503 response for SubmitOperatorChange
 type SubmitOperatorChangeResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type SubmitOperatorChangeResponse struct {
@@ -12441,38 +12527,43 @@ type GetReconciliationResponse200Headers struct {
 
 // GetReconciliationResponse401Headers the declared response headers of an HTTP 401 response for GetReconciliation
 type GetReconciliationResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetReconciliationResponse403Headers the declared response headers of an HTTP 403 response for GetReconciliation
 type GetReconciliationResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetReconciliationResponse422Headers the declared response headers of an HTTP 422 response for GetReconciliation
 type GetReconciliationResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetReconciliationResponse500Headers the declared response headers of an HTTP 500 response for GetReconciliation
 type GetReconciliationResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetReconciliationResponse503Headers the declared response headers of an HTTP 503 response for GetReconciliation
 type GetReconciliationResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetReconciliationResponse struct {
@@ -12571,38 +12662,43 @@ type ListWalletAlertsResponse200Headers struct {
 
 // ListWalletAlertsResponse401Headers the declared response headers of an HTTP 401 response for ListWalletAlerts
 type ListWalletAlertsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListWalletAlertsResponse403Headers the declared response headers of an HTTP 403 response for ListWalletAlerts
 type ListWalletAlertsResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListWalletAlertsResponse422Headers the declared response headers of an HTTP 422 response for ListWalletAlerts
 type ListWalletAlertsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListWalletAlertsResponse500Headers the declared response headers of an HTTP 500 response for ListWalletAlerts
 type ListWalletAlertsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListWalletAlertsResponse503Headers the declared response headers of an HTTP 503 response for ListWalletAlerts
 type ListWalletAlertsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListWalletAlertsResponse struct {
@@ -12701,38 +12797,43 @@ type ListAdminWithdrawalsResponse200Headers struct {
 
 // ListAdminWithdrawalsResponse401Headers the declared response headers of an HTTP 401 response for ListAdminWithdrawals
 type ListAdminWithdrawalsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAdminWithdrawalsResponse403Headers the declared response headers of an HTTP 403 response for ListAdminWithdrawals
 type ListAdminWithdrawalsResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAdminWithdrawalsResponse422Headers the declared response headers of an HTTP 422 response for ListAdminWithdrawals
 type ListAdminWithdrawalsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAdminWithdrawalsResponse500Headers the declared response headers of an HTTP 500 response for ListAdminWithdrawals
 type ListAdminWithdrawalsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAdminWithdrawalsResponse503Headers the declared response headers of an HTTP 503 response for ListAdminWithdrawals
 type ListAdminWithdrawalsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListAdminWithdrawalsResponse struct {
@@ -12831,38 +12932,43 @@ type GetAdminWithdrawalResponse200Headers struct {
 
 // GetAdminWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for GetAdminWithdrawal
 type GetAdminWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetAdminWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for GetAdminWithdrawal
 type GetAdminWithdrawalResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetAdminWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for GetAdminWithdrawal
 type GetAdminWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetAdminWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for GetAdminWithdrawal
 type GetAdminWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetAdminWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for GetAdminWithdrawal
 type GetAdminWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetAdminWithdrawalResponse struct {
@@ -12962,74 +13068,84 @@ type ApproveWithdrawalResponse200Headers struct {
 
 // ApproveWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for ApproveWithdrawal
 type ApproveWithdrawalResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for ApproveWithdrawal
 type ApproveWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for ApproveWithdrawal
 type ApproveWithdrawalResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for ApproveWithdrawal
 type ApproveWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for ApproveWithdrawal
 type ApproveWithdrawalResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for ApproveWithdrawal
 type ApproveWithdrawalResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for ApproveWithdrawal
 type ApproveWithdrawalResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for ApproveWithdrawal
 type ApproveWithdrawalResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for ApproveWithdrawal
 type ApproveWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ApproveWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for ApproveWithdrawal
 type ApproveWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ApproveWithdrawalResponse struct {
@@ -13174,74 +13290,84 @@ type MarkWithdrawalBroadcastResponse200Headers struct {
 
 // MarkWithdrawalBroadcastResponse400Headers the declared response headers of an HTTP 400 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse401Headers the declared response headers of an HTTP 401 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse403Headers the declared response headers of an HTTP 403 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse404Headers the declared response headers of an HTTP 404 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse409Headers the declared response headers of an HTTP 409 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse413Headers the declared response headers of an HTTP 413 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse415Headers the declared response headers of an HTTP 415 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse422Headers the declared response headers of an HTTP 422 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse500Headers the declared response headers of an HTTP 500 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // MarkWithdrawalBroadcastResponse503Headers the declared response headers of an HTTP 503 response for MarkWithdrawalBroadcast
 type MarkWithdrawalBroadcastResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type MarkWithdrawalBroadcastResponse struct {
@@ -13386,74 +13512,84 @@ type RejectWithdrawalResponse200Headers struct {
 
 // RejectWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for RejectWithdrawal
 type RejectWithdrawalResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for RejectWithdrawal
 type RejectWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for RejectWithdrawal
 type RejectWithdrawalResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for RejectWithdrawal
 type RejectWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for RejectWithdrawal
 type RejectWithdrawalResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for RejectWithdrawal
 type RejectWithdrawalResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for RejectWithdrawal
 type RejectWithdrawalResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for RejectWithdrawal
 type RejectWithdrawalResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for RejectWithdrawal
 type RejectWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // RejectWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for RejectWithdrawal
 type RejectWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type RejectWithdrawalResponse struct {
@@ -13598,74 +13734,84 @@ type ReleaseWithdrawalResponse200Headers struct {
 
 // ReleaseWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse403Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ReleaseWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for ReleaseWithdrawal
 type ReleaseWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ReleaseWithdrawalResponse struct {
@@ -13809,24 +13955,35 @@ type ListAssetsResponse200Headers struct {
 
 // ListAssetsResponse401Headers the declared response headers of an HTTP 401 response for ListAssets
 type ListAssetsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListAssetsResponse403Headers the declared response headers of an HTTP 403 response for ListAssets
+type ListAssetsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAssetsResponse500Headers the declared response headers of an HTTP 500 response for ListAssets
 type ListAssetsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListAssetsResponse503Headers the declared response headers of an HTTP 503 response for ListAssets
 type ListAssetsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListAssetsResponse struct {
@@ -13836,6 +13993,8 @@ type ListAssetsResponse struct {
 	JSON200 *AssetList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -13844,6 +14003,8 @@ type ListAssetsResponse struct {
 	Headers200 *ListAssetsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListAssetsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListAssetsResponse403Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListAssetsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13858,6 +14019,11 @@ func (r ListAssetsResponse) GetJSON200() *AssetList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListAssetsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListAssetsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -13907,31 +14073,43 @@ type FindDepositByClientReferenceResponse200Headers struct {
 
 // FindDepositByClientReferenceResponse401Headers the declared response headers of an HTTP 401 response for FindDepositByClientReference
 type FindDepositByClientReferenceResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// FindDepositByClientReferenceResponse403Headers the declared response headers of an HTTP 403 response for FindDepositByClientReference
+type FindDepositByClientReferenceResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindDepositByClientReferenceResponse422Headers the declared response headers of an HTTP 422 response for FindDepositByClientReference
 type FindDepositByClientReferenceResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindDepositByClientReferenceResponse500Headers the declared response headers of an HTTP 500 response for FindDepositByClientReference
 type FindDepositByClientReferenceResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindDepositByClientReferenceResponse503Headers the declared response headers of an HTTP 503 response for FindDepositByClientReference
 type FindDepositByClientReferenceResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type FindDepositByClientReferenceResponse struct {
@@ -13941,6 +14119,8 @@ type FindDepositByClientReferenceResponse struct {
 	JSON200 *DepositList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -13951,6 +14131,8 @@ type FindDepositByClientReferenceResponse struct {
 	Headers200 *FindDepositByClientReferenceResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *FindDepositByClientReferenceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *FindDepositByClientReferenceResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *FindDepositByClientReferenceResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -13967,6 +14149,11 @@ func (r FindDepositByClientReferenceResponse) GetJSON200() *DepositList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r FindDepositByClientReferenceResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r FindDepositByClientReferenceResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -14022,23 +14209,34 @@ type CreateDepositResponse201Headers struct {
 
 // CreateDepositResponse400Headers the declared response headers of an HTTP 400 response for CreateDeposit
 type CreateDepositResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse401Headers the declared response headers of an HTTP 401 response for CreateDeposit
 type CreateDepositResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// CreateDepositResponse403Headers the declared response headers of an HTTP 403 response for CreateDeposit
+type CreateDepositResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse404Headers the declared response headers of an HTTP 404 response for CreateDeposit
 type CreateDepositResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse409Headers the declared response headers of an HTTP 409 response for CreateDeposit
@@ -14051,37 +14249,42 @@ type CreateDepositResponse409Headers struct {
 
 // CreateDepositResponse413Headers the declared response headers of an HTTP 413 response for CreateDeposit
 type CreateDepositResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse415Headers the declared response headers of an HTTP 415 response for CreateDeposit
 type CreateDepositResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse422Headers the declared response headers of an HTTP 422 response for CreateDeposit
 type CreateDepositResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse500Headers the declared response headers of an HTTP 500 response for CreateDeposit
 type CreateDepositResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse502Headers the declared response headers of an HTTP 502 response for CreateDeposit
 type CreateDepositResponse502Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateDepositResponse503Headers the declared response headers of an HTTP 503 response for CreateDeposit
@@ -14101,6 +14304,8 @@ type CreateDepositResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -14123,6 +14328,8 @@ type CreateDepositResponse struct {
 	Headers400 *CreateDepositResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CreateDepositResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateDepositResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CreateDepositResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -14154,6 +14361,11 @@ func (r CreateDepositResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CreateDepositResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateDepositResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -14233,31 +14445,43 @@ type GetDepositResponse200Headers struct {
 
 // GetDepositResponse401Headers the declared response headers of an HTTP 401 response for GetDeposit
 type GetDepositResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetDepositResponse403Headers the declared response headers of an HTTP 403 response for GetDeposit
+type GetDepositResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositResponse404Headers the declared response headers of an HTTP 404 response for GetDeposit
 type GetDepositResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositResponse500Headers the declared response headers of an HTTP 500 response for GetDeposit
 type GetDepositResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositResponse503Headers the declared response headers of an HTTP 503 response for GetDeposit
 type GetDepositResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetDepositResponse struct {
@@ -14267,6 +14491,8 @@ type GetDepositResponse struct {
 	JSON200 *Deposit
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -14277,6 +14503,8 @@ type GetDepositResponse struct {
 	Headers200 *GetDepositResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetDepositResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetDepositResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetDepositResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14293,6 +14521,11 @@ func (r GetDepositResponse) GetJSON200() *Deposit {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetDepositResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetDepositResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -14347,31 +14580,43 @@ type GetDepositAddressHistoryResponse200Headers struct {
 
 // GetDepositAddressHistoryResponse401Headers the declared response headers of an HTTP 401 response for GetDepositAddressHistory
 type GetDepositAddressHistoryResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetDepositAddressHistoryResponse403Headers the declared response headers of an HTTP 403 response for GetDepositAddressHistory
+type GetDepositAddressHistoryResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositAddressHistoryResponse404Headers the declared response headers of an HTTP 404 response for GetDepositAddressHistory
 type GetDepositAddressHistoryResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositAddressHistoryResponse500Headers the declared response headers of an HTTP 500 response for GetDepositAddressHistory
 type GetDepositAddressHistoryResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetDepositAddressHistoryResponse503Headers the declared response headers of an HTTP 503 response for GetDepositAddressHistory
 type GetDepositAddressHistoryResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetDepositAddressHistoryResponse struct {
@@ -14381,6 +14626,8 @@ type GetDepositAddressHistoryResponse struct {
 	JSON200 *AddressHistory
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -14391,6 +14638,8 @@ type GetDepositAddressHistoryResponse struct {
 	Headers200 *GetDepositAddressHistoryResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetDepositAddressHistoryResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetDepositAddressHistoryResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetDepositAddressHistoryResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14407,6 +14656,11 @@ func (r GetDepositAddressHistoryResponse) GetJSON200() *AddressHistory {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetDepositAddressHistoryResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetDepositAddressHistoryResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -14461,31 +14715,43 @@ type ListPlatformEventsResponse200Headers struct {
 
 // ListPlatformEventsResponse401Headers the declared response headers of an HTTP 401 response for ListPlatformEvents
 type ListPlatformEventsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListPlatformEventsResponse403Headers the declared response headers of an HTTP 403 response for ListPlatformEvents
+type ListPlatformEventsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformEventsResponse422Headers the declared response headers of an HTTP 422 response for ListPlatformEvents
 type ListPlatformEventsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformEventsResponse500Headers the declared response headers of an HTTP 500 response for ListPlatformEvents
 type ListPlatformEventsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformEventsResponse503Headers the declared response headers of an HTTP 503 response for ListPlatformEvents
 type ListPlatformEventsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListPlatformEventsResponse struct {
@@ -14495,6 +14761,8 @@ type ListPlatformEventsResponse struct {
 	JSON200 *EventPage
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -14505,6 +14773,8 @@ type ListPlatformEventsResponse struct {
 	Headers200 *ListPlatformEventsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPlatformEventsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlatformEventsResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ListPlatformEventsResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14521,6 +14791,11 @@ func (r ListPlatformEventsResponse) GetJSON200() *EventPage {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPlatformEventsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPlatformEventsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -14575,31 +14850,43 @@ type GetPlatformEventResponse200Headers struct {
 
 // GetPlatformEventResponse401Headers the declared response headers of an HTTP 401 response for GetPlatformEvent
 type GetPlatformEventResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetPlatformEventResponse403Headers the declared response headers of an HTTP 403 response for GetPlatformEvent
+type GetPlatformEventResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformEventResponse404Headers the declared response headers of an HTTP 404 response for GetPlatformEvent
 type GetPlatformEventResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformEventResponse500Headers the declared response headers of an HTTP 500 response for GetPlatformEvent
 type GetPlatformEventResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformEventResponse503Headers the declared response headers of an HTTP 503 response for GetPlatformEvent
 type GetPlatformEventResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetPlatformEventResponse struct {
@@ -14609,6 +14896,8 @@ type GetPlatformEventResponse struct {
 	JSON200 *OutboundEventPayload
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -14619,6 +14908,8 @@ type GetPlatformEventResponse struct {
 	Headers200 *GetPlatformEventResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetPlatformEventResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPlatformEventResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetPlatformEventResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14635,6 +14926,11 @@ func (r GetPlatformEventResponse) GetJSON200() *OutboundEventPayload {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetPlatformEventResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetPlatformEventResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -14689,31 +14985,43 @@ type FindHoldResponse200Headers struct {
 
 // FindHoldResponse401Headers the declared response headers of an HTTP 401 response for FindHold
 type FindHoldResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// FindHoldResponse403Headers the declared response headers of an HTTP 403 response for FindHold
+type FindHoldResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindHoldResponse422Headers the declared response headers of an HTTP 422 response for FindHold
 type FindHoldResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindHoldResponse500Headers the declared response headers of an HTTP 500 response for FindHold
 type FindHoldResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindHoldResponse503Headers the declared response headers of an HTTP 503 response for FindHold
 type FindHoldResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type FindHoldResponse struct {
@@ -14723,6 +15031,8 @@ type FindHoldResponse struct {
 	JSON200 *HoldList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -14733,6 +15043,8 @@ type FindHoldResponse struct {
 	Headers200 *FindHoldResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *FindHoldResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *FindHoldResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *FindHoldResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14749,6 +15061,11 @@ func (r FindHoldResponse) GetJSON200() *HoldList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r FindHoldResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r FindHoldResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -14804,74 +15121,92 @@ type CreateHoldResponse201Headers struct {
 
 // CreateHoldResponse400Headers the declared response headers of an HTTP 400 response for CreateHold
 type CreateHoldResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse401Headers the declared response headers of an HTTP 401 response for CreateHold
 type CreateHoldResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse402Headers the declared response headers of an HTTP 402 response for CreateHold
 type CreateHoldResponse402Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// CreateHoldResponse403Headers the declared response headers of an HTTP 403 response for CreateHold
+type CreateHoldResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse404Headers the declared response headers of an HTTP 404 response for CreateHold
 type CreateHoldResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse409Headers the declared response headers of an HTTP 409 response for CreateHold
 type CreateHoldResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse413Headers the declared response headers of an HTTP 413 response for CreateHold
 type CreateHoldResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse415Headers the declared response headers of an HTTP 415 response for CreateHold
 type CreateHoldResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse422Headers the declared response headers of an HTTP 422 response for CreateHold
 type CreateHoldResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse500Headers the declared response headers of an HTTP 500 response for CreateHold
 type CreateHoldResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateHoldResponse503Headers the declared response headers of an HTTP 503 response for CreateHold
 type CreateHoldResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type CreateHoldResponse struct {
@@ -14885,6 +15220,8 @@ type CreateHoldResponse struct {
 	JSON401 *Unauthorized
 	// JSON402 the response for an HTTP 402 `application/json` response
 	JSON402 *PaymentRequired
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -14907,6 +15244,8 @@ type CreateHoldResponse struct {
 	Headers401 *CreateHoldResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateHoldResponse402Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateHoldResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CreateHoldResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -14941,6 +15280,11 @@ func (r CreateHoldResponse) GetJSON401() *Unauthorized {
 // GetJSON402 returns the response for an HTTP 402 `application/json` response
 func (r CreateHoldResponse) GetJSON402() *PaymentRequired {
 	return r.JSON402
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateHoldResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -15015,31 +15359,43 @@ type GetHoldResponse200Headers struct {
 
 // GetHoldResponse401Headers the declared response headers of an HTTP 401 response for GetHold
 type GetHoldResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetHoldResponse403Headers the declared response headers of an HTTP 403 response for GetHold
+type GetHoldResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetHoldResponse404Headers the declared response headers of an HTTP 404 response for GetHold
 type GetHoldResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetHoldResponse500Headers the declared response headers of an HTTP 500 response for GetHold
 type GetHoldResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetHoldResponse503Headers the declared response headers of an HTTP 503 response for GetHold
 type GetHoldResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetHoldResponse struct {
@@ -15049,6 +15405,8 @@ type GetHoldResponse struct {
 	JSON200 *Hold
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -15059,6 +15417,8 @@ type GetHoldResponse struct {
 	Headers200 *GetHoldResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetHoldResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetHoldResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetHoldResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -15075,6 +15435,11 @@ func (r GetHoldResponse) GetJSON200() *Hold {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetHoldResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetHoldResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -15130,67 +15495,84 @@ type CaptureHoldResponse200Headers struct {
 
 // CaptureHoldResponse400Headers the declared response headers of an HTTP 400 response for CaptureHold
 type CaptureHoldResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse401Headers the declared response headers of an HTTP 401 response for CaptureHold
 type CaptureHoldResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// CaptureHoldResponse403Headers the declared response headers of an HTTP 403 response for CaptureHold
+type CaptureHoldResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse404Headers the declared response headers of an HTTP 404 response for CaptureHold
 type CaptureHoldResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse409Headers the declared response headers of an HTTP 409 response for CaptureHold
 type CaptureHoldResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse413Headers the declared response headers of an HTTP 413 response for CaptureHold
 type CaptureHoldResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse415Headers the declared response headers of an HTTP 415 response for CaptureHold
 type CaptureHoldResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse422Headers the declared response headers of an HTTP 422 response for CaptureHold
 type CaptureHoldResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse500Headers the declared response headers of an HTTP 500 response for CaptureHold
 type CaptureHoldResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CaptureHoldResponse503Headers the declared response headers of an HTTP 503 response for CaptureHold
 type CaptureHoldResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type CaptureHoldResponse struct {
@@ -15202,6 +15584,8 @@ type CaptureHoldResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -15222,6 +15606,8 @@ type CaptureHoldResponse struct {
 	Headers400 *CaptureHoldResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CaptureHoldResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CaptureHoldResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CaptureHoldResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -15251,6 +15637,11 @@ func (r CaptureHoldResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CaptureHoldResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CaptureHoldResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -15326,67 +15717,84 @@ type VoidHoldResponse200Headers struct {
 
 // VoidHoldResponse400Headers the declared response headers of an HTTP 400 response for VoidHold
 type VoidHoldResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse401Headers the declared response headers of an HTTP 401 response for VoidHold
 type VoidHoldResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// VoidHoldResponse403Headers the declared response headers of an HTTP 403 response for VoidHold
+type VoidHoldResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse404Headers the declared response headers of an HTTP 404 response for VoidHold
 type VoidHoldResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse409Headers the declared response headers of an HTTP 409 response for VoidHold
 type VoidHoldResponse409Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse413Headers the declared response headers of an HTTP 413 response for VoidHold
 type VoidHoldResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse415Headers the declared response headers of an HTTP 415 response for VoidHold
 type VoidHoldResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse422Headers the declared response headers of an HTTP 422 response for VoidHold
 type VoidHoldResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse500Headers the declared response headers of an HTTP 500 response for VoidHold
 type VoidHoldResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // VoidHoldResponse503Headers the declared response headers of an HTTP 503 response for VoidHold
 type VoidHoldResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type VoidHoldResponse struct {
@@ -15398,6 +15806,8 @@ type VoidHoldResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -15418,6 +15828,8 @@ type VoidHoldResponse struct {
 	Headers400 *VoidHoldResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *VoidHoldResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *VoidHoldResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *VoidHoldResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -15447,6 +15859,11 @@ func (r VoidHoldResponse) GetJSON400() *BadRequest {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r VoidHoldResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r VoidHoldResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -15521,31 +15938,43 @@ type GetLiabilitiesRootsResponse200Headers struct {
 
 // GetLiabilitiesRootsResponse401Headers the declared response headers of an HTTP 401 response for GetLiabilitiesRoots
 type GetLiabilitiesRootsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetLiabilitiesRootsResponse403Headers the declared response headers of an HTTP 403 response for GetLiabilitiesRoots
+type GetLiabilitiesRootsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesRootsResponse422Headers the declared response headers of an HTTP 422 response for GetLiabilitiesRoots
 type GetLiabilitiesRootsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesRootsResponse500Headers the declared response headers of an HTTP 500 response for GetLiabilitiesRoots
 type GetLiabilitiesRootsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetLiabilitiesRootsResponse503Headers the declared response headers of an HTTP 503 response for GetLiabilitiesRoots
 type GetLiabilitiesRootsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetLiabilitiesRootsResponse struct {
@@ -15555,6 +15984,8 @@ type GetLiabilitiesRootsResponse struct {
 	JSON200 *LiabilitiesSnapshotList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -15565,6 +15996,8 @@ type GetLiabilitiesRootsResponse struct {
 	Headers200 *GetLiabilitiesRootsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetLiabilitiesRootsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLiabilitiesRootsResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *GetLiabilitiesRootsResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -15581,6 +16014,11 @@ func (r GetLiabilitiesRootsResponse) GetJSON200() *LiabilitiesSnapshotList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetLiabilitiesRootsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetLiabilitiesRootsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -15635,31 +16073,43 @@ type ListPlatformAccountsResponse200Headers struct {
 
 // ListPlatformAccountsResponse401Headers the declared response headers of an HTTP 401 response for ListPlatformAccounts
 type ListPlatformAccountsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListPlatformAccountsResponse403Headers the declared response headers of an HTTP 403 response for ListPlatformAccounts
+type ListPlatformAccountsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountsResponse422Headers the declared response headers of an HTTP 422 response for ListPlatformAccounts
 type ListPlatformAccountsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountsResponse500Headers the declared response headers of an HTTP 500 response for ListPlatformAccounts
 type ListPlatformAccountsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountsResponse503Headers the declared response headers of an HTTP 503 response for ListPlatformAccounts
 type ListPlatformAccountsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListPlatformAccountsResponse struct {
@@ -15669,6 +16119,8 @@ type ListPlatformAccountsResponse struct {
 	JSON200 *PlatformAccountList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -15679,6 +16131,8 @@ type ListPlatformAccountsResponse struct {
 	Headers200 *ListPlatformAccountsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPlatformAccountsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlatformAccountsResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ListPlatformAccountsResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -15695,6 +16149,11 @@ func (r ListPlatformAccountsResponse) GetJSON200() *PlatformAccountList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPlatformAccountsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPlatformAccountsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -15749,31 +16208,43 @@ type GetPlatformAccountBalancesResponse200Headers struct {
 
 // GetPlatformAccountBalancesResponse401Headers the declared response headers of an HTTP 401 response for GetPlatformAccountBalances
 type GetPlatformAccountBalancesResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetPlatformAccountBalancesResponse403Headers the declared response headers of an HTTP 403 response for GetPlatformAccountBalances
+type GetPlatformAccountBalancesResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountBalancesResponse422Headers the declared response headers of an HTTP 422 response for GetPlatformAccountBalances
 type GetPlatformAccountBalancesResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountBalancesResponse500Headers the declared response headers of an HTTP 500 response for GetPlatformAccountBalances
 type GetPlatformAccountBalancesResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountBalancesResponse503Headers the declared response headers of an HTTP 503 response for GetPlatformAccountBalances
 type GetPlatformAccountBalancesResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetPlatformAccountBalancesResponse struct {
@@ -15783,6 +16254,8 @@ type GetPlatformAccountBalancesResponse struct {
 	JSON200 *PlatformBalancesResponse
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -15793,6 +16266,8 @@ type GetPlatformAccountBalancesResponse struct {
 	Headers200 *GetPlatformAccountBalancesResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetPlatformAccountBalancesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPlatformAccountBalancesResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *GetPlatformAccountBalancesResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -15809,6 +16284,11 @@ func (r GetPlatformAccountBalancesResponse) GetJSON200() *PlatformBalancesRespon
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetPlatformAccountBalancesResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetPlatformAccountBalancesResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -15863,31 +16343,43 @@ type ListPlatformAccountHoldsResponse200Headers struct {
 
 // ListPlatformAccountHoldsResponse401Headers the declared response headers of an HTTP 401 response for ListPlatformAccountHolds
 type ListPlatformAccountHoldsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListPlatformAccountHoldsResponse403Headers the declared response headers of an HTTP 403 response for ListPlatformAccountHolds
+type ListPlatformAccountHoldsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountHoldsResponse422Headers the declared response headers of an HTTP 422 response for ListPlatformAccountHolds
 type ListPlatformAccountHoldsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountHoldsResponse500Headers the declared response headers of an HTTP 500 response for ListPlatformAccountHolds
 type ListPlatformAccountHoldsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountHoldsResponse503Headers the declared response headers of an HTTP 503 response for ListPlatformAccountHolds
 type ListPlatformAccountHoldsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListPlatformAccountHoldsResponse struct {
@@ -15897,6 +16389,8 @@ type ListPlatformAccountHoldsResponse struct {
 	JSON200 *HoldList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -15907,6 +16401,8 @@ type ListPlatformAccountHoldsResponse struct {
 	Headers200 *ListPlatformAccountHoldsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPlatformAccountHoldsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlatformAccountHoldsResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ListPlatformAccountHoldsResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -15923,6 +16419,11 @@ func (r ListPlatformAccountHoldsResponse) GetJSON200() *HoldList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPlatformAccountHoldsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPlatformAccountHoldsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -15977,38 +16478,51 @@ type GetPlatformAccountLiabilitiesProofResponse200Headers struct {
 
 // GetPlatformAccountLiabilitiesProofResponse401Headers the declared response headers of an HTTP 401 response for GetPlatformAccountLiabilitiesProof
 type GetPlatformAccountLiabilitiesProofResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetPlatformAccountLiabilitiesProofResponse403Headers the declared response headers of an HTTP 403 response for GetPlatformAccountLiabilitiesProof
+type GetPlatformAccountLiabilitiesProofResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountLiabilitiesProofResponse404Headers the declared response headers of an HTTP 404 response for GetPlatformAccountLiabilitiesProof
 type GetPlatformAccountLiabilitiesProofResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountLiabilitiesProofResponse422Headers the declared response headers of an HTTP 422 response for GetPlatformAccountLiabilitiesProof
 type GetPlatformAccountLiabilitiesProofResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountLiabilitiesProofResponse500Headers the declared response headers of an HTTP 500 response for GetPlatformAccountLiabilitiesProof
 type GetPlatformAccountLiabilitiesProofResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetPlatformAccountLiabilitiesProofResponse503Headers the declared response headers of an HTTP 503 response for GetPlatformAccountLiabilitiesProof
 type GetPlatformAccountLiabilitiesProofResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetPlatformAccountLiabilitiesProofResponse struct {
@@ -16018,6 +16532,8 @@ type GetPlatformAccountLiabilitiesProofResponse struct {
 	JSON200 *PlatformAccountLiabilitiesProof
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -16030,6 +16546,8 @@ type GetPlatformAccountLiabilitiesProofResponse struct {
 	Headers200 *GetPlatformAccountLiabilitiesProofResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetPlatformAccountLiabilitiesProofResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPlatformAccountLiabilitiesProofResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetPlatformAccountLiabilitiesProofResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -16048,6 +16566,11 @@ func (r GetPlatformAccountLiabilitiesProofResponse) GetJSON200() *PlatformAccoun
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetPlatformAccountLiabilitiesProofResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetPlatformAccountLiabilitiesProofResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16107,38 +16630,51 @@ type ListPlatformAccountTransactionsResponse200Headers struct {
 
 // ListPlatformAccountTransactionsResponse401Headers the declared response headers of an HTTP 401 response for ListPlatformAccountTransactions
 type ListPlatformAccountTransactionsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListPlatformAccountTransactionsResponse403Headers the declared response headers of an HTTP 403 response for ListPlatformAccountTransactions
+type ListPlatformAccountTransactionsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransactionsResponse404Headers the declared response headers of an HTTP 404 response for ListPlatformAccountTransactions
 type ListPlatformAccountTransactionsResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransactionsResponse422Headers the declared response headers of an HTTP 422 response for ListPlatformAccountTransactions
 type ListPlatformAccountTransactionsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransactionsResponse500Headers the declared response headers of an HTTP 500 response for ListPlatformAccountTransactions
 type ListPlatformAccountTransactionsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransactionsResponse503Headers the declared response headers of an HTTP 503 response for ListPlatformAccountTransactions
 type ListPlatformAccountTransactionsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListPlatformAccountTransactionsResponse struct {
@@ -16148,6 +16684,8 @@ type ListPlatformAccountTransactionsResponse struct {
 	JSON200 *TransactionList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -16160,6 +16698,8 @@ type ListPlatformAccountTransactionsResponse struct {
 	Headers200 *ListPlatformAccountTransactionsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPlatformAccountTransactionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlatformAccountTransactionsResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListPlatformAccountTransactionsResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -16178,6 +16718,11 @@ func (r ListPlatformAccountTransactionsResponse) GetJSON200() *TransactionList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPlatformAccountTransactionsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPlatformAccountTransactionsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16237,38 +16782,51 @@ type ListPlatformAccountTransfersResponse200Headers struct {
 
 // ListPlatformAccountTransfersResponse401Headers the declared response headers of an HTTP 401 response for ListPlatformAccountTransfers
 type ListPlatformAccountTransfersResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListPlatformAccountTransfersResponse403Headers the declared response headers of an HTTP 403 response for ListPlatformAccountTransfers
+type ListPlatformAccountTransfersResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransfersResponse404Headers the declared response headers of an HTTP 404 response for ListPlatformAccountTransfers
 type ListPlatformAccountTransfersResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransfersResponse422Headers the declared response headers of an HTTP 422 response for ListPlatformAccountTransfers
 type ListPlatformAccountTransfersResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransfersResponse500Headers the declared response headers of an HTTP 500 response for ListPlatformAccountTransfers
 type ListPlatformAccountTransfersResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListPlatformAccountTransfersResponse503Headers the declared response headers of an HTTP 503 response for ListPlatformAccountTransfers
 type ListPlatformAccountTransfersResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListPlatformAccountTransfersResponse struct {
@@ -16278,6 +16836,8 @@ type ListPlatformAccountTransfersResponse struct {
 	JSON200 *TransferList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -16290,6 +16850,8 @@ type ListPlatformAccountTransfersResponse struct {
 	Headers200 *ListPlatformAccountTransfersResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListPlatformAccountTransfersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListPlatformAccountTransfersResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListPlatformAccountTransfersResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -16308,6 +16870,11 @@ func (r ListPlatformAccountTransfersResponse) GetJSON200() *TransferList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListPlatformAccountTransfersResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListPlatformAccountTransfersResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16367,31 +16934,43 @@ type FindTransferResponse200Headers struct {
 
 // FindTransferResponse401Headers the declared response headers of an HTTP 401 response for FindTransfer
 type FindTransferResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// FindTransferResponse403Headers the declared response headers of an HTTP 403 response for FindTransfer
+type FindTransferResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindTransferResponse422Headers the declared response headers of an HTTP 422 response for FindTransfer
 type FindTransferResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindTransferResponse500Headers the declared response headers of an HTTP 500 response for FindTransfer
 type FindTransferResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindTransferResponse503Headers the declared response headers of an HTTP 503 response for FindTransfer
 type FindTransferResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type FindTransferResponse struct {
@@ -16401,6 +16980,8 @@ type FindTransferResponse struct {
 	JSON200 *TransferList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -16411,6 +16992,8 @@ type FindTransferResponse struct {
 	Headers200 *FindTransferResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *FindTransferResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *FindTransferResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *FindTransferResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -16427,6 +17010,11 @@ func (r FindTransferResponse) GetJSON200() *TransferList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r FindTransferResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r FindTransferResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -16482,16 +17070,18 @@ type CreateTransferResponse201Headers struct {
 
 // CreateTransferResponse400Headers the declared response headers of an HTTP 400 response for CreateTransfer
 type CreateTransferResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse401Headers the declared response headers of an HTTP 401 response for CreateTransfer
 type CreateTransferResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse402Headers the declared response headers of an HTTP 402 response for CreateTransfer
@@ -16499,6 +17089,14 @@ type CreateTransferResponse402Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
 	XRequestId         *string
+}
+
+// CreateTransferResponse403Headers the declared response headers of an HTTP 403 response for CreateTransfer
+type CreateTransferResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse404Headers the declared response headers of an HTTP 404 response for CreateTransfer
@@ -16518,16 +17116,18 @@ type CreateTransferResponse409Headers struct {
 
 // CreateTransferResponse413Headers the declared response headers of an HTTP 413 response for CreateTransfer
 type CreateTransferResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse415Headers the declared response headers of an HTTP 415 response for CreateTransfer
 type CreateTransferResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse422Headers the declared response headers of an HTTP 422 response for CreateTransfer
@@ -16539,17 +17139,19 @@ type CreateTransferResponse422Headers struct {
 
 // CreateTransferResponse500Headers the declared response headers of an HTTP 500 response for CreateTransfer
 type CreateTransferResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateTransferResponse503Headers the declared response headers of an HTTP 503 response for CreateTransfer
 type CreateTransferResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type CreateTransferResponse struct {
@@ -16563,6 +17165,8 @@ type CreateTransferResponse struct {
 	JSON401 *Unauthorized
 	// JSON402 the response for an HTTP 402 `application/json` response
 	JSON402 *Error
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Error
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -16585,6 +17189,8 @@ type CreateTransferResponse struct {
 	Headers401 *CreateTransferResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateTransferResponse402Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateTransferResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CreateTransferResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -16619,6 +17225,11 @@ func (r CreateTransferResponse) GetJSON401() *Unauthorized {
 // GetJSON402 returns the response for an HTTP 402 `application/json` response
 func (r CreateTransferResponse) GetJSON402() *Error {
 	return r.JSON402
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateTransferResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16693,31 +17304,43 @@ type GetTransferResponse200Headers struct {
 
 // GetTransferResponse401Headers the declared response headers of an HTTP 401 response for GetTransfer
 type GetTransferResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetTransferResponse403Headers the declared response headers of an HTTP 403 response for GetTransfer
+type GetTransferResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetTransferResponse404Headers the declared response headers of an HTTP 404 response for GetTransfer
 type GetTransferResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetTransferResponse500Headers the declared response headers of an HTTP 500 response for GetTransfer
 type GetTransferResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetTransferResponse503Headers the declared response headers of an HTTP 503 response for GetTransfer
 type GetTransferResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetTransferResponse struct {
@@ -16727,6 +17350,8 @@ type GetTransferResponse struct {
 	JSON200 *Transfer
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -16737,6 +17362,8 @@ type GetTransferResponse struct {
 	Headers200 *GetTransferResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetTransferResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetTransferResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetTransferResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -16753,6 +17380,11 @@ func (r GetTransferResponse) GetJSON200() *Transfer {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetTransferResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetTransferResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16807,38 +17439,51 @@ type GetUserBalancesResponse200Headers struct {
 
 // GetUserBalancesResponse401Headers the declared response headers of an HTTP 401 response for GetUserBalances
 type GetUserBalancesResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetUserBalancesResponse403Headers the declared response headers of an HTTP 403 response for GetUserBalances
+type GetUserBalancesResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserBalancesResponse404Headers the declared response headers of an HTTP 404 response for GetUserBalances
 type GetUserBalancesResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserBalancesResponse422Headers the declared response headers of an HTTP 422 response for GetUserBalances
 type GetUserBalancesResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserBalancesResponse500Headers the declared response headers of an HTTP 500 response for GetUserBalances
 type GetUserBalancesResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserBalancesResponse503Headers the declared response headers of an HTTP 503 response for GetUserBalances
 type GetUserBalancesResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetUserBalancesResponse struct {
@@ -16848,6 +17493,8 @@ type GetUserBalancesResponse struct {
 	JSON200 *BalancesResponse
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -16860,6 +17507,8 @@ type GetUserBalancesResponse struct {
 	Headers200 *GetUserBalancesResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetUserBalancesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetUserBalancesResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetUserBalancesResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -16878,6 +17527,11 @@ func (r GetUserBalancesResponse) GetJSON200() *BalancesResponse {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetUserBalancesResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetUserBalancesResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -16937,38 +17591,51 @@ type ListUserDepositsResponse200Headers struct {
 
 // ListUserDepositsResponse401Headers the declared response headers of an HTTP 401 response for ListUserDeposits
 type ListUserDepositsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListUserDepositsResponse403Headers the declared response headers of an HTTP 403 response for ListUserDeposits
+type ListUserDepositsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserDepositsResponse404Headers the declared response headers of an HTTP 404 response for ListUserDeposits
 type ListUserDepositsResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserDepositsResponse422Headers the declared response headers of an HTTP 422 response for ListUserDeposits
 type ListUserDepositsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserDepositsResponse500Headers the declared response headers of an HTTP 500 response for ListUserDeposits
 type ListUserDepositsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserDepositsResponse503Headers the declared response headers of an HTTP 503 response for ListUserDeposits
 type ListUserDepositsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListUserDepositsResponse struct {
@@ -16978,6 +17645,8 @@ type ListUserDepositsResponse struct {
 	JSON200 *DepositList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -16990,6 +17659,8 @@ type ListUserDepositsResponse struct {
 	Headers200 *ListUserDepositsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListUserDepositsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListUserDepositsResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListUserDepositsResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -17008,6 +17679,11 @@ func (r ListUserDepositsResponse) GetJSON200() *DepositList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListUserDepositsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListUserDepositsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -17067,31 +17743,43 @@ type ListUserHoldsResponse200Headers struct {
 
 // ListUserHoldsResponse401Headers the declared response headers of an HTTP 401 response for ListUserHolds
 type ListUserHoldsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListUserHoldsResponse403Headers the declared response headers of an HTTP 403 response for ListUserHolds
+type ListUserHoldsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserHoldsResponse422Headers the declared response headers of an HTTP 422 response for ListUserHolds
 type ListUserHoldsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserHoldsResponse500Headers the declared response headers of an HTTP 500 response for ListUserHolds
 type ListUserHoldsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserHoldsResponse503Headers the declared response headers of an HTTP 503 response for ListUserHolds
 type ListUserHoldsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListUserHoldsResponse struct {
@@ -17101,6 +17789,8 @@ type ListUserHoldsResponse struct {
 	JSON200 *HoldList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -17111,6 +17801,8 @@ type ListUserHoldsResponse struct {
 	Headers200 *ListUserHoldsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListUserHoldsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListUserHoldsResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *ListUserHoldsResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -17127,6 +17819,11 @@ func (r ListUserHoldsResponse) GetJSON200() *HoldList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListUserHoldsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListUserHoldsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -17181,38 +17878,51 @@ type GetUserLiabilitiesProofResponse200Headers struct {
 
 // GetUserLiabilitiesProofResponse401Headers the declared response headers of an HTTP 401 response for GetUserLiabilitiesProof
 type GetUserLiabilitiesProofResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetUserLiabilitiesProofResponse403Headers the declared response headers of an HTTP 403 response for GetUserLiabilitiesProof
+type GetUserLiabilitiesProofResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserLiabilitiesProofResponse404Headers the declared response headers of an HTTP 404 response for GetUserLiabilitiesProof
 type GetUserLiabilitiesProofResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserLiabilitiesProofResponse422Headers the declared response headers of an HTTP 422 response for GetUserLiabilitiesProof
 type GetUserLiabilitiesProofResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserLiabilitiesProofResponse500Headers the declared response headers of an HTTP 500 response for GetUserLiabilitiesProof
 type GetUserLiabilitiesProofResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetUserLiabilitiesProofResponse503Headers the declared response headers of an HTTP 503 response for GetUserLiabilitiesProof
 type GetUserLiabilitiesProofResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetUserLiabilitiesProofResponse struct {
@@ -17222,6 +17932,8 @@ type GetUserLiabilitiesProofResponse struct {
 	JSON200 *LiabilitiesProof
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -17234,6 +17946,8 @@ type GetUserLiabilitiesProofResponse struct {
 	Headers200 *GetUserLiabilitiesProofResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetUserLiabilitiesProofResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetUserLiabilitiesProofResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetUserLiabilitiesProofResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -17252,6 +17966,11 @@ func (r GetUserLiabilitiesProofResponse) GetJSON200() *LiabilitiesProof {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetUserLiabilitiesProofResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetUserLiabilitiesProofResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -17311,38 +18030,51 @@ type ListUserTransactionsResponse200Headers struct {
 
 // ListUserTransactionsResponse401Headers the declared response headers of an HTTP 401 response for ListUserTransactions
 type ListUserTransactionsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListUserTransactionsResponse403Headers the declared response headers of an HTTP 403 response for ListUserTransactions
+type ListUserTransactionsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransactionsResponse404Headers the declared response headers of an HTTP 404 response for ListUserTransactions
 type ListUserTransactionsResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransactionsResponse422Headers the declared response headers of an HTTP 422 response for ListUserTransactions
 type ListUserTransactionsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransactionsResponse500Headers the declared response headers of an HTTP 500 response for ListUserTransactions
 type ListUserTransactionsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransactionsResponse503Headers the declared response headers of an HTTP 503 response for ListUserTransactions
 type ListUserTransactionsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListUserTransactionsResponse struct {
@@ -17352,6 +18084,8 @@ type ListUserTransactionsResponse struct {
 	JSON200 *TransactionList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -17364,6 +18098,8 @@ type ListUserTransactionsResponse struct {
 	Headers200 *ListUserTransactionsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListUserTransactionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListUserTransactionsResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListUserTransactionsResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -17382,6 +18118,11 @@ func (r ListUserTransactionsResponse) GetJSON200() *TransactionList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListUserTransactionsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListUserTransactionsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -17441,38 +18182,51 @@ type ListUserTransfersResponse200Headers struct {
 
 // ListUserTransfersResponse401Headers the declared response headers of an HTTP 401 response for ListUserTransfers
 type ListUserTransfersResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListUserTransfersResponse403Headers the declared response headers of an HTTP 403 response for ListUserTransfers
+type ListUserTransfersResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransfersResponse404Headers the declared response headers of an HTTP 404 response for ListUserTransfers
 type ListUserTransfersResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransfersResponse422Headers the declared response headers of an HTTP 422 response for ListUserTransfers
 type ListUserTransfersResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransfersResponse500Headers the declared response headers of an HTTP 500 response for ListUserTransfers
 type ListUserTransfersResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserTransfersResponse503Headers the declared response headers of an HTTP 503 response for ListUserTransfers
 type ListUserTransfersResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListUserTransfersResponse struct {
@@ -17482,6 +18236,8 @@ type ListUserTransfersResponse struct {
 	JSON200 *TransferList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -17494,6 +18250,8 @@ type ListUserTransfersResponse struct {
 	Headers200 *ListUserTransfersResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListUserTransfersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListUserTransfersResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListUserTransfersResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -17512,6 +18270,11 @@ func (r ListUserTransfersResponse) GetJSON200() *TransferList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListUserTransfersResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListUserTransfersResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -17571,38 +18334,51 @@ type ListUserWithdrawalsResponse200Headers struct {
 
 // ListUserWithdrawalsResponse401Headers the declared response headers of an HTTP 401 response for ListUserWithdrawals
 type ListUserWithdrawalsResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// ListUserWithdrawalsResponse403Headers the declared response headers of an HTTP 403 response for ListUserWithdrawals
+type ListUserWithdrawalsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserWithdrawalsResponse404Headers the declared response headers of an HTTP 404 response for ListUserWithdrawals
 type ListUserWithdrawalsResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserWithdrawalsResponse422Headers the declared response headers of an HTTP 422 response for ListUserWithdrawals
 type ListUserWithdrawalsResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserWithdrawalsResponse500Headers the declared response headers of an HTTP 500 response for ListUserWithdrawals
 type ListUserWithdrawalsResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // ListUserWithdrawalsResponse503Headers the declared response headers of an HTTP 503 response for ListUserWithdrawals
 type ListUserWithdrawalsResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ListUserWithdrawalsResponse struct {
@@ -17612,6 +18388,8 @@ type ListUserWithdrawalsResponse struct {
 	JSON200 *WithdrawalList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -17624,6 +18402,8 @@ type ListUserWithdrawalsResponse struct {
 	Headers200 *ListUserWithdrawalsResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListUserWithdrawalsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListUserWithdrawalsResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListUserWithdrawalsResponse404Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
@@ -17642,6 +18422,11 @@ func (r ListUserWithdrawalsResponse) GetJSON200() *WithdrawalList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r ListUserWithdrawalsResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListUserWithdrawalsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -17701,31 +18486,43 @@ type FindWithdrawalByClientReferenceResponse200Headers struct {
 
 // FindWithdrawalByClientReferenceResponse401Headers the declared response headers of an HTTP 401 response for FindWithdrawalByClientReference
 type FindWithdrawalByClientReferenceResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// FindWithdrawalByClientReferenceResponse403Headers the declared response headers of an HTTP 403 response for FindWithdrawalByClientReference
+type FindWithdrawalByClientReferenceResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindWithdrawalByClientReferenceResponse422Headers the declared response headers of an HTTP 422 response for FindWithdrawalByClientReference
 type FindWithdrawalByClientReferenceResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindWithdrawalByClientReferenceResponse500Headers the declared response headers of an HTTP 500 response for FindWithdrawalByClientReference
 type FindWithdrawalByClientReferenceResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // FindWithdrawalByClientReferenceResponse503Headers the declared response headers of an HTTP 503 response for FindWithdrawalByClientReference
 type FindWithdrawalByClientReferenceResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type FindWithdrawalByClientReferenceResponse struct {
@@ -17735,6 +18532,8 @@ type FindWithdrawalByClientReferenceResponse struct {
 	JSON200 *WithdrawalList
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON422 the response for an HTTP 422 `application/json` response
 	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -17745,6 +18544,8 @@ type FindWithdrawalByClientReferenceResponse struct {
 	Headers200 *FindWithdrawalByClientReferenceResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *FindWithdrawalByClientReferenceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *FindWithdrawalByClientReferenceResponse403Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *FindWithdrawalByClientReferenceResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -17761,6 +18562,11 @@ func (r FindWithdrawalByClientReferenceResponse) GetJSON200() *WithdrawalList {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r FindWithdrawalByClientReferenceResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r FindWithdrawalByClientReferenceResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON422 returns the response for an HTTP 422 `application/json` response
@@ -17816,30 +18622,42 @@ type CreateWithdrawalResponse201Headers struct {
 
 // CreateWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for CreateWithdrawal
 type CreateWithdrawalResponse400Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for CreateWithdrawal
 type CreateWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse402Headers the declared response headers of an HTTP 402 response for CreateWithdrawal
 type CreateWithdrawalResponse402Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// CreateWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for CreateWithdrawal
+type CreateWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for CreateWithdrawal
 type CreateWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for CreateWithdrawal
@@ -17852,38 +18670,43 @@ type CreateWithdrawalResponse409Headers struct {
 
 // CreateWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for CreateWithdrawal
 type CreateWithdrawalResponse413Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for CreateWithdrawal
 type CreateWithdrawalResponse415Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for CreateWithdrawal
 type CreateWithdrawalResponse422Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for CreateWithdrawal
 type CreateWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // CreateWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for CreateWithdrawal
 type CreateWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type CreateWithdrawalResponse struct {
@@ -17897,6 +18720,8 @@ type CreateWithdrawalResponse struct {
 	JSON401 *Unauthorized
 	// JSON402 the response for an HTTP 402 `application/json` response
 	JSON402 *PaymentRequired
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -17919,6 +18744,8 @@ type CreateWithdrawalResponse struct {
 	Headers401 *CreateWithdrawalResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateWithdrawalResponse402Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateWithdrawalResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CreateWithdrawalResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -17953,6 +18780,11 @@ func (r CreateWithdrawalResponse) GetJSON401() *Unauthorized {
 // GetJSON402 returns the response for an HTTP 402 `application/json` response
 func (r CreateWithdrawalResponse) GetJSON402() *PaymentRequired {
 	return r.JSON402
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -18027,31 +18859,43 @@ type GetWithdrawalResponse200Headers struct {
 
 // GetWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for GetWithdrawal
 type GetWithdrawalResponse401Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// GetWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for GetWithdrawal
+type GetWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for GetWithdrawal
 type GetWithdrawalResponse404Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for GetWithdrawal
 type GetWithdrawalResponse500Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 // GetWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for GetWithdrawal
 type GetWithdrawalResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type GetWithdrawalResponse struct {
@@ -18061,6 +18905,8 @@ type GetWithdrawalResponse struct {
 	JSON200 *Withdrawal
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -18071,6 +18917,8 @@ type GetWithdrawalResponse struct {
 	Headers200 *GetWithdrawalResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetWithdrawalResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetWithdrawalResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetWithdrawalResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -18087,6 +18935,11 @@ func (r GetWithdrawalResponse) GetJSON200() *Withdrawal {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r GetWithdrawalResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
@@ -18165,10 +19018,11 @@ type ProcessorWebhookResponse500Headers struct {
 
 // ProcessorWebhookResponse503Headers the declared response headers of an HTTP 503 response for ProcessorWebhook
 type ProcessorWebhookResponse503Headers struct {
-	CacheControl       string
-	IdempotentReplayed *string
-	RetryAfter         *int
-	XRequestId         *string
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
 }
 
 type ProcessorWebhookResponse struct {
@@ -19874,6 +20728,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -19897,6 +20758,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -19922,6 +20790,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -19945,6 +20820,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -19976,6 +20858,13 @@ func ParseListAuditResponse(rsp *http.Response) (*ListAuditResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20082,6 +20971,13 @@ func ParseVerifyAuditResponse(rsp *http.Response) (*VerifyAuditResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20105,6 +21001,13 @@ func ParseVerifyAuditResponse(rsp *http.Response) (*VerifyAuditResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20130,6 +21033,13 @@ func ParseVerifyAuditResponse(rsp *http.Response) (*VerifyAuditResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20153,6 +21063,13 @@ func ParseVerifyAuditResponse(rsp *http.Response) (*VerifyAuditResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20184,6 +21101,13 @@ func ParseVerifyAuditResponse(rsp *http.Response) (*VerifyAuditResponse, error) 
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20290,6 +21214,13 @@ func ParseListReviewQueueResponse(rsp *http.Response) (*ListReviewQueueResponse,
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20313,6 +21244,13 @@ func ParseListReviewQueueResponse(rsp *http.Response) (*ListReviewQueueResponse,
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20338,6 +21276,13 @@ func ParseListReviewQueueResponse(rsp *http.Response) (*ListReviewQueueResponse,
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20361,6 +21306,13 @@ func ParseListReviewQueueResponse(rsp *http.Response) (*ListReviewQueueResponse,
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20392,6 +21344,13 @@ func ParseListReviewQueueResponse(rsp *http.Response) (*ListReviewQueueResponse,
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20547,6 +21506,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20570,6 +21536,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20595,6 +21568,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20618,6 +21598,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20650,6 +21637,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20673,6 +21667,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20698,6 +21699,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20721,6 +21729,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20746,6 +21761,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20769,6 +21791,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20800,6 +21829,13 @@ func ParseResolveDepositResponse(rsp *http.Response) (*ResolveDepositResponse, e
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20906,6 +21942,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20929,6 +21972,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -20954,6 +22004,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -20977,6 +22034,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21008,6 +22072,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21149,6 +22220,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21172,6 +22250,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21197,6 +22282,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21220,6 +22312,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21252,6 +22351,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21275,6 +22381,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21300,6 +22413,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21323,6 +22443,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21354,6 +22481,13 @@ func ParseRedeliverEventResponse(rsp *http.Response) (*RedeliverEventResponse, e
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21467,6 +22601,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21490,6 +22631,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21515,6 +22663,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21539,6 +22694,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21562,6 +22724,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21593,6 +22762,13 @@ func ParseGetLedgerCheckpointKeyResponse(rsp *http.Response) (*GetLedgerCheckpoi
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21772,6 +22948,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21795,6 +22978,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21820,6 +23010,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21843,6 +23040,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21875,6 +23079,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21898,6 +23109,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21923,6 +23141,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21947,6 +23172,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -21970,6 +23202,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22001,6 +23240,13 @@ func ParsePostLedgerCorrectionResponse(rsp *http.Response) (*PostLedgerCorrectio
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22180,6 +23426,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22203,6 +23456,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22228,6 +23488,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22251,6 +23518,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22283,6 +23557,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22306,6 +23587,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22331,6 +23619,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22355,6 +23650,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22378,6 +23680,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22409,6 +23718,13 @@ func ParsePostLedgerTransferResponse(rsp *http.Response) (*PostLedgerTransferRes
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22515,6 +23831,13 @@ func ParseGetLiabilitiesResponse(rsp *http.Response) (*GetLiabilitiesResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22538,6 +23861,13 @@ func ParseGetLiabilitiesResponse(rsp *http.Response) (*GetLiabilitiesResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22563,6 +23893,13 @@ func ParseGetLiabilitiesResponse(rsp *http.Response) (*GetLiabilitiesResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22586,6 +23923,13 @@ func ParseGetLiabilitiesResponse(rsp *http.Response) (*GetLiabilitiesResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22617,6 +23961,13 @@ func ParseGetLiabilitiesResponse(rsp *http.Response) (*GetLiabilitiesResponse, e
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22723,6 +24074,13 @@ func ParseListOperatorsResponse(rsp *http.Response) (*ListOperatorsResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22746,6 +24104,13 @@ func ParseListOperatorsResponse(rsp *http.Response) (*ListOperatorsResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22771,6 +24136,13 @@ func ParseListOperatorsResponse(rsp *http.Response) (*ListOperatorsResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -22794,6 +24166,13 @@ func ParseListOperatorsResponse(rsp *http.Response) (*ListOperatorsResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -22825,6 +24204,13 @@ func ParseListOperatorsResponse(rsp *http.Response) (*ListOperatorsResponse, err
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23004,6 +24390,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23027,6 +24420,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23052,6 +24452,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23075,6 +24482,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23107,6 +24521,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23130,6 +24551,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23155,6 +24583,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23179,6 +24614,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23202,6 +24644,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23233,6 +24682,13 @@ func ParseSubmitOperatorChangeResponse(rsp *http.Response) (*SubmitOperatorChang
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23339,6 +24795,13 @@ func ParseGetReconciliationResponse(rsp *http.Response) (*GetReconciliationRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23362,6 +24825,13 @@ func ParseGetReconciliationResponse(rsp *http.Response) (*GetReconciliationRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23387,6 +24857,13 @@ func ParseGetReconciliationResponse(rsp *http.Response) (*GetReconciliationRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23410,6 +24887,13 @@ func ParseGetReconciliationResponse(rsp *http.Response) (*GetReconciliationRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23441,6 +24925,13 @@ func ParseGetReconciliationResponse(rsp *http.Response) (*GetReconciliationRespo
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23547,6 +25038,13 @@ func ParseListWalletAlertsResponse(rsp *http.Response) (*ListWalletAlertsRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23570,6 +25068,13 @@ func ParseListWalletAlertsResponse(rsp *http.Response) (*ListWalletAlertsRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23595,6 +25100,13 @@ func ParseListWalletAlertsResponse(rsp *http.Response) (*ListWalletAlertsRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23618,6 +25130,13 @@ func ParseListWalletAlertsResponse(rsp *http.Response) (*ListWalletAlertsRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23649,6 +25168,13 @@ func ParseListWalletAlertsResponse(rsp *http.Response) (*ListWalletAlertsRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23755,6 +25281,13 @@ func ParseListAdminWithdrawalsResponse(rsp *http.Response) (*ListAdminWithdrawal
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23778,6 +25311,13 @@ func ParseListAdminWithdrawalsResponse(rsp *http.Response) (*ListAdminWithdrawal
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23803,6 +25343,13 @@ func ParseListAdminWithdrawalsResponse(rsp *http.Response) (*ListAdminWithdrawal
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23826,6 +25373,13 @@ func ParseListAdminWithdrawalsResponse(rsp *http.Response) (*ListAdminWithdrawal
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23857,6 +25411,13 @@ func ParseListAdminWithdrawalsResponse(rsp *http.Response) (*ListAdminWithdrawal
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -23963,6 +25524,13 @@ func ParseGetAdminWithdrawalResponse(rsp *http.Response) (*GetAdminWithdrawalRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -23986,6 +25554,13 @@ func ParseGetAdminWithdrawalResponse(rsp *http.Response) (*GetAdminWithdrawalRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24011,6 +25586,13 @@ func ParseGetAdminWithdrawalResponse(rsp *http.Response) (*GetAdminWithdrawalRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24034,6 +25616,13 @@ func ParseGetAdminWithdrawalResponse(rsp *http.Response) (*GetAdminWithdrawalRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24065,6 +25654,13 @@ func ParseGetAdminWithdrawalResponse(rsp *http.Response) (*GetAdminWithdrawalRes
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24213,6 +25809,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24236,6 +25839,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24261,6 +25871,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24284,6 +25901,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24316,6 +25940,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24339,6 +25970,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24364,6 +26002,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24388,6 +26033,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24411,6 +26063,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24442,6 +26101,13 @@ func ParseApproveWithdrawalResponse(rsp *http.Response) (*ApproveWithdrawalRespo
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24590,6 +26256,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24613,6 +26286,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24638,6 +26318,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24661,6 +26348,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24693,6 +26387,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24716,6 +26417,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24741,6 +26449,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24765,6 +26480,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24788,6 +26510,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24819,6 +26548,13 @@ func ParseMarkWithdrawalBroadcastResponse(rsp *http.Response) (*MarkWithdrawalBr
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -24967,6 +26703,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24990,6 +26733,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25015,6 +26765,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25038,6 +26795,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25070,6 +26834,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25093,6 +26864,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25118,6 +26896,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25142,6 +26927,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25165,6 +26957,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25196,6 +26995,13 @@ func ParseRejectWithdrawalResponse(rsp *http.Response) (*RejectWithdrawalRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25344,6 +27150,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25367,6 +27180,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25392,6 +27212,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25415,6 +27242,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25447,6 +27281,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25470,6 +27311,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25495,6 +27343,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25519,6 +27374,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25542,6 +27404,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25573,6 +27442,13 @@ func ParseReleaseWithdrawalResponse(rsp *http.Response) (*ReleaseWithdrawalRespo
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25614,6 +27490,13 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -25665,6 +27548,13 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25673,6 +27563,37 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListAssetsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAssetsResponse500Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -25688,6 +27609,13 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25719,6 +27647,13 @@ func ParseListAssetsResponse(rsp *http.Response) (*ListAssetsResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25760,6 +27695,13 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -25818,6 +27760,13 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -25826,6 +27775,37 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers FindDepositByClientReferenceResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers FindDepositByClientReferenceResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -25841,6 +27821,13 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25865,6 +27852,13 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25896,6 +27890,13 @@ func ParseFindDepositByClientReferenceResponse(rsp *http.Response) (*FindDeposit
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -25944,6 +27945,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -26044,6 +28052,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26068,6 +28083,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26076,6 +28098,37 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateDepositResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateDepositResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26091,6 +28144,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26147,6 +28207,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26170,6 +28237,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26195,6 +28269,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26219,6 +28300,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26242,6 +28330,13 @@ func ParseCreateDepositResponse(rsp *http.Response) (*CreateDepositResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26315,6 +28410,13 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -26372,6 +28474,13 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26380,6 +28489,37 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetDepositResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetDepositResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26395,6 +28535,13 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26419,6 +28566,13 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26450,6 +28604,13 @@ func ParseGetDepositResponse(rsp *http.Response) (*GetDepositResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26491,6 +28652,13 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -26549,6 +28717,13 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26557,6 +28732,37 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetDepositAddressHistoryResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetDepositAddressHistoryResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26572,6 +28778,13 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26596,6 +28809,13 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26627,6 +28847,13 @@ func ParseGetDepositAddressHistoryResponse(rsp *http.Response) (*GetDepositAddre
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26668,6 +28895,13 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -26726,6 +28960,13 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26734,6 +28975,37 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlatformEventsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers ListPlatformEventsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26749,6 +29021,13 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26773,6 +29052,13 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26804,6 +29090,13 @@ func ParseListPlatformEventsResponse(rsp *http.Response) (*ListPlatformEventsRes
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26845,6 +29138,13 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -26903,6 +29203,13 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26911,6 +29218,37 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPlatformEventResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetPlatformEventResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -26926,6 +29264,13 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26950,6 +29295,13 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -26981,6 +29333,13 @@ func ParseGetPlatformEventResponse(rsp *http.Response) (*GetPlatformEventRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27022,6 +29381,13 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -27080,6 +29446,13 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27088,6 +29461,37 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers FindHoldResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers FindHoldResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27103,6 +29507,13 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27127,6 +29538,13 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27158,6 +29576,13 @@ func ParseFindHoldResponse(rsp *http.Response) (*FindHoldResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27213,6 +29638,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			return nil, err
 		}
 		response.JSON402 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -27306,6 +29738,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27329,6 +29768,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27354,6 +29800,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27362,6 +29815,37 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateHoldResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateHoldResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27377,6 +29861,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27409,6 +29900,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27432,6 +29930,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27457,6 +29962,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27481,6 +29993,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27504,6 +30023,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27535,6 +30061,13 @@ func ParseCreateHoldResponse(rsp *http.Response) (*CreateHoldResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27576,6 +30109,13 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -27634,6 +30174,13 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27642,6 +30189,37 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetHoldResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetHoldResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27657,6 +30235,13 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27681,6 +30266,13 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27712,6 +30304,13 @@ func ParseGetHoldResponse(rsp *http.Response) (*GetHoldResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27760,6 +30359,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -27853,6 +30459,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27877,6 +30490,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27885,6 +30505,37 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CaptureHoldResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CaptureHoldResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -27900,6 +30551,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27932,6 +30590,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -27955,6 +30620,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -27980,6 +30652,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28004,6 +30683,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28027,6 +30713,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28058,6 +30751,13 @@ func ParseCaptureHoldResponse(rsp *http.Response) (*CaptureHoldResponse, error) 
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28106,6 +30806,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -28199,6 +30906,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28223,6 +30937,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28231,6 +30952,37 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers VoidHoldResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers VoidHoldResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28246,6 +30998,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28278,6 +31037,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			}
 			headers.RetryAfter = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28301,6 +31067,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28326,6 +31099,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28350,6 +31130,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28373,6 +31160,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28404,6 +31198,13 @@ func ParseVoidHoldResponse(rsp *http.Response) (*VoidHoldResponse, error) {
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28445,6 +31246,13 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -28503,6 +31311,13 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28511,6 +31326,37 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLiabilitiesRootsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers GetLiabilitiesRootsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28526,6 +31372,13 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28550,6 +31403,13 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28581,6 +31441,13 @@ func ParseGetLiabilitiesRootsResponse(rsp *http.Response) (*GetLiabilitiesRootsR
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28622,6 +31489,13 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -28680,6 +31554,13 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28688,6 +31569,37 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlatformAccountsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers ListPlatformAccountsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28703,6 +31615,13 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28727,6 +31646,13 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28758,6 +31684,13 @@ func ParseListPlatformAccountsResponse(rsp *http.Response) (*ListPlatformAccount
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28799,6 +31732,13 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -28857,6 +31797,13 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -28865,6 +31812,37 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPlatformAccountBalancesResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers GetPlatformAccountBalancesResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -28880,6 +31858,13 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28904,6 +31889,13 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28935,6 +31927,13 @@ func ParseGetPlatformAccountBalancesResponse(rsp *http.Response) (*GetPlatformAc
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -28976,6 +31975,13 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -29034,6 +32040,13 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29042,6 +32055,37 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlatformAccountHoldsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers ListPlatformAccountHoldsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29057,6 +32101,13 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29081,6 +32132,13 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29112,6 +32170,13 @@ func ParseListPlatformAccountHoldsResponse(rsp *http.Response) (*ListPlatformAcc
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29153,6 +32218,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -29218,6 +32290,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29226,6 +32305,37 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPlatformAccountLiabilitiesProofResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetPlatformAccountLiabilitiesProofResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29241,6 +32351,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29266,6 +32383,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29289,6 +32413,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29320,6 +32451,13 @@ func ParseGetPlatformAccountLiabilitiesProofResponse(rsp *http.Response) (*GetPl
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29361,6 +32499,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -29426,6 +32571,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29434,6 +32586,37 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlatformAccountTransactionsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListPlatformAccountTransactionsResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29449,6 +32632,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29474,6 +32664,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29497,6 +32694,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29528,6 +32732,13 @@ func ParseListPlatformAccountTransactionsResponse(rsp *http.Response) (*ListPlat
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29569,6 +32780,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -29634,6 +32852,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29642,6 +32867,37 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListPlatformAccountTransfersResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListPlatformAccountTransfersResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29657,6 +32913,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29682,6 +32945,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29705,6 +32975,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29736,6 +33013,13 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29777,6 +33061,13 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -29835,6 +33126,13 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -29843,6 +33141,37 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers FindTransferResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers FindTransferResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -29858,6 +33187,13 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29882,6 +33218,13 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29913,6 +33256,13 @@ func ParseFindTransferResponse(rsp *http.Response) (*FindTransferResponse, error
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -29968,6 +33318,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 			return nil, err
 		}
 		response.JSON402 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest Error
@@ -30061,6 +33418,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30084,6 +33448,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30117,6 +33488,37 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateTransferResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateTransferResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30188,6 +33590,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30211,6 +33620,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30260,6 +33676,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30290,6 +33713,13 @@ func ParseCreateTransferResponse(rsp *http.Response) (*CreateTransferResponse, e
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30331,6 +33761,13 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -30389,6 +33826,13 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30397,6 +33841,37 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetTransferResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetTransferResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30412,6 +33887,13 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30436,6 +33918,13 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30467,6 +33956,13 @@ func ParseGetTransferResponse(rsp *http.Response) (*GetTransferResponse, error) 
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30508,6 +34004,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -30573,6 +34076,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30581,6 +34091,37 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetUserBalancesResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetUserBalancesResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30596,6 +34137,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30621,6 +34169,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30644,6 +34199,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30675,6 +34237,13 @@ func ParseGetUserBalancesResponse(rsp *http.Response) (*GetUserBalancesResponse,
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30716,6 +34285,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -30781,6 +34357,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30789,6 +34372,37 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListUserDepositsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListUserDepositsResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -30804,6 +34418,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30829,6 +34450,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30852,6 +34480,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30883,6 +34518,13 @@ func ParseListUserDepositsResponse(rsp *http.Response) (*ListUserDepositsRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -30924,6 +34566,13 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -30982,6 +34631,13 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -30990,6 +34646,37 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListUserHoldsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers ListUserHoldsResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31005,6 +34692,13 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31029,6 +34723,13 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31060,6 +34761,13 @@ func ParseListUserHoldsResponse(rsp *http.Response) (*ListUserHoldsResponse, err
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31101,6 +34809,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -31166,6 +34881,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31174,6 +34896,37 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetUserLiabilitiesProofResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetUserLiabilitiesProofResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31189,6 +34942,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31214,6 +34974,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31237,6 +35004,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31268,6 +35042,13 @@ func ParseGetUserLiabilitiesProofResponse(rsp *http.Response) (*GetUserLiabiliti
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31309,6 +35090,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -31374,6 +35162,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31382,6 +35177,37 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListUserTransactionsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListUserTransactionsResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31397,6 +35223,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31422,6 +35255,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31445,6 +35285,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31476,6 +35323,13 @@ func ParseListUserTransactionsResponse(rsp *http.Response) (*ListUserTransaction
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31517,6 +35371,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -31582,6 +35443,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31590,6 +35458,37 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListUserTransfersResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListUserTransfersResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31605,6 +35504,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31630,6 +35536,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31653,6 +35566,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31684,6 +35604,13 @@ func ParseListUserTransfersResponse(rsp *http.Response) (*ListUserTransfersRespo
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31725,6 +35652,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -31790,6 +35724,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31798,6 +35739,37 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListUserWithdrawalsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers ListUserWithdrawalsResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -31813,6 +35785,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31838,6 +35817,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31861,6 +35847,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31892,6 +35885,13 @@ func ParseListUserWithdrawalsResponse(rsp *http.Response) (*ListUserWithdrawalsR
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -31933,6 +35933,13 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Unprocessable
@@ -31991,6 +35998,13 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -31999,6 +36013,37 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers FindWithdrawalByClientReferenceResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 422:
 		var headers FindWithdrawalByClientReferenceResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32014,6 +36059,13 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32038,6 +36090,13 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32069,6 +36128,13 @@ func ParseFindWithdrawalByClientReferenceResponse(rsp *http.Response) (*FindWith
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32124,6 +36190,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			return nil, err
 		}
 		response.JSON402 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -32217,6 +36290,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -32240,6 +36320,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32265,6 +36352,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -32273,6 +36367,37 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			headers.XRequestId = &value
 		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateWithdrawalResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32288,6 +36413,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32344,6 +36476,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -32367,6 +36506,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32392,6 +36538,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -32415,6 +36568,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32446,6 +36606,13 @@ func ParseCreateWithdrawalResponse(rsp *http.Response) (*CreateWithdrawalRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32487,6 +36654,13 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -32545,6 +36719,13 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -32553,6 +36734,37 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetWithdrawalResponse404Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -32568,6 +36780,13 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32592,6 +36811,13 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 				return nil, err
 			}
 			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32623,6 +36849,13 @@ func ParseGetWithdrawalResponse(rsp *http.Response) (*GetWithdrawalResponse, err
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -32803,6 +37036,13 @@ func ParseProcessorWebhookResponse(rsp *http.Response) (*ProcessorWebhookRespons
 				return nil, err
 			}
 			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string

@@ -2696,6 +2696,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2708,6 +2709,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2720,18 +2722,20 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description A valid API key whose scope does not allow the call (a readwrite key on an admin route). */
+        /** @description A valid API key that may not make this call: its scope does not allow it (a readwrite key on an admin route, a read_only key on anything but a platform GET), or it is used from outside its allowed networks. `detail` names the rule. */
         Forbidden: {
             headers: {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2744,6 +2748,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2757,6 +2762,7 @@ export interface components {
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                 "Retry-After": components["headers"]["RetryAfter"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2769,6 +2775,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2781,6 +2788,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2793,6 +2801,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2805,6 +2814,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2818,6 +2828,7 @@ export interface components {
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                 "Retry-After": components["headers"]["RetryAfter"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2830,6 +2841,7 @@ export interface components {
                 "Cache-Control": components["headers"]["CacheControl"];
                 "X-Request-Id": components["headers"]["RequestId"];
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                "Svc-Interface-Version": components["headers"]["InterfaceVersion"];
                 [name: string]: unknown;
             };
             content: {
@@ -2921,6 +2933,11 @@ export interface components {
         IdempotentReplayed: "true";
         /** @description The request's id, also in the service's log. */
         RequestId: string;
+        /**
+         * @description The interface version the service speaks: `info.version` of its openapi.json. On every response.
+         * @example 0.3.0
+         */
+        InterfaceVersion: string;
     };
     pathItems: never;
 }
@@ -2950,6 +2967,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -2985,6 +3003,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             /** @description A request with this Idempotency-Key is still in flight (sent with `Retry-After`), or `client_reference` is already used by another deposit: `detail` names it (`client_reference "order-1042" is already used by deposit 0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b`), and nothing was created (no `Retry-After`). */
             409: {
@@ -3043,6 +3062,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3072,6 +3092,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3106,6 +3127,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3136,6 +3158,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3172,6 +3195,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             /** @description A request with this Idempotency-Key is still in flight (sent with `Retry-After`), or `client_reference` is already used by another withdrawal: `detail` names it (`client_reference "order-1042" is already used by withdrawal 0190a6b2-c3d4-7e8f-9a0b-1c2d3e4f5a6b`), and nothing was created (no `Retry-After`). */
             409: {
@@ -3217,6 +3241,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3251,6 +3276,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3281,6 +3307,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3317,6 +3344,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             402: components["responses"]["PaymentRequired"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3350,6 +3378,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3388,6 +3417,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3426,6 +3456,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
@@ -3466,6 +3497,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3502,6 +3534,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3531,6 +3564,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3568,6 +3602,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3600,6 +3635,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3629,6 +3665,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3665,6 +3702,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3698,6 +3736,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -3725,6 +3764,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3759,6 +3799,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -3788,6 +3829,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4778,6 +4820,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -4805,6 +4848,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4861,6 +4905,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -4908,6 +4953,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            403: components["responses"]["Forbidden"];
             /** @description An unknown asset; the detail names the first leg that uses it. */
             404: {
                 headers: {
@@ -4975,6 +5021,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -5009,6 +5056,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
@@ -5044,6 +5092,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
