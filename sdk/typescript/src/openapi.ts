@@ -728,6 +728,8 @@ export interface paths {
          * @description Puts a `dead` event back in the delivery queue (status `pending`, a fresh schedule). Events are never deleted. An unknown event is 404; an event that is not `dead` is 409 (a pending one is already queued; a delivered one was acknowledged).
          *
          *     Signed by an operator whose role is approver or admin (the `Svc-Operator-Signature` header): the statement's `action` is `event.redeliver`, its `resource` the event's `evt_` id, and its one fact `type`, the event's type. The operator (`op:NAME`) is the audit trail's actor.
+         *
+         *     With a body `{"endpoint_id"}`, only the event's delivery to that webhook endpoint is redelivered: 404 when the event has no delivery to it, 409 when that delivery is not `dead`; the statement an operator signs then has the fact `endpoint_id` too.
          */
         post: operations["redeliverEvent"];
         delete?: never;
@@ -1186,6 +1188,114 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/webhook-endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook endpoints
+         * @description Every webhook endpoint, oldest first, without secrets.
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Add a webhook endpoint
+         * @description Adds an endpoint beside PLATFORM_WEBHOOK_URL (which is unaffected). Every event written from then on whose type one of `events` takes gets a delivery to it, with its own retries (the SPEC's schedule), `dead` state and redelivery, signed with the endpoint's own secret (`X-Service-Signature`, as for the platform URL). The answer is the only one that shows the secret. An unknown event type or a bad URL is a 422 field error; without WEBHOOK_ENDPOINT_KEY in production, 503. Recorded in the audit trail (`webhook_endpoint.create`, never the secret).
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/webhook-endpoints/{endpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook endpoint
+         * @description One endpoint, without its secret. An unknown id is 404.
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        /**
+         * Change a webhook endpoint
+         * @description Changes the fields the body sets (a partial update; a POST, as every mutation of the API): `url`, `events`, `description`, `disabled`. Disabling stops the deliveries of the events written from then on, and holds (without spending attempts) those still pending, which resume once it is enabled. Filters apply to the events written from then on. Recorded in the audit trail (`webhook_endpoint.update`).
+         */
+        post: operations["updateWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a webhook endpoint's secret
+         * @description Gives the endpoint a new signing secret, shown in this answer only. For `overlap_seconds` (default a day, at most seven) every delivery carries two signatures, `t=...,v1=<new>,v1=<previous>`, so a receiver verifies with whichever secret it holds and switches at leisure; then only the new one signs. Recorded in the audit trail (`webhook_endpoint.rotate_secret`).
+         */
+        post: operations["rotateWebhookEndpointSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/webhook-endpoints/{endpoint_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a ping to a webhook endpoint
+         * @description Sends the endpoint, and it only, one signed `ping` event now, once, and answers what came of it (200 whatever the endpoint answered). The ping (`{id, type: "ping", created_at, data: {endpoint_id}}`, docs/events.schema.json) is not an event of the outbox: it is not listed, not retried, and no other receiver gets it. A disabled endpoint is pinged too.
+         */
+        post: operations["testWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/webhook-deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deliveries to webhook endpoints
+         * @description Events' deliveries to webhook endpoints, newest event first, optionally only those to one endpoint and in one status (`status=dead`: the ones an operator must look at; redeliver one with `POST /v1/admin/events/{event_raw_id}/redeliver {"endpoint_id"}`). A bad `status`, `endpoint_id` or `limit` and a query parameter this list does not take are 422, all in one answer.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     serviceEvent: {
@@ -1199,7 +1309,7 @@ export interface webhooks {
         put?: never;
         /**
          * Outbound event (service to platform)
-         * @description Sent to the one configured platform URL (`PLATFORM_WEBHOOK_URL`; while it is unset events queue and are kept, and the backlog is delivered once it is set). A hint to re-read the resource, not the truth.
+         * @description Sent to the one configured platform URL (`PLATFORM_WEBHOOK_URL`; while it is unset events queue and are kept, and the backlog is delivered once it is set). Also sent to every webhook endpoint an operator added whose filter takes the event's type (`/v1/admin/webhook-endpoints`), signed with that endpoint's secret and retried on its own; during a secret rotation the header carries one `v1` per secret. A hint to re-read the resource, not the truth.
          *
          *     Signature: `X-Service-Signature: t=<unix_seconds>,v1=<hex>` where `v1` is the hex HMAC-SHA256, keyed with the signing secret, of the `t` value, a period, and the raw body bytes. Verify over the raw body, compare in constant time, and reject a `t` more than 300 seconds from now.
          *
@@ -1767,6 +1877,8 @@ export interface components {
             created_at: components["schemas"]["Timestamp"];
             /** @description The event body exactly as delivered: `{id, type, created_at, data}`. */
             payload: Record<string, never>;
+            /** @description The event's deliveries to webhook endpoints, one per endpoint enabled and matching when it was written ([] when none). `status`, `attempts` and `last_error` above are its delivery to PLATFORM_WEBHOOK_URL. */
+            deliveries?: components["schemas"]["WebhookDelivery"][];
         };
         EventList: {
             /** @description Newest first. */
@@ -1775,7 +1887,7 @@ export interface components {
         RedeliverResult: {
             /** @description The event's `evt_` id. */
             id: string;
-            /** @description The event's status after the call: `pending` (queued again). */
+            /** @description The status after the call of what was redelivered (the event's delivery, or its delivery to the endpoint named): `pending` (queued again). */
             status: string;
         };
         /** @description Custody against ledger for one asset. */
@@ -1887,7 +1999,7 @@ export interface components {
             /** @description The key's label, or the CLI operator's name. */
             actor_label: string;
             /**
-             * @description What was done: `deposit.resolve`, `withdrawal.approve`, `withdrawal.reject`, `withdrawal.release`, `withdrawal.mark_broadcast`, `apikey.mint`, `apikey.revoke`, `asset.set_limits` or `event.redeliver`.
+             * @description What was done: `deposit.resolve`, `withdrawal.approve`, `withdrawal.reject`, `withdrawal.release`, `withdrawal.mark_broadcast`, `apikey.mint`, `apikey.revoke`, `asset.set_limits` or `event.redeliver`; `console.sign_in` is an operator's sign-in to the web console (`svc admin console`), signed by their passkey, with the target `console` and the session's id (`cs_...`) in `detail`.
              * @example deposit.resolve
              */
             action: string;
@@ -2688,6 +2800,178 @@ export interface components {
             failures: components["schemas"]["AuditFinding"][];
             warnings: components["schemas"]["AuditFinding"][];
         };
+        /**
+         * @description A webhook endpoint. Its signing secret is never shown, except in the answer that makes it (creation, rotation).
+         * @example {
+         *       "id": "0190c3a1-7b2e-7c4d-8e9f-0a1b2c3d4e5f",
+         *       "url": "https://platform.example/hooks/svc",
+         *       "events": [
+         *         "deposit.*",
+         *         "withdrawal.completed"
+         *       ],
+         *       "description": "ledger sync",
+         *       "disabled": false,
+         *       "previous_secret_expires_at": null,
+         *       "created_at": "2026-07-01T12:00:00.000000+00:00",
+         *       "updated_at": "2026-07-01T12:00:00.000000+00:00"
+         *     }
+         */
+        WebhookEndpoint: {
+            /** Format: uuid */
+            id: string;
+            /** @description Where the events are POSTed: http:// or https://; in production https:// (http:// only to a loopback address), as for PLATFORM_WEBHOOK_URL. */
+            url: string;
+            /** @description The event types the endpoint receives. */
+            events: string[];
+            description: string | null;
+            /** @description A disabled endpoint gets no delivery for an event written while it is disabled; its deliveries still pending wait, with no attempt spent, until it is enabled again. */
+            disabled: boolean;
+            /** @description During a rotation's overlap, when the replaced secret stops signing (until then every delivery carries a `v1` by each secret); null otherwise. */
+            previous_secret_expires_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description The endpoint and its new signing secret (the HMAC-SHA256 key: the whole string's bytes). The secret is in this answer only: a replay of the same Idempotency-Key answers the endpoint with `secret` null, since the service keeps the secret sealed, never readable.
+         * @example {
+         *       "id": "0190c3a1-7b2e-7c4d-8e9f-0a1b2c3d4e5f",
+         *       "url": "https://platform.example/hooks/svc",
+         *       "events": [
+         *         "deposit.*",
+         *         "withdrawal.completed"
+         *       ],
+         *       "description": "ledger sync",
+         *       "disabled": false,
+         *       "previous_secret_expires_at": null,
+         *       "created_at": "2026-07-01T12:00:00.000000+00:00",
+         *       "updated_at": "2026-07-01T12:00:00.000000+00:00",
+         *       "secret": "whsec_6b1f0e0c2d7a4b9e8f3c5a1d2e4f6a8b0c1d3e5f7a9b2c4d6e8f0a1b3c5d7e9f"
+         *     }
+         */
+        WebhookEndpointWithSecret: {
+            /** Format: uuid */
+            id: string;
+            /** @description Where the events are POSTed: http:// or https://; in production https:// (http:// only to a loopback address), as for PLATFORM_WEBHOOK_URL. */
+            url: string;
+            /** @description The event types the endpoint receives. */
+            events: string[];
+            description: string | null;
+            /** @description A disabled endpoint gets no delivery for an event written while it is disabled; its deliveries still pending wait, with no attempt spent, until it is enabled again. */
+            disabled: boolean;
+            /** @description During a rotation's overlap, when the replaced secret stops signing (until then every delivery carries a `v1` by each secret); null otherwise. */
+            previous_secret_expires_at: components["schemas"]["Timestamp"] | null;
+            created_at: components["schemas"]["Timestamp"];
+            updated_at: components["schemas"]["Timestamp"];
+            /** @description The signing secret; null in a replay. */
+            secret: string | null;
+        };
+        WebhookEndpointList: {
+            /** @description Oldest first; disabled ones included (endpoints are never deleted). */
+            endpoints: components["schemas"]["WebhookEndpoint"][];
+        };
+        /**
+         * @example {
+         *       "url": "https://platform.example/hooks/svc",
+         *       "events": [
+         *         "deposit.*",
+         *         "withdrawal.completed"
+         *       ],
+         *       "description": "ledger sync"
+         *     }
+         */
+        WebhookEndpointCreate: {
+            url: string;
+            /** @description 1 to 64 filters. */
+            events: string[];
+            /** @description At most 500 characters. */
+            description?: string | null;
+            /** @description Default false. */
+            disabled?: boolean | null;
+        };
+        /**
+         * @description The fields to change; an absent or null field is left as it is. Filters and `disabled` apply to the events written from then on.
+         * @example {
+         *       "disabled": true
+         *     }
+         * @example {
+         *       "events": [
+         *         "*"
+         *       ]
+         *     }
+         */
+        WebhookEndpointUpdate: {
+            url?: string | null;
+            events?: string[] | null;
+            description?: string | null;
+            disabled?: boolean | null;
+        };
+        /**
+         * @example {
+         *       "overlap_seconds": 3600
+         *     }
+         */
+        RotateSecretRequest: {
+            /** @description How long the replaced secret keeps signing beside the new one: 0 to 604800 (seven days), default 86400; 0 retires it at once. Out of range: 422. */
+            overlap_seconds?: number | null;
+        };
+        /**
+         * @example {
+         *       "id": "evt_0190c3a17b2e7c4d8e9f0a1b2c3d4e5f",
+         *       "delivered": false,
+         *       "error": "HTTP 503: maintenance"
+         *     }
+         */
+        WebhookPingResult: {
+            /** @description The ping's id (a fresh one per test). */
+            id: string;
+            /** @description The endpoint answered 2xx. */
+            delivered: boolean;
+            /** @description Why not, as an event's `last_error` says it. */
+            error: string | null;
+        };
+        /** @description An event's delivery to one webhook endpoint: its own attempts and schedule (as the event's), `dead` after ten failures, redelivered on its own. */
+        WebhookDelivery: {
+            /** Format: uuid */
+            endpoint_id: string;
+            /** @enum {string} */
+            status: "pending" | "delivered" | "dead";
+            attempts: number;
+            next_attempt_at: components["schemas"]["Timestamp"];
+            last_error: string | null;
+            delivered_at: components["schemas"]["Timestamp"] | null;
+        };
+        /**
+         * @example {
+         *       "endpoint_id": "0190c3a1-7b2e-7c4d-8e9f-0a1b2c3d4e5f"
+         *     }
+         */
+        RedeliverRequest: {
+            /** @description Redeliver only the event's dead delivery to this webhook endpoint (a uuid): its own fresh schedule; the event's other deliveries are left as they are. Absent: the event's own delivery to PLATFORM_WEBHOOK_URL. */
+            endpoint_id?: string | null;
+        };
+        /** @description A delivery with its event's ids and type. */
+        WebhookDeliveryListItem: {
+            /** Format: uuid */
+            endpoint_id: string;
+            /** @enum {string} */
+            status: "pending" | "delivered" | "dead";
+            attempts: number;
+            next_attempt_at: components["schemas"]["Timestamp"];
+            last_error: string | null;
+            delivered_at: components["schemas"]["Timestamp"] | null;
+            event_id: string;
+            /**
+             * Format: uuid
+             * @description The `event_id` of redeliver.
+             */
+            event_raw_id: string;
+            event_type: components["schemas"]["EventType"];
+            created_at: components["schemas"]["Timestamp"];
+        };
+        WebhookDeliveryList: {
+            /** @description Newest event first. */
+            deliveries: components["schemas"]["WebhookDeliveryListItem"][];
+        };
     };
     responses: {
         /** @description Missing `Idempotency-Key` header (or one that is not 1 to 255 printable ASCII characters). Nothing was done. */
@@ -2922,6 +3206,12 @@ export interface components {
         HoldsStatus: components["schemas"]["HoldStatus"];
         /** @description An enrolled operator's signed statement of this action (docs/operations.md, "Operators"): unpadded base64url of the JSON `{"statement": B64, "signature": B64}` (standard base64 byte strings; a passkey's also carries `authenticator_data` and `client_data_json`). `statement` is the exact bytes signed, a JSON object `{"v": 1, "action", "resource", "facts": {name: string}, "at": "YYYY-MM-DDTHH:MM:SSZ", "nonce": 16 to 128 characters, "key_id": "opk_..."}`; an Ed25519 key signs `svc-operator-statement-v1\n` followed by those bytes, a passkey signs with the SHA-256 of the same as its challenge. The service derives the action's facts from the resource and the request (each operation lists them) and accepts the action only if an enrolled, unrevoked key of an operator whose role allows it signed exactly those facts, within the last 5 minutes (1 minute of clock skew ahead), once. A missing, malformed, stale, replayed or unverifiable signature, or an unknown or revoked key, is 401; a valid signature over other facts (another amount, another destination) or by an operator whose role does not allow the action is 403. With `OPERATOR_SIGNATURES=required` (the default in production) an unsigned request is 401; otherwise it acts as its admin API key. Four-eyes approval always counts operators' signatures, never keys. */
         OperatorSignature: string;
+        /** @description The endpoint's `id` (a uuid). Anything that is not a known endpoint answers 404. */
+        EndpointId: string;
+        /** @description Only the deliveries to this endpoint. Not a uuid: 422. */
+        DeliveryEndpointId: string;
+        /** @description Only the deliveries in this status (usually `dead`). Absent or empty: every status. Another value: 422. */
+        DeliveryStatus: "pending" | "delivered" | "dead";
     };
     requestBodies: never;
     headers: {
@@ -4232,7 +4522,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RedeliverRequest"];
+            };
+        };
         responses: {
             /** @description The event, queued again. */
             200: {
@@ -5094,6 +5388,256 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoints. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointCreate"];
+            };
+        };
+        responses: {
+            /** @description The endpoint, and its signing secret (shown once). */
+            201: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's `id` (a uuid). Anything that is not a known endpoint answers 404. */
+                endpoint_id: components["parameters"]["EndpointId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The endpoint's `id` (a uuid). Anything that is not a known endpoint answers 404. */
+                endpoint_id: components["parameters"]["EndpointId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointUpdate"];
+            };
+        };
+        responses: {
+            /** @description The endpoint as changed. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateWebhookEndpointSecret: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The endpoint's `id` (a uuid). Anything that is not a known endpoint answers 404. */
+                endpoint_id: components["parameters"]["EndpointId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RotateSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint and its new signing secret (shown once). */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The endpoint's `id` (a uuid). Anything that is not a known endpoint answers 404. */
+                endpoint_id: components["parameters"]["EndpointId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What the endpoint answered. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookPingResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Only the deliveries in this status (usually `dead`). Absent or empty: every status. Another value: 422. */
+                status?: components["parameters"]["DeliveryStatus"];
+                /** @description Only the deliveries to this endpoint. Not a uuid: 422. */
+                endpoint_id?: components["parameters"]["DeliveryEndpointId"];
+                /** @description At most this many items: default 50, 1 to 200. Out of range or not an integer: 422. */
+                limit?: components["parameters"]["AdminLimit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deliveries. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
