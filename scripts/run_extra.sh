@@ -14,6 +14,8 @@ if [ -z "${BTCPAY_URL:-}" ]; then
   [ -z "${PLATFORM_WEBHOOK_URL:-}" ] && sim_args+=(--platform-secret "${PLATFORM_WEBHOOK_SECRET:-local-platform-secret}")
   # BTCPAY_URL, BTCPAY_API_KEY, BTCPAY_STORE_ID, TRONGRID_URL, TRON_HOT_WALLET, USDT_POOL_ADDRESSES
   eval "$(bin/svc simulator "${sim_args[@]}" --print-env)"
+  # The test helpers (/v1/test_helpers, docs/sandbox.md) drive this simulator.
+  export SANDBOX_SIMULATOR_URL="${SANDBOX_SIMULATOR_URL:-$BTCPAY_URL}"
   bin/svc simulator "${sim_args[@]}" \
     --webhook-url "http://localhost:$PORT/webhooks/processor" \
     --webhook-secret "$PROCESSOR_WEBHOOK_SECRET" > .data/logs/simulator.log 2>&1 &
@@ -47,6 +49,9 @@ appear in /v1/assets within seconds). Drive the simulator (docs/simulator.md has
   curl -s -XPOST $BTCPAY_URL/_sim/down -d '{"mode":"error"}'; curl -s -XPOST $BTCPAY_URL/_sim/up
   curl -s $BTCPAY_URL/_sim/webhooks                                   # deliveries and their answers
   curl -s $TRONGRID_URL/sim/state
+Or move your own deposits and withdrawals with the readwrite key (docs/sandbox.md):
+  curl -s -XPOST -H "Authorization: Bearer $RW" -H "Idempotency-Key: pay-1" -H 'Content-Type: application/json' \\
+    localhost:$PORT/v1/test_helpers/deposits/<depositId>/pay -d '{"confirmed":true}'
 Webhooks the service sends to the platform (verified and deduplicated by the stand-in receiver):
   curl -s ${PLATFORM_WEBHOOK_URL%/webhooks}/events
 MSG

@@ -61,6 +61,15 @@ func (s *Service) feeRate(ctx context.Context) (btcpay.Amount, error) {
 	return rate, nil
 }
 
+// ForgetFeeRate drops the fee rate kept for reuse, so that the next
+// estimate or submission of this process asks the processor (the
+// sandbox's fee_rate helper, after it changed the simulator's).
+func (s *Service) ForgetFeeRate() {
+	s.rates.mu.Lock()
+	s.rates.ok = false
+	s.rates.mu.Unlock()
+}
+
 // Estimate is the fee and net amount a withdrawal is expected to have.
 // The real fee is fixed at submission; the estimate decides dust, the
 // minimum and a BOLT11 invoice's amount.

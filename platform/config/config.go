@@ -42,7 +42,18 @@ type Config struct {
 	Console   Console   `mapstructure:"console"`
 	Ledger    Ledger    `mapstructure:"ledger"`
 	Operators Operators `mapstructure:"operators"`
+	Sandbox   Sandbox   `mapstructure:"sandbox"`
 }
+
+// Sandbox configures the test helpers (/v1/test_helpers/..., docs/sandbox.md):
+// on a test-mode deployment whose processor is the simulator, they drive
+// the simulator's control API and apply its new state at once.
+type Sandbox struct {
+	SimulatorURL string `mapstructure:"simulator_url" env:"SANDBOX_SIMULATOR_URL" default:"" doc:"base URL of the processor simulator whose control API (/_sim/) the test helpers under /v1/test_helpers drive; empty: BTCPAY_URL when GET BTCPAY_URL/_sim/ answers as the simulator; off: no helpers. The helpers answer only with API_KEY_MODE=test, else 404 as an unknown route; refused in production (docs/sandbox.md)"`
+}
+
+// SandboxOff is the SANDBOX_SIMULATOR_URL that turns the test helpers off.
+const SandboxOff = "off"
 
 // Operators configures how operators' signed actions are checked
 // (modules/operator; docs/operations.md, "Operators").
@@ -451,6 +462,14 @@ func (c Config) Validate() error {
 	}
 	if c.Payouts.AssumedTxVBytes < 50 {
 		add("BTC_ASSUMED_TX_VBYTES", "must be at least 50")
+	}
+	if u := c.Sandbox.SimulatorURL; u != "" && u != SandboxOff {
+		if !httpURL(u) {
+			add("SANDBOX_SIMULATOR_URL", "must be off or an http:// or https:// URL")
+		}
+		if c.Production() {
+			add("SANDBOX_SIMULATOR_URL", "must be empty or off in production: the test helpers drive a simulated processor")
+		}
 	}
 	if c.Production() && c.APIKeys.Mode != "live" {
 		add("API_KEY_MODE", "must be live when SVC_ENV is production")

@@ -71,6 +71,7 @@ type App struct {
 	holdArea
 	reconcileArea
 	replicaArea
+	sandboxArea
 }
 
 // New connects to the database and builds every module. It does not start
@@ -115,6 +116,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, o Options) (*
 		{"holds", a.initHolds},
 		{"reconciliation", a.initReconcile},
 		{"operators", a.initOperators},
+		{"sandbox", a.initSandbox},
 	} {
 		if err := step.init(ctx); err != nil {
 			d.Close()
@@ -179,6 +181,7 @@ func (a *App) HTTP() *fiber.App {
 	a.routesHolds(r)
 	a.routesReconcile(r)
 	a.routesOperators(r)
+	a.routesSandbox(r)
 	httpapi.NotFound(app)
 	return app
 }
