@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -161,10 +160,12 @@ func TestWithdrawalBroadcastThenConfirm(t *testing.T) {
 // completes it from submitted: broadcast and confirmed at once.
 func TestWithdrawalConfirmWithoutWaiting(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(c *config.Config) { c.Payouts.PollInterval = time.Hour })
+	e := setup(t)
 	e.fund(t, "erin", asset.BTC, "1000000")
+	e.StopWorker() // no submitter but the helper's
 	w := e.createWithdrawal(t, "erin", asset.BTC, "300000", btcAddress(t, "erin's wallet"))
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/confirm", nil), http.StatusOK)
+	e.StartWorker() // delivers the events
 	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
 	require.NotNil(t, v.Txid)
 	require.NotNil(t, v.Fee)
