@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +13,7 @@ import (
 	"svc/modules/deposit"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
+	"svc/platform/chain"
 	"svc/platform/chain/chaintest"
 	"svc/platform/config"
 )
@@ -396,4 +398,104 @@ func TestProductionRefusesTheSimulator(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		require.NotContains(t, err.Error(), "SANDBOX_SIMULATOR_URL")
 	}
+}
+
+// TestLightning: a BTC_LN deposit settles at once when paid, and its
+// invoice takes no second payment (409); a Lightning payout has no
+// broadcast (409), stalls in flight (submitted, held), and confirm pays it.
+func TestLightning(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := e.createDeposit(t, "lara", asset.BTCLN, "200000")
+	v := depositOf(t, e.helper("deposits/"+d.DepositID+"/pay", map[string]any{}), http.StatusOK)
+	require.Equal(t, deposit.StatusSettled, v.Status)
+	require.Equal(t, "0.00200000", e.balance(t, "lara", asset.BTCLN).Available)
+	r := e.helper("deposits/"+d.DepositID+"/pay", map[string]any{"amounts": []string{"200000"}})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "settled")
+
+	// 50,000 sat gross, net 49,990 under the 10 sat flat fee.
+	inv := chaintest.BOLT11(t, chain.Regtest, e.Clock.Now(), 49_990, time.Hour)
+	w := e.createWithdrawal(t, "lara", asset.BTCLN, "50000", inv)
+	r = e.helper("withdrawals/"+w.WithdrawalID+"/broadcast", map[string]any{})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	v2 := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/stall", map[string]any{}), http.StatusOK)
+	require.Equal(t, withdrawal.StatusSubmitted, v2.Status)
+	require.Equal(t, "0.00050000", e.balance(t, "lara", asset.BTCLN).Held)
+	v2 = withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/confirm", map[string]any{}), http.StatusOK)
+	require.Equal(t, withdrawal.StatusConfirmed, v2.Status)
+	require.Equal(t, "0.00150000", e.balance(t, "lara", asset.BTCLN).Available)
+	e.received(t, "withdrawal.completed", "withdrawal_id", w.WithdrawalID)
+}
+
+// TestUSDTDeposit: a USDT deposit is paid in micro-USDT; once its invoice
+// has expired the processor no longer watches the address: pay is 409.
+func TestUSDTDeposit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := e.createDeposit(t, "mia", asset.USDTTRC20, "25000000")
+	v := depositOf(t, e.helper("deposits/"+d.DepositID+"/pay", map[string]any{"confirmed": true}), http.StatusOK)
+	require.Equal(t, deposit.StatusSettled, v.Status)
+	require.Equal(t, "25.000000", e.balance(t, "mia", asset.USDTTRC20).Available)
+
+	d2 := e.createDeposit(t, "mia", asset.USDTTRC20, "25000000")
+	require.Equal(t, deposit.StatusExpired, depositOf(t, e.helper("deposits/"+d2.DepositID+"/expire", nil), http.StatusOK).Status)
+	r := e.helper("deposits/"+d2.DepositID+"/pay", map[string]any{"confirmed": true})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "expired")
+}
+
+// TestExpireAfterAPartialPayment: the window ends with part of the amount
+// received in time and not confirmed yet: the deposit stays confirming,
+// and the payment, made before the expiry, settles it as it confirms.
+func TestExpireAfterAPartialPayment(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := e.createDeposit(t, "nina", asset.BTC, "100000")
+	depositOf(t, e.helper("deposits/"+d.DepositID+"/pay", map[string]any{"amounts": []string{"30000"}}), http.StatusOK)
+	v := depositOf(t, e.helper("deposits/"+d.DepositID+"/expire", map[string]any{}), http.StatusOK)
+	require.Equal(t, deposit.StatusConfirming, v.Status)
+	v = depositOf(t, e.helper("deposits/"+d.DepositID+"/confirm", map[string]any{}), http.StatusOK)
+	require.Equal(t, deposit.StatusSettled, v.Status)
+	require.Equal(t, "0.00030000", v.AmountCredited)
+	require.False(t, v.Payments[0].AfterExpiration)
+	require.Equal(t, "0.00030000", e.balance(t, "nina", asset.BTC).Available)
+}
+
+// TestRetryReplays: the same Idempotency-Key replays the answer and pays
+// once; an admin key passes too.
+func TestRetryReplays(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := e.createDeposit(t, "olga", asset.BTC, "100000")
+	req := apptest.Req{Method: http.MethodPost, Path: "/v1/test_helpers/deposits/" + d.DepositID + "/pay",
+		Body: map[string]any{"amounts": []string{"10000"}}, Idem: "pay-once"}
+	first := e.Do(req)
+	require.Equal(t, http.StatusOK, first.Status, string(first.Body))
+	again := e.Do(req)
+	require.Equal(t, http.StatusOK, again.Status, string(again.Body))
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.JSONEq(t, string(first.Body), string(again.Body))
+	inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
+	require.True(t, ok)
+	require.Len(t, inv.Payments, 1)
+
+	r := e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/test_helpers/deposits/" + d.DepositID + "/confirm", Body: map[string]any{}, Key: e.Admin})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+}
+
+// TestSimulatorDown: a simulator that does not answer is 503, retryable;
+// without a TRON node simulator the transfer helper is 404.
+func TestSimulatorDown(t *testing.T) {
+	t.Parallel()
+	sim, fake := apptest.StartProcessor(t, btcpaysim.Options{})
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens there any more
+	e := apptest.New(t, apptest.WithClock(fake), apptest.WithProcessor(sim, hookSecret), apptest.WithConfig(func(c *config.Config) {
+		c.Sandbox.SimulatorURL = gone.URL
+	}))
+	r := e.Post("/v1/test_helpers/fee_rate", map[string]any{"sat_per_vbyte": "3"})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
+	r = e.Post("/v1/test_helpers/tron/transfers", map[string]any{"from": chaintest.Tron("a"), "to": chaintest.Tron("b"), "amount": "1"})
+	require.Equal(t, http.StatusNotFound, r.Status, string(r.Body))
 }
