@@ -185,6 +185,16 @@ func (e *env) submitted(t testing.TB, id string) withdrawal.View {
 	return v
 }
 
+// submittedWithdrawal funds user with 0.01 BTC and has them withdraw
+// 0.002 BTC, auto-approved, which it waits for the worker to submit.
+func (e *env) submittedWithdrawal(t testing.TB, user string) withdrawal.View {
+	t.Helper()
+	e.fund(t, user, asset.BTC, "1000000")
+	w := e.createWithdrawal(t, user, asset.BTC, "200000", btcAddress(t, user+"'s wallet"))
+	require.Equal(t, withdrawal.StatusApproved, w.Status)
+	return e.submitted(t, w.WithdrawalID)
+}
+
 // received waits for an event of typ about the resource whose data field
 // key is id to reach the platform's receiver, and returns its data.
 func (e *env) received(t testing.TB, typ, key, id string) map[string]any {

@@ -131,10 +131,7 @@ func TestExpireThenPayGoesToReview(t *testing.T) {
 func TestWithdrawalBroadcastThenConfirm(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.fund(t, "dave", asset.BTC, "1000000")
-	w := e.createWithdrawal(t, "dave", asset.BTC, "200000", btcAddress(t, "dave's wallet"))
-	require.Equal(t, withdrawal.StatusApproved, w.Status)
-	e.submitted(t, w.WithdrawalID)
+	w := e.submittedWithdrawal(t, "dave")
 
 	txid := "4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33b"
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/broadcast", map[string]any{"txid": txid}), http.StatusOK)
@@ -182,9 +179,7 @@ func TestWithdrawalConfirmWithoutWaiting(t *testing.T) {
 func TestWithdrawalFailKeepsTheHold(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.fund(t, "frank", asset.BTC, "1000000")
-	w := e.createWithdrawal(t, "frank", asset.BTC, "200000", btcAddress(t, "frank's wallet"))
-	e.submitted(t, w.WithdrawalID)
+	w := e.submittedWithdrawal(t, "frank")
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/fail", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusFailed, v.Status)
 	require.NotNil(t, v.FailureReason)
@@ -205,9 +200,7 @@ func TestWithdrawalFailKeepsTheHold(t *testing.T) {
 func TestWithdrawalStall(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.fund(t, "grace", asset.BTC, "1000000")
-	w := e.createWithdrawal(t, "grace", asset.BTC, "200000", btcAddress(t, "grace's wallet"))
-	e.submitted(t, w.WithdrawalID)
+	w := e.submittedWithdrawal(t, "grace")
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/stall", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusBroadcast, v.Status)
 	require.NotNil(t, v.Txid)
