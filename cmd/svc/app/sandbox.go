@@ -29,6 +29,11 @@ func (a *App) initSandbox(context.Context) error {
 		sim.URL, sim.Probe = c.BTCPay.URL, true
 	}
 	a.Sandbox = &sandbox.Service{DB: a.DB.Bun, Deposits: a.Deposits, Withdrawals: a.Withdrawals, Sim: sim}
+	if sim.Probe {
+		a.Log.Info("test helpers under /v1/test_helpers: on once the processor answers as the simulator", "url", sim.URL)
+	} else {
+		a.Log.Info("test helpers under /v1/test_helpers: on, driving the simulator", "url", sim.URL)
+	}
 	return nil
 }
 
