@@ -213,6 +213,24 @@ func (e *env) received(t testing.TB, typ, key, id string) map[string]any {
 	return data
 }
 
+// webhooksProcessed waits until the simulator has delivered every webhook
+// it queued, each answered 200, and the ingress has processed them all.
+func (e *env) webhooksProcessed(t testing.TB) {
+	t.Helper()
+	apptest.Eventually(t, 20*time.Second, func() bool {
+		if e.Sim.PendingWebhooks() > 0 || len(e.Sim.Deliveries()) == 0 {
+			return false
+		}
+		for _, d := range e.Sim.Deliveries() {
+			if d.Status != http.StatusOK {
+				return false
+			}
+		}
+		n, err := e.App.DB.Bun.NewSelect().Table("processor_webhooks").Where("processed_at IS NULL").Count(context.Background())
+		return err == nil && n == 0
+	}, "the processor's webhooks processed")
+}
+
 // detail decodes an error body's string detail.
 func detail(t testing.TB, r *apptest.Response) string {
 	t.Helper()

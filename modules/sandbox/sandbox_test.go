@@ -42,6 +42,19 @@ func TestPayThenConfirmSettles(t *testing.T) {
 	data := e.received(t, "deposit.settled", "deposit_id", d.DepositID)
 	require.Equal(t, "0.00100000", data["amount_credited"])
 
+	// The simulator's webhooks about it reach the ingress and are
+	// processed: nothing more is credited, no second deposit.settled.
+	e.webhooksProcessed(t)
+	require.Equal(t, "0.00100000", e.balance(t, "alice", asset.BTC).Available)
+	require.Equal(t, deposit.StatusSettled, depositOf(t, e.Get("/v1/deposits/"+d.DepositID), http.StatusOK).Status)
+	settled := 0
+	for _, ev := range e.Receiver.Events() {
+		if ev.Type == "deposit.settled" {
+			settled++
+		}
+	}
+	require.Equal(t, 1, settled)
+
 	// confirmed: true settles in one call; a deposit without an expected
 	// amount is paid the amounts given.
 	d2 := e.createDeposit(t, "alice", asset.BTC, "")
