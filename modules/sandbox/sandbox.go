@@ -94,9 +94,9 @@ func (s *Service) PayDeposit(ctx context.Context, id uuid.UUID, p PayParams) (de
 	}
 	if err := s.Sim.Invoice(ctx, inv, "pay", body); err != nil {
 		if r, ok := asRefusal(err); ok && r.Status == http.StatusBadRequest && len(p.Amounts) == 0 {
-			return deposit.View{}, conflict("deposit", d.Status, "nothing is due on its invoice: give the amounts to pay")
+			return deposit.View{}, conflict("deposit", s.depositStatus(ctx, d), "nothing is due on its invoice: give the amounts to pay")
 		}
-		return deposit.View{}, refused(err, "deposit", d.Status)
+		return deposit.View{}, refused(err, "deposit", s.depositStatus(ctx, d))
 	}
 	return s.reconciled(ctx, id)
 }
@@ -109,7 +109,7 @@ func (s *Service) ConfirmDeposit(ctx context.Context, id uuid.UUID) (deposit.Vie
 		return deposit.View{}, err
 	}
 	if err := s.Sim.Invoice(ctx, inv, "confirm", struct{}{}); err != nil {
-		return deposit.View{}, refused(err, "deposit", d.Status)
+		return deposit.View{}, refused(err, "deposit", s.depositStatus(ctx, d))
 	}
 	return s.reconciled(ctx, id)
 }
@@ -122,9 +122,22 @@ func (s *Service) ExpireDeposit(ctx context.Context, id uuid.UUID) (deposit.View
 		return deposit.View{}, err
 	}
 	if err := s.Sim.Invoice(ctx, inv, "expire", struct{}{}); err != nil {
-		return deposit.View{}, refused(err, "deposit", d.Status)
+		return deposit.View{}, refused(err, "deposit", s.depositStatus(ctx, d))
 	}
 	return s.reconciled(ctx, id)
+}
+
+// depositStatus is deposit d's status once reconciled with the processor,
+// for a refusal to name: the processor may have moved it (an invoice
+// that expired on its own) before the service heard of it. A reconcile
+// that fails leaves the status as read.
+func (s *Service) depositStatus(ctx context.Context, d deposit.Deposit) deposit.Status {
+	if s.Deposits.Reconcile(ctx, d.ID) == nil {
+		if cur, err := s.Deposits.Get(ctx, d.ID); err == nil {
+			return cur.Status
+		}
+	}
+	return d.Status
 }
 
 // reconciled applies the processor's state of deposit id through the
@@ -180,6 +193,12 @@ func (s *Service) Payout(ctx context.Context, id uuid.UUID, action, txid string)
 		body = map[string]string{"txid": txid}
 	}
 	if err := s.Sim.Payout(ctx, *w.BackendRef, action, body); err != nil {
+		// Named as tracked: the payout may have moved on its own.
+		if s.Withdrawals.Track(ctx, id) == nil {
+			if cur, err := s.Withdrawals.Get(ctx, id); err == nil {
+				w = cur
+			}
+		}
 		return withdrawal.View{}, refused(err, "withdrawal", w.Status)
 	}
 	if err := s.Withdrawals.Track(ctx, id); err != nil {

@@ -505,3 +505,20 @@ func TestSimulatorDown(t *testing.T) {
 	r = e.Post("/v1/test_helpers/tron/transfers", map[string]any{"from": chaintest.Tron("a"), "to": chaintest.Tron("b"), "amount": "1"})
 	require.Equal(t, http.StatusNotFound, r.Status, string(r.Body))
 }
+
+// TestRefusalNamesTheCurrentStatus: an invoice that expired on its own
+// at the processor, before the service heard of it (its webhooks held):
+// expire is 409 naming the status the deposit has once reconciled.
+func TestRefusalNamesTheCurrentStatus(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	d := e.createDeposit(t, "pia", asset.BTC, "100000")
+	e.Sim.HoldWebhooks()
+	e.Clock.Advance(2 * time.Hour)
+	e.Sim.Tick()
+	r := e.helper("deposits/"+d.DepositID+"/expire", map[string]any{})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	require.Contains(t, detail(t, r), "the deposit is expired")
+	require.Equal(t, deposit.StatusExpired, depositOf(t, e.Get("/v1/deposits/"+d.DepositID), http.StatusOK).Status)
+	e.Sim.ReleaseWebhooks(false)
+}
