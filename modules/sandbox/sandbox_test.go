@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
+	"svc/modules/apikey"
 	"svc/modules/asset"
+	"svc/modules/audit"
 	"svc/modules/deposit"
 	"svc/modules/withdrawal"
 	"svc/platform/btcpay/btcpaysim"
@@ -521,4 +524,21 @@ func TestRefusalNamesTheCurrentStatus(t *testing.T) {
 	require.Contains(t, detail(t, r), "the deposit is expired")
 	require.Equal(t, deposit.StatusExpired, depositOf(t, e.Get("/v1/deposits/"+d.DepositID), http.StatusOK).Status)
 	e.Sim.ReleaseWebhooks(false)
+}
+
+// TestReadOnlyKeyIsRefused: a read_only key may not call a helper (403),
+// and nothing is paid.
+func TestReadOnlyKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	_, ro, err := e.App.Keys.Mint(context.Background(), apikey.MintParams{Scope: apikey.ScopeReadOnly, Label: "dashboard", Actor: audit.CLI("test")})
+	require.NoError(t, err)
+	d := e.createDeposit(t, "quinn", asset.BTC, "100000")
+	for _, p := range []string{"deposits/" + d.DepositID + "/pay", "fee_rate"} {
+		r := e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/test_helpers/" + p, Body: map[string]any{"sat_per_vbyte": "3"}, Key: ro})
+		require.Equal(t, http.StatusForbidden, r.Status, "%s: %s", p, r.Body)
+	}
+	inv, ok := e.Sim.InvoiceByOrderID(d.DepositID)
+	require.True(t, ok)
+	require.Empty(t, inv.Payments)
 }
