@@ -2851,6 +2851,58 @@ type Sha256Hex = string
 // Examples: -0.00001000
 type SignedAmount = string
 
+// TestHelperBroadcastRequest May be `{}`.
+type TestHelperBroadcastRequest struct {
+	// Txid The transaction id the payout is sent in (64 lowercase hex digits); absent: a random one. The txid of another payout's transaction joins that transaction (a batch).
+	Txid *string `json:"txid,omitempty"`
+}
+
+// TestHelperEmptyRequest `{}` (or no body).
+type TestHelperEmptyRequest = map[string]interface{}
+
+// TestHelperFeeRate defines model for TestHelperFeeRate.
+type TestHelperFeeRate struct {
+	// SatPerVbyte The fee-rate estimate in sat/vB, a decimal string.
+	//
+	// Examples: 12.5
+	SatPerVbyte string `json:"sat_per_vbyte"`
+}
+
+// TestHelperPayRequest May be `{}`: pay what is due.
+type TestHelperPayRequest struct {
+	// Amounts One processor payment per amount, in the asset's smallest units. Absent: one payment of what is still due of the deposit's `amount_expected` (422 with a field error at `amounts` when the deposit has none; 409 when nothing is due any more). A `BTC_LN` invoice takes exactly one payment of exactly its amount.
+	Amounts *[]string `json:"amounts,omitempty"`
+
+	// Confirmed true: the payments are confirmed at once (on chain and USDT; a Lightning payment settles at once anyway). false: they stay unconfirmed until `confirm`.
+	Confirmed *bool `json:"confirmed,omitempty"`
+}
+
+// TestHelperTronTransfer defines model for TestHelperTronTransfer.
+type TestHelperTronTransfer struct {
+	// Amount micro-USDT, an integer string.
+	Amount string `json:"amount"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+
+	// Txid The transaction id, to report with `POST /v1/admin/withdrawals/{id}/mark-broadcast`.
+	Txid string `json:"txid"`
+}
+
+// TestHelperTronTransferRequest defines model for TestHelperTronTransferRequest.
+type TestHelperTronTransferRequest struct {
+	// Amount micro-USDT (6 decimals), an integer string greater than 0.
+	Amount string `json:"amount"`
+
+	// From The sender; absent: the hot wallet (`TRON_HOT_WALLET`), the address an operator sends USDT withdrawals from.
+	From *string `json:"from,omitempty"`
+
+	// To The recipient.
+	To string `json:"to"`
+
+	// Txid The transaction id (64 lowercase hex digits); absent: a random one.
+	Txid *string `json:"txid,omitempty"`
+}
+
 // Timestamp Timestamp, RFC 3339 in UTC with an explicit `+00:00` offset (never `Z`).
 //
 // Examples: 2025-01-31T12:34:56.789012+00:00
@@ -3852,6 +3904,60 @@ type ListPlatformAccountTransfersParams struct {
 	Cursor *TransfersCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// TestConfirmDepositParams defines parameters for TestConfirmDeposit.
+type TestConfirmDepositParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestExpireDepositParams defines parameters for TestExpireDeposit.
+type TestExpireDepositParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestPayDepositParams defines parameters for TestPayDeposit.
+type TestPayDepositParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestSetFeeRateParams defines parameters for TestSetFeeRate.
+type TestSetFeeRateParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestTronTransferParams defines parameters for TestTronTransfer.
+type TestTronTransferParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestBroadcastWithdrawalParams defines parameters for TestBroadcastWithdrawal.
+type TestBroadcastWithdrawalParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestConfirmWithdrawalParams defines parameters for TestConfirmWithdrawal.
+type TestConfirmWithdrawalParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestFailWithdrawalParams defines parameters for TestFailWithdrawal.
+type TestFailWithdrawalParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TestStallWithdrawalParams defines parameters for TestStallWithdrawal.
+type TestStallWithdrawalParams struct {
+	// IdempotencyKey One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // FindTransferParams defines parameters for FindTransfer.
 type FindTransferParams struct {
 	// ClientReference The `client_reference` given at creation.
@@ -3994,6 +4100,33 @@ type CreateHoldJSONRequestBody = CreateHoldRequest
 
 // CaptureHoldJSONRequestBody defines body for CaptureHold for application/json ContentType.
 type CaptureHoldJSONRequestBody = CaptureHoldRequest
+
+// TestConfirmDepositJSONRequestBody defines body for TestConfirmDeposit for application/json ContentType.
+type TestConfirmDepositJSONRequestBody = TestHelperEmptyRequest
+
+// TestExpireDepositJSONRequestBody defines body for TestExpireDeposit for application/json ContentType.
+type TestExpireDepositJSONRequestBody = TestHelperEmptyRequest
+
+// TestPayDepositJSONRequestBody defines body for TestPayDeposit for application/json ContentType.
+type TestPayDepositJSONRequestBody = TestHelperPayRequest
+
+// TestSetFeeRateJSONRequestBody defines body for TestSetFeeRate for application/json ContentType.
+type TestSetFeeRateJSONRequestBody = TestHelperFeeRate
+
+// TestTronTransferJSONRequestBody defines body for TestTronTransfer for application/json ContentType.
+type TestTronTransferJSONRequestBody = TestHelperTronTransferRequest
+
+// TestBroadcastWithdrawalJSONRequestBody defines body for TestBroadcastWithdrawal for application/json ContentType.
+type TestBroadcastWithdrawalJSONRequestBody = TestHelperBroadcastRequest
+
+// TestConfirmWithdrawalJSONRequestBody defines body for TestConfirmWithdrawal for application/json ContentType.
+type TestConfirmWithdrawalJSONRequestBody = TestHelperEmptyRequest
+
+// TestFailWithdrawalJSONRequestBody defines body for TestFailWithdrawal for application/json ContentType.
+type TestFailWithdrawalJSONRequestBody = TestHelperEmptyRequest
+
+// TestStallWithdrawalJSONRequestBody defines body for TestStallWithdrawal for application/json ContentType.
+type TestStallWithdrawalJSONRequestBody = TestHelperEmptyRequest
 
 // CreateTransferJSONRequestBody defines body for CreateTransfer for application/json ContentType.
 type CreateTransferJSONRequestBody = CreateTransferRequest
@@ -4968,6 +5101,168 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/platform-accounts/{platform_account}/transfers (the `ListPlatformAccountTransfers` operationId).
 	ListPlatformAccountTransfers(ctx context.Context, platformAccount PlatformAccountPath, params *ListPlatformAccountTransfersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestConfirmDepositWithBody Confirm a deposit's payments (test mode)
+	//
+	// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+	TestConfirmDepositWithBody(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestConfirmDeposit Confirm a deposit's payments (test mode)
+	//
+	// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+	TestConfirmDeposit(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, body TestConfirmDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestExpireDepositWithBody End a deposit's window now (test mode)
+	//
+	// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+	TestExpireDepositWithBody(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestExpireDeposit End a deposit's window now (test mode)
+	//
+	// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+	TestExpireDeposit(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, body TestExpireDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestPayDepositWithBody Pay a deposit (test mode)
+	//
+	// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+	TestPayDepositWithBody(ctx context.Context, depositId DepositId, params *TestPayDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestPayDeposit Pay a deposit (test mode)
+	//
+	// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+	TestPayDeposit(ctx context.Context, depositId DepositId, params *TestPayDepositParams, body TestPayDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestSetFeeRateWithBody Set the processor's fee-rate estimate (test mode)
+	//
+	// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+	TestSetFeeRateWithBody(ctx context.Context, params *TestSetFeeRateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestSetFeeRate Set the processor's fee-rate estimate (test mode)
+	//
+	// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+	TestSetFeeRate(ctx context.Context, params *TestSetFeeRateParams, body TestSetFeeRateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestTronTransferWithBody Add a USDT transfer to the TRON node (test mode)
+	//
+	// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+	TestTronTransferWithBody(ctx context.Context, params *TestTronTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestTronTransfer Add a USDT transfer to the TRON node (test mode)
+	//
+	// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+	TestTronTransfer(ctx context.Context, params *TestTronTransferParams, body TestTronTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestBroadcastWithdrawalWithBody Put a withdrawal's payout on chain (test mode)
+	//
+	// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+	TestBroadcastWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestBroadcastWithdrawal Put a withdrawal's payout on chain (test mode)
+	//
+	// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+	TestBroadcastWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, body TestBroadcastWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestConfirmWithdrawalWithBody Complete a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+	TestConfirmWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestConfirmWithdrawal Complete a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+	TestConfirmWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, body TestConfirmWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestFailWithdrawalWithBody Fail a withdrawal's payout (test mode)
+	//
+	// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+	TestFailWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestFailWithdrawal Fail a withdrawal's payout (test mode)
+	//
+	// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+	TestFailWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, body TestFailWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestStallWithdrawalWithBody Stall a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+	TestStallWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TestStallWithdrawal Stall a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+	TestStallWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, body TestStallWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// FindTransfer Find a transfer by client_reference
 	//
@@ -6437,6 +6732,348 @@ func (c *Client) ListPlatformAccountTransactions(ctx context.Context, platformAc
 // Corresponds with GET /v1/platform-accounts/{platform_account}/transfers (the `ListPlatformAccountTransfers` operationId).
 func (c *Client) ListPlatformAccountTransfers(ctx context.Context, platformAccount PlatformAccountPath, params *ListPlatformAccountTransfersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListPlatformAccountTransfersRequest(c.Server, platformAccount, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestConfirmDepositWithBody Confirm a deposit's payments (test mode)
+//
+// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+func (c *Client) TestConfirmDepositWithBody(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestConfirmDepositRequestWithBody(c.Server, depositId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestConfirmDeposit Confirm a deposit's payments (test mode)
+//
+// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+func (c *Client) TestConfirmDeposit(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, body TestConfirmDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestConfirmDepositRequest(c.Server, depositId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestExpireDepositWithBody End a deposit's window now (test mode)
+//
+// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+func (c *Client) TestExpireDepositWithBody(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestExpireDepositRequestWithBody(c.Server, depositId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestExpireDeposit End a deposit's window now (test mode)
+//
+// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+func (c *Client) TestExpireDeposit(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, body TestExpireDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestExpireDepositRequest(c.Server, depositId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestPayDepositWithBody Pay a deposit (test mode)
+//
+// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+func (c *Client) TestPayDepositWithBody(ctx context.Context, depositId DepositId, params *TestPayDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestPayDepositRequestWithBody(c.Server, depositId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestPayDeposit Pay a deposit (test mode)
+//
+// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+func (c *Client) TestPayDeposit(ctx context.Context, depositId DepositId, params *TestPayDepositParams, body TestPayDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestPayDepositRequest(c.Server, depositId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestSetFeeRateWithBody Set the processor's fee-rate estimate (test mode)
+//
+// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+func (c *Client) TestSetFeeRateWithBody(ctx context.Context, params *TestSetFeeRateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestSetFeeRateRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestSetFeeRate Set the processor's fee-rate estimate (test mode)
+//
+// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+func (c *Client) TestSetFeeRate(ctx context.Context, params *TestSetFeeRateParams, body TestSetFeeRateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestSetFeeRateRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestTronTransferWithBody Add a USDT transfer to the TRON node (test mode)
+//
+// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+func (c *Client) TestTronTransferWithBody(ctx context.Context, params *TestTronTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestTronTransferRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestTronTransfer Add a USDT transfer to the TRON node (test mode)
+//
+// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+func (c *Client) TestTronTransfer(ctx context.Context, params *TestTronTransferParams, body TestTronTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestTronTransferRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestBroadcastWithdrawalWithBody Put a withdrawal's payout on chain (test mode)
+//
+// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+func (c *Client) TestBroadcastWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestBroadcastWithdrawalRequestWithBody(c.Server, withdrawalId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestBroadcastWithdrawal Put a withdrawal's payout on chain (test mode)
+//
+// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+func (c *Client) TestBroadcastWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, body TestBroadcastWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestBroadcastWithdrawalRequest(c.Server, withdrawalId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestConfirmWithdrawalWithBody Complete a withdrawal's payout (test mode)
+//
+// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+func (c *Client) TestConfirmWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestConfirmWithdrawalRequestWithBody(c.Server, withdrawalId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestConfirmWithdrawal Complete a withdrawal's payout (test mode)
+//
+// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+func (c *Client) TestConfirmWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, body TestConfirmWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestConfirmWithdrawalRequest(c.Server, withdrawalId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestFailWithdrawalWithBody Fail a withdrawal's payout (test mode)
+//
+// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+func (c *Client) TestFailWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestFailWithdrawalRequestWithBody(c.Server, withdrawalId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestFailWithdrawal Fail a withdrawal's payout (test mode)
+//
+// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+func (c *Client) TestFailWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, body TestFailWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestFailWithdrawalRequest(c.Server, withdrawalId, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestStallWithdrawalWithBody Stall a withdrawal's payout (test mode)
+//
+// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+func (c *Client) TestStallWithdrawalWithBody(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestStallWithdrawalRequestWithBody(c.Server, withdrawalId, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TestStallWithdrawal Stall a withdrawal's payout (test mode)
+//
+// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+func (c *Client) TestStallWithdrawal(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, body TestStallWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTestStallWithdrawalRequest(c.Server, withdrawalId, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -9457,6 +10094,532 @@ func NewListPlatformAccountTransfersRequest(server string, platformAccount Platf
 	return req, nil
 }
 
+// NewTestConfirmDepositRequest calls the generic TestConfirmDeposit builder with application/json body
+func NewTestConfirmDepositRequest(server string, depositId DepositId, params *TestConfirmDepositParams, body TestConfirmDepositJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestConfirmDepositRequestWithBody(server, depositId, params, "application/json", bodyReader)
+}
+
+// NewTestConfirmDepositRequestWithBody constructs an http.Request for the TestConfirmDeposit method, with any body, and a specified content type
+func NewTestConfirmDepositRequestWithBody(server string, depositId DepositId, params *TestConfirmDepositParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deposit_id", depositId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/deposits/%s/confirm", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestExpireDepositRequest calls the generic TestExpireDeposit builder with application/json body
+func NewTestExpireDepositRequest(server string, depositId DepositId, params *TestExpireDepositParams, body TestExpireDepositJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestExpireDepositRequestWithBody(server, depositId, params, "application/json", bodyReader)
+}
+
+// NewTestExpireDepositRequestWithBody constructs an http.Request for the TestExpireDeposit method, with any body, and a specified content type
+func NewTestExpireDepositRequestWithBody(server string, depositId DepositId, params *TestExpireDepositParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deposit_id", depositId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/deposits/%s/expire", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestPayDepositRequest calls the generic TestPayDeposit builder with application/json body
+func NewTestPayDepositRequest(server string, depositId DepositId, params *TestPayDepositParams, body TestPayDepositJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestPayDepositRequestWithBody(server, depositId, params, "application/json", bodyReader)
+}
+
+// NewTestPayDepositRequestWithBody constructs an http.Request for the TestPayDeposit method, with any body, and a specified content type
+func NewTestPayDepositRequestWithBody(server string, depositId DepositId, params *TestPayDepositParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "deposit_id", depositId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/deposits/%s/pay", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestSetFeeRateRequest calls the generic TestSetFeeRate builder with application/json body
+func NewTestSetFeeRateRequest(server string, params *TestSetFeeRateParams, body TestSetFeeRateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestSetFeeRateRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewTestSetFeeRateRequestWithBody constructs an http.Request for the TestSetFeeRate method, with any body, and a specified content type
+func NewTestSetFeeRateRequestWithBody(server string, params *TestSetFeeRateParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/fee_rate")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestTronTransferRequest calls the generic TestTronTransfer builder with application/json body
+func NewTestTronTransferRequest(server string, params *TestTronTransferParams, body TestTronTransferJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestTronTransferRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewTestTronTransferRequestWithBody constructs an http.Request for the TestTronTransfer method, with any body, and a specified content type
+func NewTestTronTransferRequestWithBody(server string, params *TestTronTransferParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/tron/transfers")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestBroadcastWithdrawalRequest calls the generic TestBroadcastWithdrawal builder with application/json body
+func NewTestBroadcastWithdrawalRequest(server string, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, body TestBroadcastWithdrawalJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestBroadcastWithdrawalRequestWithBody(server, withdrawalId, params, "application/json", bodyReader)
+}
+
+// NewTestBroadcastWithdrawalRequestWithBody constructs an http.Request for the TestBroadcastWithdrawal method, with any body, and a specified content type
+func NewTestBroadcastWithdrawalRequestWithBody(server string, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "withdrawal_id", withdrawalId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/withdrawals/%s/broadcast", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestConfirmWithdrawalRequest calls the generic TestConfirmWithdrawal builder with application/json body
+func NewTestConfirmWithdrawalRequest(server string, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, body TestConfirmWithdrawalJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestConfirmWithdrawalRequestWithBody(server, withdrawalId, params, "application/json", bodyReader)
+}
+
+// NewTestConfirmWithdrawalRequestWithBody constructs an http.Request for the TestConfirmWithdrawal method, with any body, and a specified content type
+func NewTestConfirmWithdrawalRequestWithBody(server string, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "withdrawal_id", withdrawalId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/withdrawals/%s/confirm", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestFailWithdrawalRequest calls the generic TestFailWithdrawal builder with application/json body
+func NewTestFailWithdrawalRequest(server string, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, body TestFailWithdrawalJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestFailWithdrawalRequestWithBody(server, withdrawalId, params, "application/json", bodyReader)
+}
+
+// NewTestFailWithdrawalRequestWithBody constructs an http.Request for the TestFailWithdrawal method, with any body, and a specified content type
+func NewTestFailWithdrawalRequestWithBody(server string, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "withdrawal_id", withdrawalId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/withdrawals/%s/fail", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewTestStallWithdrawalRequest calls the generic TestStallWithdrawal builder with application/json body
+func NewTestStallWithdrawalRequest(server string, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, body TestStallWithdrawalJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTestStallWithdrawalRequestWithBody(server, withdrawalId, params, "application/json", bodyReader)
+}
+
+// NewTestStallWithdrawalRequestWithBody constructs an http.Request for the TestStallWithdrawal method, with any body, and a specified content type
+func NewTestStallWithdrawalRequestWithBody(server string, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "withdrawal_id", withdrawalId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/test_helpers/withdrawals/%s/stall", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewFindTransferRequest constructs an http.Request for the FindTransfer method
 func NewFindTransferRequest(server string, params *FindTransferParams) (*http.Request, error) {
 	var err error
@@ -11046,6 +12209,168 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/platform-accounts/{platform_account}/transfers (the `ListPlatformAccountTransfers` operationId).
 	ListPlatformAccountTransfersWithResponse(ctx context.Context, platformAccount PlatformAccountPath, params *ListPlatformAccountTransfersParams, reqEditors ...RequestEditorFn) (*ListPlatformAccountTransfersResponse, error)
+
+	// TestConfirmDepositWithBodyWithResponse Confirm a deposit's payments (test mode)
+	//
+	// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+	TestConfirmDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestConfirmDepositResponse, error)
+
+	// TestConfirmDepositWithResponse Confirm a deposit's payments (test mode)
+	//
+	// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+	TestConfirmDepositWithResponse(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, body TestConfirmDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestConfirmDepositResponse, error)
+
+	// TestExpireDepositWithBodyWithResponse End a deposit's window now (test mode)
+	//
+	// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+	TestExpireDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestExpireDepositResponse, error)
+
+	// TestExpireDepositWithResponse End a deposit's window now (test mode)
+	//
+	// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+	TestExpireDepositWithResponse(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, body TestExpireDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestExpireDepositResponse, error)
+
+	// TestPayDepositWithBodyWithResponse Pay a deposit (test mode)
+	//
+	// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+	TestPayDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestPayDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestPayDepositResponse, error)
+
+	// TestPayDepositWithResponse Pay a deposit (test mode)
+	//
+	// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+	TestPayDepositWithResponse(ctx context.Context, depositId DepositId, params *TestPayDepositParams, body TestPayDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestPayDepositResponse, error)
+
+	// TestSetFeeRateWithBodyWithResponse Set the processor's fee-rate estimate (test mode)
+	//
+	// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+	TestSetFeeRateWithBodyWithResponse(ctx context.Context, params *TestSetFeeRateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestSetFeeRateResponse, error)
+
+	// TestSetFeeRateWithResponse Set the processor's fee-rate estimate (test mode)
+	//
+	// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+	TestSetFeeRateWithResponse(ctx context.Context, params *TestSetFeeRateParams, body TestSetFeeRateJSONRequestBody, reqEditors ...RequestEditorFn) (*TestSetFeeRateResponse, error)
+
+	// TestTronTransferWithBodyWithResponse Add a USDT transfer to the TRON node (test mode)
+	//
+	// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+	TestTronTransferWithBodyWithResponse(ctx context.Context, params *TestTronTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestTronTransferResponse, error)
+
+	// TestTronTransferWithResponse Add a USDT transfer to the TRON node (test mode)
+	//
+	// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+	TestTronTransferWithResponse(ctx context.Context, params *TestTronTransferParams, body TestTronTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*TestTronTransferResponse, error)
+
+	// TestBroadcastWithdrawalWithBodyWithResponse Put a withdrawal's payout on chain (test mode)
+	//
+	// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+	TestBroadcastWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestBroadcastWithdrawalResponse, error)
+
+	// TestBroadcastWithdrawalWithResponse Put a withdrawal's payout on chain (test mode)
+	//
+	// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+	TestBroadcastWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, body TestBroadcastWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestBroadcastWithdrawalResponse, error)
+
+	// TestConfirmWithdrawalWithBodyWithResponse Complete a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+	TestConfirmWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestConfirmWithdrawalResponse, error)
+
+	// TestConfirmWithdrawalWithResponse Complete a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+	TestConfirmWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, body TestConfirmWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestConfirmWithdrawalResponse, error)
+
+	// TestFailWithdrawalWithBodyWithResponse Fail a withdrawal's payout (test mode)
+	//
+	// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+	TestFailWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestFailWithdrawalResponse, error)
+
+	// TestFailWithdrawalWithResponse Fail a withdrawal's payout (test mode)
+	//
+	// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+	TestFailWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, body TestFailWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestFailWithdrawalResponse, error)
+
+	// TestStallWithdrawalWithBodyWithResponse Stall a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+	TestStallWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestStallWithdrawalResponse, error)
+
+	// TestStallWithdrawalWithResponse Stall a withdrawal's payout (test mode)
+	//
+	// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+	TestStallWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, body TestStallWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestStallWithdrawalResponse, error)
 
 	// FindTransferWithResponse Find a transfer by client_reference
 	//
@@ -19227,6 +20552,1986 @@ func (r ListPlatformAccountTransfersResponse) ContentType() string {
 	return ""
 }
 
+// TestConfirmDepositResponse200Headers the declared response headers of an HTTP 200 response for TestConfirmDeposit
+type TestConfirmDepositResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestConfirmDepositResponse400Headers the declared response headers of an HTTP 400 response for TestConfirmDeposit
+type TestConfirmDepositResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse401Headers the declared response headers of an HTTP 401 response for TestConfirmDeposit
+type TestConfirmDepositResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse403Headers the declared response headers of an HTTP 403 response for TestConfirmDeposit
+type TestConfirmDepositResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse404Headers the declared response headers of an HTTP 404 response for TestConfirmDeposit
+type TestConfirmDepositResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestConfirmDepositResponse409Headers the declared response headers of an HTTP 409 response for TestConfirmDeposit
+type TestConfirmDepositResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestConfirmDepositResponse413Headers the declared response headers of an HTTP 413 response for TestConfirmDeposit
+type TestConfirmDepositResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse415Headers the declared response headers of an HTTP 415 response for TestConfirmDeposit
+type TestConfirmDepositResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse422Headers the declared response headers of an HTTP 422 response for TestConfirmDeposit
+type TestConfirmDepositResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse500Headers the declared response headers of an HTTP 500 response for TestConfirmDeposit
+type TestConfirmDepositResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmDepositResponse503Headers the declared response headers of an HTTP 503 response for TestConfirmDeposit
+type TestConfirmDepositResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestConfirmDepositResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deposit
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestConfirmDepositResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestConfirmDepositResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestConfirmDepositResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestConfirmDepositResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestConfirmDepositResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestConfirmDepositResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestConfirmDepositResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestConfirmDepositResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestConfirmDepositResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestConfirmDepositResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestConfirmDepositResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON200() *Deposit {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestConfirmDepositResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestConfirmDepositResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestConfirmDepositResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestConfirmDepositResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestConfirmDepositResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestExpireDepositResponse200Headers the declared response headers of an HTTP 200 response for TestExpireDeposit
+type TestExpireDepositResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestExpireDepositResponse400Headers the declared response headers of an HTTP 400 response for TestExpireDeposit
+type TestExpireDepositResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse401Headers the declared response headers of an HTTP 401 response for TestExpireDeposit
+type TestExpireDepositResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse403Headers the declared response headers of an HTTP 403 response for TestExpireDeposit
+type TestExpireDepositResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse404Headers the declared response headers of an HTTP 404 response for TestExpireDeposit
+type TestExpireDepositResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestExpireDepositResponse409Headers the declared response headers of an HTTP 409 response for TestExpireDeposit
+type TestExpireDepositResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestExpireDepositResponse413Headers the declared response headers of an HTTP 413 response for TestExpireDeposit
+type TestExpireDepositResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse415Headers the declared response headers of an HTTP 415 response for TestExpireDeposit
+type TestExpireDepositResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse422Headers the declared response headers of an HTTP 422 response for TestExpireDeposit
+type TestExpireDepositResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse500Headers the declared response headers of an HTTP 500 response for TestExpireDeposit
+type TestExpireDepositResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestExpireDepositResponse503Headers the declared response headers of an HTTP 503 response for TestExpireDeposit
+type TestExpireDepositResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestExpireDepositResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deposit
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestExpireDepositResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestExpireDepositResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestExpireDepositResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestExpireDepositResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestExpireDepositResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestExpireDepositResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestExpireDepositResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestExpireDepositResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestExpireDepositResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestExpireDepositResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestExpireDepositResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestExpireDepositResponse) GetJSON200() *Deposit {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestExpireDepositResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestExpireDepositResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestExpireDepositResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestExpireDepositResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestExpireDepositResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestExpireDepositResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestExpireDepositResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestExpireDepositResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestExpireDepositResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestExpireDepositResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestExpireDepositResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestExpireDepositResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestExpireDepositResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestExpireDepositResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestPayDepositResponse200Headers the declared response headers of an HTTP 200 response for TestPayDeposit
+type TestPayDepositResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestPayDepositResponse400Headers the declared response headers of an HTTP 400 response for TestPayDeposit
+type TestPayDepositResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse401Headers the declared response headers of an HTTP 401 response for TestPayDeposit
+type TestPayDepositResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse403Headers the declared response headers of an HTTP 403 response for TestPayDeposit
+type TestPayDepositResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse404Headers the declared response headers of an HTTP 404 response for TestPayDeposit
+type TestPayDepositResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestPayDepositResponse409Headers the declared response headers of an HTTP 409 response for TestPayDeposit
+type TestPayDepositResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestPayDepositResponse413Headers the declared response headers of an HTTP 413 response for TestPayDeposit
+type TestPayDepositResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse415Headers the declared response headers of an HTTP 415 response for TestPayDeposit
+type TestPayDepositResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse422Headers the declared response headers of an HTTP 422 response for TestPayDeposit
+type TestPayDepositResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse500Headers the declared response headers of an HTTP 500 response for TestPayDeposit
+type TestPayDepositResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestPayDepositResponse503Headers the declared response headers of an HTTP 503 response for TestPayDeposit
+type TestPayDepositResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestPayDepositResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deposit
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestPayDepositResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestPayDepositResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestPayDepositResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestPayDepositResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestPayDepositResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestPayDepositResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestPayDepositResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestPayDepositResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestPayDepositResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestPayDepositResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestPayDepositResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestPayDepositResponse) GetJSON200() *Deposit {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestPayDepositResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestPayDepositResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestPayDepositResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestPayDepositResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestPayDepositResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestPayDepositResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestPayDepositResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestPayDepositResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestPayDepositResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestPayDepositResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestPayDepositResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestPayDepositResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestPayDepositResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestPayDepositResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestSetFeeRateResponse200Headers the declared response headers of an HTTP 200 response for TestSetFeeRate
+type TestSetFeeRateResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestSetFeeRateResponse400Headers the declared response headers of an HTTP 400 response for TestSetFeeRate
+type TestSetFeeRateResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse401Headers the declared response headers of an HTTP 401 response for TestSetFeeRate
+type TestSetFeeRateResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse403Headers the declared response headers of an HTTP 403 response for TestSetFeeRate
+type TestSetFeeRateResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse404Headers the declared response headers of an HTTP 404 response for TestSetFeeRate
+type TestSetFeeRateResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestSetFeeRateResponse409Headers the declared response headers of an HTTP 409 response for TestSetFeeRate
+type TestSetFeeRateResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestSetFeeRateResponse413Headers the declared response headers of an HTTP 413 response for TestSetFeeRate
+type TestSetFeeRateResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse415Headers the declared response headers of an HTTP 415 response for TestSetFeeRate
+type TestSetFeeRateResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse422Headers the declared response headers of an HTTP 422 response for TestSetFeeRate
+type TestSetFeeRateResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse500Headers the declared response headers of an HTTP 500 response for TestSetFeeRate
+type TestSetFeeRateResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestSetFeeRateResponse503Headers the declared response headers of an HTTP 503 response for TestSetFeeRate
+type TestSetFeeRateResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestSetFeeRateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TestHelperFeeRate
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestSetFeeRateResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestSetFeeRateResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestSetFeeRateResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestSetFeeRateResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestSetFeeRateResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestSetFeeRateResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestSetFeeRateResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestSetFeeRateResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestSetFeeRateResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestSetFeeRateResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestSetFeeRateResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON200() *TestHelperFeeRate {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestSetFeeRateResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestSetFeeRateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestSetFeeRateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestSetFeeRateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestSetFeeRateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestTronTransferResponse200Headers the declared response headers of an HTTP 200 response for TestTronTransfer
+type TestTronTransferResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestTronTransferResponse400Headers the declared response headers of an HTTP 400 response for TestTronTransfer
+type TestTronTransferResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse401Headers the declared response headers of an HTTP 401 response for TestTronTransfer
+type TestTronTransferResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse403Headers the declared response headers of an HTTP 403 response for TestTronTransfer
+type TestTronTransferResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse404Headers the declared response headers of an HTTP 404 response for TestTronTransfer
+type TestTronTransferResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestTronTransferResponse409Headers the declared response headers of an HTTP 409 response for TestTronTransfer
+type TestTronTransferResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestTronTransferResponse413Headers the declared response headers of an HTTP 413 response for TestTronTransfer
+type TestTronTransferResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse415Headers the declared response headers of an HTTP 415 response for TestTronTransfer
+type TestTronTransferResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse422Headers the declared response headers of an HTTP 422 response for TestTronTransfer
+type TestTronTransferResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse500Headers the declared response headers of an HTTP 500 response for TestTronTransfer
+type TestTronTransferResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestTronTransferResponse503Headers the declared response headers of an HTTP 503 response for TestTronTransfer
+type TestTronTransferResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestTronTransferResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TestHelperTronTransfer
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestTronTransferResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestTronTransferResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestTronTransferResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestTronTransferResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestTronTransferResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestTronTransferResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestTronTransferResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestTronTransferResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestTronTransferResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestTronTransferResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestTronTransferResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestTronTransferResponse) GetJSON200() *TestHelperTronTransfer {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestTronTransferResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestTronTransferResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestTronTransferResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestTronTransferResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestTronTransferResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestTronTransferResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestTronTransferResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestTronTransferResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestTronTransferResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestTronTransferResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestTronTransferResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestTronTransferResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestTronTransferResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestTronTransferResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestBroadcastWithdrawalResponse200Headers the declared response headers of an HTTP 200 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestBroadcastWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestBroadcastWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestBroadcastWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestBroadcastWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for TestBroadcastWithdrawal
+type TestBroadcastWithdrawalResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestBroadcastWithdrawalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Withdrawal
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestBroadcastWithdrawalResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestBroadcastWithdrawalResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestBroadcastWithdrawalResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestBroadcastWithdrawalResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestBroadcastWithdrawalResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestBroadcastWithdrawalResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestBroadcastWithdrawalResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestBroadcastWithdrawalResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestBroadcastWithdrawalResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestBroadcastWithdrawalResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestBroadcastWithdrawalResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON200() *Withdrawal {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestBroadcastWithdrawalResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestBroadcastWithdrawalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestBroadcastWithdrawalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestBroadcastWithdrawalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestBroadcastWithdrawalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestConfirmWithdrawalResponse200Headers the declared response headers of an HTTP 200 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestConfirmWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestConfirmWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestConfirmWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestConfirmWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for TestConfirmWithdrawal
+type TestConfirmWithdrawalResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestConfirmWithdrawalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Withdrawal
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestConfirmWithdrawalResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestConfirmWithdrawalResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestConfirmWithdrawalResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestConfirmWithdrawalResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestConfirmWithdrawalResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestConfirmWithdrawalResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestConfirmWithdrawalResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestConfirmWithdrawalResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestConfirmWithdrawalResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestConfirmWithdrawalResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestConfirmWithdrawalResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON200() *Withdrawal {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestConfirmWithdrawalResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestConfirmWithdrawalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestConfirmWithdrawalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestConfirmWithdrawalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestConfirmWithdrawalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestFailWithdrawalResponse200Headers the declared response headers of an HTTP 200 response for TestFailWithdrawal
+type TestFailWithdrawalResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestFailWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for TestFailWithdrawal
+type TestFailWithdrawalResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for TestFailWithdrawal
+type TestFailWithdrawalResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for TestFailWithdrawal
+type TestFailWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for TestFailWithdrawal
+type TestFailWithdrawalResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestFailWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for TestFailWithdrawal
+type TestFailWithdrawalResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestFailWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for TestFailWithdrawal
+type TestFailWithdrawalResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for TestFailWithdrawal
+type TestFailWithdrawalResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for TestFailWithdrawal
+type TestFailWithdrawalResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for TestFailWithdrawal
+type TestFailWithdrawalResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestFailWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for TestFailWithdrawal
+type TestFailWithdrawalResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestFailWithdrawalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Withdrawal
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestFailWithdrawalResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestFailWithdrawalResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestFailWithdrawalResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestFailWithdrawalResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestFailWithdrawalResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestFailWithdrawalResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestFailWithdrawalResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestFailWithdrawalResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestFailWithdrawalResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestFailWithdrawalResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestFailWithdrawalResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON200() *Withdrawal {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestFailWithdrawalResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestFailWithdrawalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestFailWithdrawalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestFailWithdrawalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestFailWithdrawalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TestStallWithdrawalResponse200Headers the declared response headers of an HTTP 200 response for TestStallWithdrawal
+type TestStallWithdrawalResponse200Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestStallWithdrawalResponse400Headers the declared response headers of an HTTP 400 response for TestStallWithdrawal
+type TestStallWithdrawalResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse401Headers the declared response headers of an HTTP 401 response for TestStallWithdrawal
+type TestStallWithdrawalResponse401Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse403Headers the declared response headers of an HTTP 403 response for TestStallWithdrawal
+type TestStallWithdrawalResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse404Headers the declared response headers of an HTTP 404 response for TestStallWithdrawal
+type TestStallWithdrawalResponse404Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         *string
+}
+
+// TestStallWithdrawalResponse409Headers the declared response headers of an HTTP 409 response for TestStallWithdrawal
+type TestStallWithdrawalResponse409Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	RetryAfter         *int
+	XRequestId         *string
+}
+
+// TestStallWithdrawalResponse413Headers the declared response headers of an HTTP 413 response for TestStallWithdrawal
+type TestStallWithdrawalResponse413Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse415Headers the declared response headers of an HTTP 415 response for TestStallWithdrawal
+type TestStallWithdrawalResponse415Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse422Headers the declared response headers of an HTTP 422 response for TestStallWithdrawal
+type TestStallWithdrawalResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse500Headers the declared response headers of an HTTP 500 response for TestStallWithdrawal
+type TestStallWithdrawalResponse500Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+// TestStallWithdrawalResponse503Headers the declared response headers of an HTTP 503 response for TestStallWithdrawal
+type TestStallWithdrawalResponse503Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *int
+	SvcInterfaceVersion string
+	XRequestId          *string
+}
+
+type TestStallWithdrawalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Withdrawal
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TestStallWithdrawalResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TestStallWithdrawalResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TestStallWithdrawalResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TestStallWithdrawalResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TestStallWithdrawalResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestStallWithdrawalResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TestStallWithdrawalResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TestStallWithdrawalResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestStallWithdrawalResponse422Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TestStallWithdrawalResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TestStallWithdrawalResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON200() *Withdrawal {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TestStallWithdrawalResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r TestStallWithdrawalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TestStallWithdrawalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TestStallWithdrawalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TestStallWithdrawalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // FindTransferResponse200Headers the declared response headers of an HTTP 200 response for FindTransfer
 type FindTransferResponse200Headers struct {
 	CacheControl string
@@ -22534,6 +25839,276 @@ func (c *ClientWithResponses) ListPlatformAccountTransfersWithResponse(ctx conte
 		return nil, err
 	}
 	return ParseListPlatformAccountTransfersResponse(rsp)
+}
+
+// TestConfirmDepositWithBodyWithResponse Confirm a deposit's payments (test mode)
+//
+// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+func (c *ClientWithResponses) TestConfirmDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestConfirmDepositResponse, error) {
+	rsp, err := c.TestConfirmDepositWithBody(ctx, depositId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestConfirmDepositResponse(rsp)
+}
+
+// TestConfirmDepositWithResponse Confirm a deposit's payments (test mode)
+//
+// Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/confirm (the `TestConfirmDeposit` operationId).
+func (c *ClientWithResponses) TestConfirmDepositWithResponse(ctx context.Context, depositId DepositId, params *TestConfirmDepositParams, body TestConfirmDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestConfirmDepositResponse, error) {
+	rsp, err := c.TestConfirmDeposit(ctx, depositId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestConfirmDepositResponse(rsp)
+}
+
+// TestExpireDepositWithBodyWithResponse End a deposit's window now (test mode)
+//
+// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+func (c *ClientWithResponses) TestExpireDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestExpireDepositResponse, error) {
+	rsp, err := c.TestExpireDepositWithBody(ctx, depositId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestExpireDepositResponse(rsp)
+}
+
+// TestExpireDepositWithResponse End a deposit's window now (test mode)
+//
+// Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/expire (the `TestExpireDeposit` operationId).
+func (c *ClientWithResponses) TestExpireDepositWithResponse(ctx context.Context, depositId DepositId, params *TestExpireDepositParams, body TestExpireDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestExpireDepositResponse, error) {
+	rsp, err := c.TestExpireDeposit(ctx, depositId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestExpireDepositResponse(rsp)
+}
+
+// TestPayDepositWithBodyWithResponse Pay a deposit (test mode)
+//
+// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+func (c *ClientWithResponses) TestPayDepositWithBodyWithResponse(ctx context.Context, depositId DepositId, params *TestPayDepositParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestPayDepositResponse, error) {
+	rsp, err := c.TestPayDepositWithBody(ctx, depositId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestPayDepositResponse(rsp)
+}
+
+// TestPayDepositWithResponse Pay a deposit (test mode)
+//
+// Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/deposits/{deposit_id}/pay (the `TestPayDeposit` operationId).
+func (c *ClientWithResponses) TestPayDepositWithResponse(ctx context.Context, depositId DepositId, params *TestPayDepositParams, body TestPayDepositJSONRequestBody, reqEditors ...RequestEditorFn) (*TestPayDepositResponse, error) {
+	rsp, err := c.TestPayDeposit(ctx, depositId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestPayDepositResponse(rsp)
+}
+
+// TestSetFeeRateWithBodyWithResponse Set the processor's fee-rate estimate (test mode)
+//
+// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+func (c *ClientWithResponses) TestSetFeeRateWithBodyWithResponse(ctx context.Context, params *TestSetFeeRateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestSetFeeRateResponse, error) {
+	rsp, err := c.TestSetFeeRateWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestSetFeeRateResponse(rsp)
+}
+
+// TestSetFeeRateWithResponse Set the processor's fee-rate estimate (test mode)
+//
+// Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/fee_rate (the `TestSetFeeRate` operationId).
+func (c *ClientWithResponses) TestSetFeeRateWithResponse(ctx context.Context, params *TestSetFeeRateParams, body TestSetFeeRateJSONRequestBody, reqEditors ...RequestEditorFn) (*TestSetFeeRateResponse, error) {
+	rsp, err := c.TestSetFeeRate(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestSetFeeRateResponse(rsp)
+}
+
+// TestTronTransferWithBodyWithResponse Add a USDT transfer to the TRON node (test mode)
+//
+// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+func (c *ClientWithResponses) TestTronTransferWithBodyWithResponse(ctx context.Context, params *TestTronTransferParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestTronTransferResponse, error) {
+	rsp, err := c.TestTronTransferWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestTronTransferResponse(rsp)
+}
+
+// TestTronTransferWithResponse Add a USDT transfer to the TRON node (test mode)
+//
+// A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/tron/transfers (the `TestTronTransfer` operationId).
+func (c *ClientWithResponses) TestTronTransferWithResponse(ctx context.Context, params *TestTronTransferParams, body TestTronTransferJSONRequestBody, reqEditors ...RequestEditorFn) (*TestTronTransferResponse, error) {
+	rsp, err := c.TestTronTransfer(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestTronTransferResponse(rsp)
+}
+
+// TestBroadcastWithdrawalWithBodyWithResponse Put a withdrawal's payout on chain (test mode)
+//
+// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+func (c *ClientWithResponses) TestBroadcastWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestBroadcastWithdrawalResponse, error) {
+	rsp, err := c.TestBroadcastWithdrawalWithBody(ctx, withdrawalId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestBroadcastWithdrawalResponse(rsp)
+}
+
+// TestBroadcastWithdrawalWithResponse Put a withdrawal's payout on chain (test mode)
+//
+// The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/broadcast (the `TestBroadcastWithdrawal` operationId).
+func (c *ClientWithResponses) TestBroadcastWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestBroadcastWithdrawalParams, body TestBroadcastWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestBroadcastWithdrawalResponse, error) {
+	rsp, err := c.TestBroadcastWithdrawal(ctx, withdrawalId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestBroadcastWithdrawalResponse(rsp)
+}
+
+// TestConfirmWithdrawalWithBodyWithResponse Complete a withdrawal's payout (test mode)
+//
+// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+func (c *ClientWithResponses) TestConfirmWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestConfirmWithdrawalResponse, error) {
+	rsp, err := c.TestConfirmWithdrawalWithBody(ctx, withdrawalId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestConfirmWithdrawalResponse(rsp)
+}
+
+// TestConfirmWithdrawalWithResponse Complete a withdrawal's payout (test mode)
+//
+// The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/confirm (the `TestConfirmWithdrawal` operationId).
+func (c *ClientWithResponses) TestConfirmWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestConfirmWithdrawalParams, body TestConfirmWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestConfirmWithdrawalResponse, error) {
+	rsp, err := c.TestConfirmWithdrawal(ctx, withdrawalId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestConfirmWithdrawalResponse(rsp)
+}
+
+// TestFailWithdrawalWithBodyWithResponse Fail a withdrawal's payout (test mode)
+//
+// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+func (c *ClientWithResponses) TestFailWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestFailWithdrawalResponse, error) {
+	rsp, err := c.TestFailWithdrawalWithBody(ctx, withdrawalId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestFailWithdrawalResponse(rsp)
+}
+
+// TestFailWithdrawalWithResponse Fail a withdrawal's payout (test mode)
+//
+// The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/fail (the `TestFailWithdrawal` operationId).
+func (c *ClientWithResponses) TestFailWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestFailWithdrawalParams, body TestFailWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestFailWithdrawalResponse, error) {
+	rsp, err := c.TestFailWithdrawal(ctx, withdrawalId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestFailWithdrawalResponse(rsp)
+}
+
+// TestStallWithdrawalWithBodyWithResponse Stall a withdrawal's payout (test mode)
+//
+// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+func (c *ClientWithResponses) TestStallWithdrawalWithBodyWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TestStallWithdrawalResponse, error) {
+	rsp, err := c.TestStallWithdrawalWithBody(ctx, withdrawalId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestStallWithdrawalResponse(rsp)
+}
+
+// TestStallWithdrawalWithResponse Stall a withdrawal's payout (test mode)
+//
+// The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/test_helpers/withdrawals/{withdrawal_id}/stall (the `TestStallWithdrawal` operationId).
+func (c *ClientWithResponses) TestStallWithdrawalWithResponse(ctx context.Context, withdrawalId WithdrawalId, params *TestStallWithdrawalParams, body TestStallWithdrawalJSONRequestBody, reqEditors ...RequestEditorFn) (*TestStallWithdrawalResponse, error) {
+	rsp, err := c.TestStallWithdrawal(ctx, withdrawalId, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTestStallWithdrawalResponse(rsp)
 }
 
 // FindTransferWithResponse Find a transfer by client_reference
@@ -37754,6 +41329,3903 @@ func ParseListPlatformAccountTransfersResponse(rsp *http.Response) (*ListPlatfor
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListPlatformAccountTransfersResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestConfirmDepositResponse parses an HTTP response from a TestConfirmDepositWithResponse call
+func ParseTestConfirmDepositResponse(rsp *http.Response) (*TestConfirmDepositResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestConfirmDepositResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deposit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestConfirmDepositResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestConfirmDepositResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestConfirmDepositResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestConfirmDepositResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestConfirmDepositResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestConfirmDepositResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestConfirmDepositResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestConfirmDepositResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestConfirmDepositResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestConfirmDepositResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestConfirmDepositResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestExpireDepositResponse parses an HTTP response from a TestExpireDepositWithResponse call
+func ParseTestExpireDepositResponse(rsp *http.Response) (*TestExpireDepositResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestExpireDepositResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deposit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestExpireDepositResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestExpireDepositResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestExpireDepositResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestExpireDepositResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestExpireDepositResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestExpireDepositResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestExpireDepositResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestExpireDepositResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestExpireDepositResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestExpireDepositResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestExpireDepositResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestPayDepositResponse parses an HTTP response from a TestPayDepositWithResponse call
+func ParseTestPayDepositResponse(rsp *http.Response) (*TestPayDepositResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestPayDepositResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deposit
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestPayDepositResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestPayDepositResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestPayDepositResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestPayDepositResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestPayDepositResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestPayDepositResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestPayDepositResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestPayDepositResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestPayDepositResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestPayDepositResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestPayDepositResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestSetFeeRateResponse parses an HTTP response from a TestSetFeeRateWithResponse call
+func ParseTestSetFeeRateResponse(rsp *http.Response) (*TestSetFeeRateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestSetFeeRateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TestHelperFeeRate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestSetFeeRateResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestSetFeeRateResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestSetFeeRateResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestSetFeeRateResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestSetFeeRateResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestSetFeeRateResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestSetFeeRateResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestSetFeeRateResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestSetFeeRateResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestSetFeeRateResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestSetFeeRateResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestTronTransferResponse parses an HTTP response from a TestTronTransferWithResponse call
+func ParseTestTronTransferResponse(rsp *http.Response) (*TestTronTransferResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestTronTransferResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TestHelperTronTransfer
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestTronTransferResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestTronTransferResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestTronTransferResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestTronTransferResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestTronTransferResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestTronTransferResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestTronTransferResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestTronTransferResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestTronTransferResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestTronTransferResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestTronTransferResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestBroadcastWithdrawalResponse parses an HTTP response from a TestBroadcastWithdrawalWithResponse call
+func ParseTestBroadcastWithdrawalResponse(rsp *http.Response) (*TestBroadcastWithdrawalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestBroadcastWithdrawalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Withdrawal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestBroadcastWithdrawalResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestBroadcastWithdrawalResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestBroadcastWithdrawalResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestBroadcastWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestBroadcastWithdrawalResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestBroadcastWithdrawalResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestBroadcastWithdrawalResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestBroadcastWithdrawalResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestBroadcastWithdrawalResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestBroadcastWithdrawalResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestBroadcastWithdrawalResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestConfirmWithdrawalResponse parses an HTTP response from a TestConfirmWithdrawalWithResponse call
+func ParseTestConfirmWithdrawalResponse(rsp *http.Response) (*TestConfirmWithdrawalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestConfirmWithdrawalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Withdrawal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestConfirmWithdrawalResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestConfirmWithdrawalResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestConfirmWithdrawalResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestConfirmWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestConfirmWithdrawalResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestConfirmWithdrawalResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestConfirmWithdrawalResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestConfirmWithdrawalResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestConfirmWithdrawalResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestConfirmWithdrawalResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestConfirmWithdrawalResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestFailWithdrawalResponse parses an HTTP response from a TestFailWithdrawalWithResponse call
+func ParseTestFailWithdrawalResponse(rsp *http.Response) (*TestFailWithdrawalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestFailWithdrawalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Withdrawal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestFailWithdrawalResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestFailWithdrawalResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestFailWithdrawalResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestFailWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestFailWithdrawalResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestFailWithdrawalResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestFailWithdrawalResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestFailWithdrawalResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestFailWithdrawalResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestFailWithdrawalResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestFailWithdrawalResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTestStallWithdrawalResponse parses an HTTP response from a TestStallWithdrawalWithResponse call
+func ParseTestStallWithdrawalResponse(rsp *http.Response) (*TestStallWithdrawalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TestStallWithdrawalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Withdrawal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TestStallWithdrawalResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TestStallWithdrawalResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TestStallWithdrawalResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TestStallWithdrawalResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TestStallWithdrawalResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestStallWithdrawalResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TestStallWithdrawalResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TestStallWithdrawalResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestStallWithdrawalResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 500:
+		var headers TestStallWithdrawalResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Svc-Interface-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Svc-Interface-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.SvcInterfaceVersion = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TestStallWithdrawalResponse503Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

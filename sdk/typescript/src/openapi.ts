@@ -1296,6 +1296,186 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/test_helpers/deposits/{deposit_id}/pay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pay a deposit (test mode)
+         * @description Pays the deposit's invoice at the simulated processor: one payment per amount of `amounts` (none: what is still due of `amount_expected`), confirmed at once with `confirmed: true`. The deposit is then reconciled and answered as re-read: `confirming` while a payment is unconfirmed; `settled` once every payment is confirmed and credited (event `deposit.settled`), even short of `amount_expected`: a partial payment confirmed on its own settles the deposit for what it credited, and a payment after that is a later payment (`review`). To pay in parts, leave the parts unconfirmed and `confirm` once. After the deposit's window ended (`expire`, or its `expires_at` passed) the payment is one after expiry: `review` (event `deposit.review_required`), credited only by an operator. A payment to a settled deposit's address is a later payment: `review` too. 409 when the deposit has no invoice (`creating`, `failed`) or the processor would not see the payment (a paid or expired `BTC_LN` invoice, a USDT invoice no longer watched).
+         */
+        post: operations["testPayDeposit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/deposits/{deposit_id}/confirm": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Confirm a deposit's payments (test mode)
+         * @description Confirms every unconfirmed payment of the deposit at the simulated processor, then reconciles the deposit and answers it as re-read: `settled` once every payment is confirmed and credited (event `deposit.settled`); a deposit in `review` stays there. Nothing to confirm is not an error. 409 when the deposit has no invoice (`creating`, `failed`).
+         */
+        post: operations["testConfirmDeposit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/deposits/{deposit_id}/expire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End a deposit's window now (test mode)
+         * @description Ends the window of the deposit's invoice now at the simulated processor, then reconciles the deposit and answers it as re-read: `expired` when nothing was received (event `deposit.expired`); a deposit with payments made in time keeps its status, and they settle it as they confirm. A payment afterwards (`pay`) is one after expiry: `review`. 409 when the invoice is no longer open (paid in full, already expired) or the deposit has no invoice.
+         */
+        post: operations["testExpireDeposit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/withdrawals/{withdrawal_id}/broadcast": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Put a withdrawal's payout on chain (test mode)
+         * @description The withdrawal's on-chain payout is sent: `InProgress` at the processor with the transaction id as proof. The withdrawal is tracked and answered as re-read: `broadcast` with `txid` set (event `withdrawal.broadcast`), the money still held. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step. `BTC` only: a Lightning payout has no broadcast (409); use `confirm`.
+         */
+        post: operations["testBroadcastWithdrawal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/withdrawals/{withdrawal_id}/confirm": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete a withdrawal's payout (test mode)
+         * @description The withdrawal's payout completes (from `submitted`: it is broadcast and confirmed at once; from `broadcast`: confirmed; a Lightning payout: paid). The withdrawal is tracked and answered as re-read: `confirmed` (event `withdrawal.completed`, with `withdrawal.broadcast` first when it was not broadcast yet), the hold spent. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+         */
+        post: operations["testConfirmWithdrawal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/withdrawals/{withdrawal_id}/fail": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fail a withdrawal's payout (test mode)
+         * @description The processor cancels the withdrawal's payout. The withdrawal is tracked and answered as re-read: `failed` with `failure_reason` (event `withdrawal.failed`). The money stays held: a payout that looks failed can still confirm, so only an operator's release (`POST /v1/admin/withdrawals/{id}/release`) returns it, as `refunded`. A Lightning withdrawal whose invoice has expired is `refunded` automatically. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+         */
+        post: operations["testFailWithdrawal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/withdrawals/{withdrawal_id}/stall": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stall a withdrawal's payout (test mode)
+         * @description The withdrawal's payout is in progress at the processor and never gets an outcome. On chain it is sent in a transaction that never confirms: the withdrawal is answered, as re-read, `broadcast` with its `txid` (event `withdrawal.broadcast`), held. A Lightning payment stays in flight: `submitted`, held, until `LN_PAYOUT_TIMEOUT_SECONDS` ends it as the SPEC says. `confirm` or `fail` still give it an outcome. An `approved` withdrawal that the worker has not submitted yet is submitted first (by the submitter itself, as the worker would). 409 when the withdrawal has no payout at the processor (`pending_approval`, `rejected`, a refusal at submission), for a `USDT_TRC20` withdrawal (an operator sends those: see `POST /v1/test_helpers/tron/transfers`), or when the payout is past the step.
+         */
+        post: operations["testStallWithdrawal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/tron/transfers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Add a USDT transfer to the TRON node (test mode)
+         * @description A USDT (TRC-20) transfer appears, confirmed, on the simulated TRON node the service verifies against (`TRONGRID_URL`): for a USDT_TRC20 withdrawal, the transfer an operator sends from the hot wallet of the withdrawal's `amount_net` to its `destination_address`, whose `txid` the operator then reports with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. It does not pay a deposit: pay a USDT deposit with `POST /v1/test_helpers/deposits/{deposit_id}/pay`. 404 when the deployment has no TRON node simulator; 409 when the node refuses (a txid it has).
+         */
+        post: operations["testTronTransfer"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/test_helpers/fee_rate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set the processor's fee-rate estimate (test mode)
+         * @description Sets the simulated processor's BTC fee-rate estimate, in sat/vB. It fixes the fee of the next BTC withdrawals: their estimate at creation and the fee fixed at submission (rate x `BTC_ASSUMED_TX_VBYTES`). The API process asks for it again at once; another process (the worker) reuses the rate it read for up to `BTC_FEE_RATE_TTL`.
+         */
+        post: operations["testSetFeeRate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     serviceEvent: {
@@ -2971,6 +3151,48 @@ export interface components {
         WebhookDeliveryList: {
             /** @description Newest event first. */
             deliveries: components["schemas"]["WebhookDeliveryListItem"][];
+        };
+        /** @description May be `{}`: pay what is due. */
+        TestHelperPayRequest: {
+            /** @description One processor payment per amount, in the asset's smallest units. Absent: one payment of what is still due of the deposit's `amount_expected` (422 with a field error at `amounts` when the deposit has none; 409 when nothing is due any more). A `BTC_LN` invoice takes exactly one payment of exactly its amount. */
+            amounts?: string[];
+            /**
+             * @description true: the payments are confirmed at once (on chain and USDT; a Lightning payment settles at once anyway). false: they stay unconfirmed until `confirm`.
+             * @default false
+             */
+            confirmed: boolean;
+        };
+        /** @description `{}` (or no body). */
+        TestHelperEmptyRequest: Record<string, never>;
+        /** @description May be `{}`. */
+        TestHelperBroadcastRequest: {
+            /** @description The transaction id the payout is sent in (64 lowercase hex digits); absent: a random one. The txid of another payout's transaction joins that transaction (a batch). */
+            txid?: string;
+        };
+        TestHelperTronTransferRequest: {
+            /** @description The sender; absent: the hot wallet (`TRON_HOT_WALLET`), the address an operator sends USDT withdrawals from. */
+            from?: string;
+            /** @description The recipient. */
+            to: string;
+            /** @description micro-USDT (6 decimals), an integer string greater than 0. */
+            amount: string;
+            /** @description The transaction id (64 lowercase hex digits); absent: a random one. */
+            txid?: string;
+        };
+        TestHelperTronTransfer: {
+            /** @description The transaction id, to report with `POST /v1/admin/withdrawals/{id}/mark-broadcast`. */
+            txid: string;
+            from: string;
+            to: string;
+            /** @description micro-USDT, an integer string. */
+            amount: string;
+        };
+        TestHelperFeeRate: {
+            /**
+             * @description The fee-rate estimate in sat/vB, a decimal string.
+             * @example 12.5
+             */
+            sat_per_vbyte: string;
         };
     };
     responses: {
@@ -5638,6 +5860,594 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testPayDeposit: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The deposit's id. Anything that is not a known deposit id answers 404. */
+                deposit_id: components["parameters"]["DepositId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperPayRequest"];
+            };
+        };
+        responses: {
+            /** @description The deposit, as re-read after the payment was applied. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deposit"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testConfirmDeposit: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The deposit's id. Anything that is not a known deposit id answers 404. */
+                deposit_id: components["parameters"]["DepositId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperEmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The deposit, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deposit"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testExpireDeposit: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The deposit's id. Anything that is not a known deposit id answers 404. */
+                deposit_id: components["parameters"]["DepositId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperEmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The deposit, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deposit"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testBroadcastWithdrawal: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The withdrawal's id. Anything that is not a known withdrawal id answers 404. */
+                withdrawal_id: components["parameters"]["WithdrawalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperBroadcastRequest"];
+            };
+        };
+        responses: {
+            /** @description The withdrawal, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Withdrawal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testConfirmWithdrawal: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The withdrawal's id. Anything that is not a known withdrawal id answers 404. */
+                withdrawal_id: components["parameters"]["WithdrawalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperEmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The withdrawal, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Withdrawal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testFailWithdrawal: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The withdrawal's id. Anything that is not a known withdrawal id answers 404. */
+                withdrawal_id: components["parameters"]["WithdrawalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperEmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The withdrawal, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Withdrawal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testStallWithdrawal: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description The withdrawal's id. Anything that is not a known withdrawal id answers 404. */
+                withdrawal_id: components["parameters"]["WithdrawalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TestHelperEmptyRequest"];
+            };
+        };
+        responses: {
+            /** @description The withdrawal, as re-read. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Withdrawal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testTronTransfer: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestHelperTronTransferRequest"];
+            };
+        };
+        responses: {
+            /** @description The transfer. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestHelperTronTransfer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["Unprocessable"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testSetFeeRate: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description One key per logical operation, reused on every retry of it (and after any 5xx: a new key makes a second deposit or withdrawal). Same key and same body bytes replay the stored response with one effect (`Idempotent-Replayed: true`); same key with other bytes or another route is 422; while the first attempt is in flight 409 with `Retry-After`; an attempt dead for more than 60 seconds is taken over and completed by the retry. Keys are kept at least 7 days. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestHelperFeeRate"];
+            };
+        };
+        responses: {
+            /** @description The rate now in force at the processor. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestHelperFeeRate"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description Unknown deposit or withdrawal; and every helper on a live deployment (`API_KEY_MODE=live`, or a processor that is not the simulator), as an unknown route. */
+            404: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The resource's current status does not allow the helper (its status is in the detail), or a request with this Idempotency-Key is still in flight (with `Retry-After`). */
+            409: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["Unprocessable"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
