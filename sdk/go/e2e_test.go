@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,13 +25,13 @@ const destination = "bcrt1qw508d6qejxtdg4y5r3zarvary0c5xw7kygt080"
 // of make test) starts svc api, svc worker and svc simulator and runs this
 // test with SVC_SDK_* set.
 type e2e struct {
-	api, key, secret, sim string
-	port                  string
-	c                     *svcsdk.ClientWithResponses
+	api, key, adminKey, secret, sim string
+	port                            string
+	c                               *svcsdk.ClientWithResponses
 }
 
 func setup(t *testing.T) *e2e {
-	e := &e2e{api: os.Getenv("SVC_SDK_API_URL"), key: os.Getenv("SVC_SDK_API_KEY"), secret: os.Getenv("SVC_SDK_WEBHOOK_SECRET"),
+	e := &e2e{api: os.Getenv("SVC_SDK_API_URL"), key: os.Getenv("SVC_SDK_API_KEY"), adminKey: os.Getenv("SVC_SDK_ADMIN_KEY"), secret: os.Getenv("SVC_SDK_WEBHOOK_SECRET"),
 		sim: os.Getenv("SVC_SDK_SIMULATOR_URL"), port: os.Getenv("SVC_SDK_WEBHOOK_PORT")}
 	if e.api == "" {
 		t.Skip("SVC_SDK_API_URL is not set: the end-to-end flow runs under make test (sdk/sdktest starts the service)")
@@ -53,26 +52,6 @@ func (e *e2e) simulator(t *testing.T, path string, body any) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "simulator %s", path)
 }
 
-// helper calls a test helper (/v1/test_helpers/...) and decodes its answer
-// into out; it returns the status.
-func (e *e2e) helper(t *testing.T, path string, body, out any) int {
-	t.Helper()
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequest(http.MethodPost, e.api+"/v1/test_helpers/"+path, bytes.NewReader(b))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Idempotency-Key", uuid.NewString())
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusOK && out != nil {
-		require.NoError(t, json.Unmarshal(raw, out), string(raw))
-	}
-	return resp.StatusCode
-}
-
 // event is a delivery the receiver verified.
 type event struct {
 	ID   string         `json:"id"`
@@ -80,29 +59,32 @@ type event struct {
 	Data map[string]any `json:"data"`
 }
 
-// receiver listens on SVC_SDK_WEBHOOK_PORT (PLATFORM_WEBHOOK_URL's) and
-// keeps every delivery that VerifyWebhook accepts; others get 401.
+// receiver keeps every delivery that VerifyWebhook accepts with its
+// secret; others get 401.
 type receiver struct {
 	mu      sync.Mutex
+	secret  []byte
 	events  []event
 	refused int
 }
 
-func (e *e2e) receive(t *testing.T) *receiver {
-	rx := &receiver{}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+e.port)
+// receive starts a receiver on addr ("127.0.0.1:0": any free port) that
+// verifies with secret, and returns it and its URL.
+func receive(t *testing.T, addr, secret string) (*receiver, string) {
+	rx := &receiver{secret: []byte(secret)}
+	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		rx.mu.Lock()
+		defer rx.mu.Unlock()
 		if err == nil {
-			err = svcsdk.VerifyWebhook([]byte(e.secret), r.Header.Get(svcsdk.WebhookSignatureHeader), body, time.Now())
+			err = svcsdk.VerifyWebhook(rx.secret, r.Header.Get(svcsdk.WebhookSignatureHeader), body, time.Now())
 		}
 		var ev event
 		if err == nil {
 			err = json.Unmarshal(body, &ev)
 		}
-		rx.mu.Lock()
-		defer rx.mu.Unlock()
 		if err != nil {
 			rx.refused++
 			http.Error(w, "bad signature", http.StatusUnauthorized)
@@ -112,7 +94,7 @@ func (e *e2e) receive(t *testing.T) *receiver {
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return rx
+	return rx, "http://" + ln.Addr().String() + "/webhooks"
 }
 
 // find is the first verified event of type typ whose data[key] is id.
@@ -125,6 +107,33 @@ func (rx *receiver) find(typ, key, id string) (event, bool) {
 		}
 	}
 	return event{}, false
+}
+
+// types lists the types of the verified events whose data[key] is id.
+func (rx *receiver) types(key, id string) []string {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	var out []string
+	for _, ev := range rx.events {
+		if ev.Data[key] == id {
+			out = append(out, ev.Type)
+		}
+	}
+	return out
+}
+
+// setSecret is the secret to verify with from now on (an endpoint's,
+// answered once by its creation).
+func (rx *receiver) setSecret(secret string) {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	rx.secret = []byte(secret)
+}
+
+func (rx *receiver) refusals() int {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	return rx.refused
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -144,7 +153,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestEndToEnd(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	rx := e.receive(t)
+	// Every event goes to PLATFORM_WEBHOOK_URL, signed with its secret.
+	rx, _ := receive(t, "127.0.0.1:"+e.port, e.secret)
 	t.Cleanup(func() { e.simulator(t, "up", map[string]any{}) })
 	user := "go-" + uuid.NewString()
 	key := func() *svcsdk.CreateDepositParams {
@@ -258,47 +268,93 @@ func TestEndToEnd(t *testing.T) {
 		require.NotEmpty(t, res.JSON402.Detail)
 	})
 
-	t.Run("a deposit and a withdrawal through the test helpers", func(t *testing.T) {
+	t.Run("a deposit and a withdrawal through every state, webhooks verified on a filtered endpoint", func(t *testing.T) {
+		// An endpoint of this test's own, with a filter, and the secret it answers once.
+		ep, epURL := receive(t, "127.0.0.1:0", "")
+		admin, err := svcsdk.New(e.api, e.adminKey)
+		require.NoError(t, err)
+		desc := "sdk/go end-to-end test"
+		created, err := admin.CreateWebhookEndpointWithResponse(ctx, &svcsdk.CreateWebhookEndpointParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
+			svcsdk.CreateWebhookEndpointJSONRequestBody{Url: epURL, Events: []string{"deposit.*", "withdrawal.completed"}, Description: &desc})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, created.StatusCode(), string(created.Body))
+		require.NotNil(t, created.JSON201.Secret)
+		ep.setSecret(*created.JSON201.Secret)
+
+		// Deposit: pending, paid (unconfirmed: confirming), confirmed (settled).
 		res, err := e.c.CreateDepositWithResponse(ctx, key(), btc("100000"))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, res.StatusCode(), string(res.Body))
-		id := res.JSON201.DepositId.String()
-		if status := e.helper(t, "deposits/"+id+"/pay", map[string]any{"confirmed": true}, nil); status == http.StatusNotFound {
+		require.Equal(t, svcsdk.DepositStatus("pending"), res.JSON201.Status)
+		depID := res.JSON201.DepositId
+		id := depID.String()
+		unconfirmed := false
+		paid, err := e.c.TestPayDepositWithResponse(ctx, depID, &svcsdk.TestPayDepositParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
+			svcsdk.TestPayDepositJSONRequestBody{Confirmed: &unconfirmed})
+		require.NoError(t, err)
+		if paid.StatusCode() == http.StatusNotFound {
 			t.Skip("the test helpers answer 404: not served by this build or deployment")
-		} else {
-			require.Equal(t, http.StatusOK, status)
 		}
-		var settled event
-		eventually(t, "deposit.settled", func() bool { var ok bool; settled, ok = rx.find("deposit.settled", "deposit_id", id); return ok })
-		require.Equal(t, "0.00100000", settled.Data["amount_credited"])
-		dep, err := e.c.GetDepositWithResponse(ctx, res.JSON201.DepositId)
+		require.Equal(t, http.StatusOK, paid.StatusCode(), string(paid.Body))
+		require.Equal(t, svcsdk.DepositStatus("confirming"), paid.JSON200.Status)
+		confirmed, err := e.c.TestConfirmDepositWithResponse(ctx, depID, &svcsdk.TestConfirmDepositParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
+			svcsdk.TestConfirmDepositJSONRequestBody{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, confirmed.StatusCode(), string(confirmed.Body))
+		require.Equal(t, svcsdk.DepositStatus("settled"), confirmed.JSON200.Status)
+		for _, r := range []*receiver{rx, ep} {
+			var settled event
+			eventually(t, "deposit.settled", func() bool { var ok bool; settled, ok = r.find("deposit.settled", "deposit_id", id); return ok })
+			require.Equal(t, "0.00100000", settled.Data["amount_credited"])
+		}
+		dep, err := e.c.GetDepositWithResponse(ctx, depID)
 		require.NoError(t, err)
 		require.Equal(t, svcsdk.DepositStatus("settled"), dep.JSON200.Status)
 		bal, err := e.c.GetUserBalancesWithResponse(ctx, user)
 		require.NoError(t, err)
 		require.Equal(t, "0.00100000", available(bal.JSON200, "BTC"))
 
+		// Withdrawal: auto-approved and submitted by the worker, broadcast, confirmed.
 		wres, err := e.c.CreateWithdrawalWithResponse(ctx, &svcsdk.CreateWithdrawalParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
 			svcsdk.CreateWithdrawalJSONRequestBody{Asset: "BTC", ExternalUserId: &user, Amount: "50000", DestinationAddress: destination})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, wres.StatusCode(), string(wres.Body))
 		wid := wres.JSON201.WithdrawalId
-		// 409 until the worker has handed the payout to the processor.
-		eventually(t, "the payout", func() bool {
-			status := e.helper(t, fmt.Sprintf("withdrawals/%s/broadcast", wid), map[string]any{}, nil)
-			require.Contains(t, []int{http.StatusOK, http.StatusConflict}, status)
-			return status == http.StatusOK
-		})
-		require.Equal(t, http.StatusOK, e.helper(t, fmt.Sprintf("withdrawals/%s/confirm", wid), map[string]any{}, nil))
-		eventually(t, "confirmed", func() bool {
+		eventually(t, "submitted by the worker", func() bool {
 			w, err := e.c.GetWithdrawalWithResponse(ctx, wid)
 			require.NoError(t, err)
-			return w.JSON200 != nil && w.JSON200.Status == "confirmed"
+			return w.JSON200 != nil && w.JSON200.Status == "submitted"
 		})
-		eventually(t, "withdrawal.completed", func() bool { _, ok := rx.find("withdrawal.completed", "withdrawal_id", wid.String()); return ok })
-		rx.mu.Lock()
-		defer rx.mu.Unlock()
-		require.Zero(t, rx.refused, "every delivery verified")
+		broadcast, err := e.c.TestBroadcastWithdrawalWithResponse(ctx, wid, &svcsdk.TestBroadcastWithdrawalParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
+			svcsdk.TestBroadcastWithdrawalJSONRequestBody{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, broadcast.StatusCode(), string(broadcast.Body))
+		require.Equal(t, svcsdk.WithdrawalStatus("broadcast"), broadcast.JSON200.Status)
+		require.NotNil(t, broadcast.JSON200.Txid)
+		done, err := e.c.TestConfirmWithdrawalWithResponse(ctx, wid, &svcsdk.TestConfirmWithdrawalParams{IdempotencyKey: svcsdk.NewIdempotencyKey()},
+			svcsdk.TestConfirmWithdrawalJSONRequestBody{})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, done.StatusCode(), string(done.Body))
+		require.Equal(t, svcsdk.WithdrawalStatus("confirmed"), done.JSON200.Status)
+		w, err := e.c.GetWithdrawalWithResponse(ctx, wid)
+		require.NoError(t, err)
+		require.Equal(t, svcsdk.WithdrawalStatus("confirmed"), w.JSON200.Status)
+
+		// The platform URL gets every event; the endpoint only those its filter takes.
+		for _, r := range []*receiver{rx, ep} {
+			eventually(t, "withdrawal.completed", func() bool { _, ok := r.find("withdrawal.completed", "withdrawal_id", wid.String()); return ok })
+		}
+		eventually(t, "withdrawal.broadcast at the platform URL", func() bool {
+			_, ok := rx.find("withdrawal.broadcast", "withdrawal_id", wid.String())
+			return ok
+		})
+		require.Equal(t, []string{"withdrawal.completed"}, ep.types("withdrawal_id", wid.String()), "the endpoint's filter takes withdrawal.completed only")
+		eventually(t, "deposit.detected at the endpoint (deposit.* takes every deposit event)", func() bool {
+			_, ok := ep.find("deposit.detected", "deposit_id", id)
+			return ok
+		})
+		require.Zero(t, rx.refusals(), "every delivery to the platform URL verified with its secret")
+		require.Zero(t, ep.refusals(), "every delivery to the endpoint verified with the secret it was created with")
 	})
 }
 

@@ -56,9 +56,10 @@ func TestClientsAreGenerated(t *testing.T) {
 
 // TestClientsEndToEnd runs each client's tests against the service: the
 // TypeScript one's (npm test) and the Go one's (go test ./sdk/go), with
-// SVC_SDK_API_URL, a readwrite key, the webhook secret, the port of the
-// webhook receiver each test runs (PLATFORM_WEBHOOK_URL points there; the
-// two run one after the other) and the simulator's control API.
+// SVC_SDK_API_URL, a readwrite key, an admin key (each test adds a webhook
+// endpoint of its own with it), the webhook secret, the port of the webhook
+// receiver each test runs (PLATFORM_WEBHOOK_URL points there; the two run
+// one after the other) and the simulator's control API.
 func TestClientsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service as separate processes")
@@ -73,7 +74,7 @@ func TestClientsEndToEnd(t *testing.T) {
 }
 
 // start builds svc, starts the simulator, the api and the worker on a
-// fresh database, mints a readwrite key, and returns what the clients'
+// fresh database, mints a readwrite and an admin key, and returns what the clients'
 // tests read.
 func start(t *testing.T) []string {
 	dir := t.TempDir()
@@ -90,6 +91,8 @@ func start(t *testing.T) []string {
 	env = append(env, clustertest.SimulatorEnv(t, bin, env, simArgs...)...)
 	env = append(env, "SVC_OPERATOR_KEY="+clustertest.OperatorKey(t, dbURL, dir, "sdk"))
 	key := clustertest.LastLine(clustertest.Run(t, bin, env, "admin", "keys", "mint", "--scope", "readwrite", "--label", "sdk tests"))
+	// The clients' tests add their own webhook endpoints with it.
+	adminKey := clustertest.LastLine(clustertest.Run(t, bin, env, "admin", "keys", "mint", "--scope", "admin", "--label", "sdk tests: webhook endpoints"))
 	procs := []*clustertest.Proc{
 		{Name: "simulator", Bin: bin, Env: env, Log: filepath.Join(dir, "simulator.log"), Ready: simURL + "/_sim/",
 			Args: append(append([]string{"simulator"}, simArgs...), "--webhook-url", apiURL+"/webhooks/processor", "--webhook-secret", processorSecret)},
@@ -113,6 +116,6 @@ func start(t *testing.T) []string {
 			}
 		}
 	})
-	return []string{"SVC_SDK_API_URL=" + apiURL, "SVC_SDK_API_KEY=" + key, "SVC_SDK_WEBHOOK_SECRET=" + webhookSecret,
+	return []string{"SVC_SDK_API_URL=" + apiURL, "SVC_SDK_API_KEY=" + key, "SVC_SDK_ADMIN_KEY=" + adminKey, "SVC_SDK_WEBHOOK_SECRET=" + webhookSecret,
 		"SVC_SDK_WEBHOOK_PORT=" + strconv.Itoa(hookPort), "SVC_SDK_SIMULATOR_URL=" + simURL}
 }
