@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 
 import {
@@ -17,12 +18,12 @@ import {
   withIdempotency,
   type Deposit,
   type ServiceEvent,
-  type Withdrawal,
 } from "../src/index.js";
 
 const env = process.env;
 const apiURL = env.SVC_SDK_API_URL ?? "";
 const apiKey = env.SVC_SDK_API_KEY ?? "";
+const adminKey = env.SVC_SDK_ADMIN_KEY ?? "";
 const secret = env.SVC_SDK_WEBHOOK_SECRET ?? "";
 const receiverPort = Number(env.SVC_SDK_WEBHOOK_PORT ?? 0);
 const simURL = env.SVC_SDK_SIMULATOR_URL ?? "";
@@ -49,8 +50,8 @@ async function sim(path: string, body: unknown = {}) {
   assert.equal(r.status, 200, `simulator ${path}: ${await r.text()}`);
 }
 
-/** A webhook receiver: every delivery verified with verifyWebhook over its raw bytes; 401 otherwise. */
-function receiver() {
+/** A webhook receiver: every delivery verified with verifyWebhook over its raw bytes and `secret` (settable); 401 otherwise. */
+function receiver(secret: string) {
   const events = new Map<string, ServiceEvent>();
   let refused = 0;
   const server = createServer((req, res) => {
@@ -59,7 +60,7 @@ function receiver() {
     req.on("end", () => {
       const raw = Buffer.concat(chunks);
       try {
-        verifyWebhook(secret, req.headers[WEBHOOK_SIGNATURE_HEADER.toLowerCase()] as string | undefined, raw);
+        verifyWebhook(rx.secret, req.headers[WEBHOOK_SIGNATURE_HEADER.toLowerCase()] as string | undefined, raw);
       } catch {
         refused++;
         res.writeHead(401).end();
@@ -70,29 +71,29 @@ function receiver() {
       res.writeHead(200).end();
     });
   });
-  const find = (type: string, key: string, id: string) =>
-    [...events.values()].find((e) => e.type === type && (e.data as Record<string, unknown>)[key] === id);
-  return { server, events, find, refused: () => refused };
+  const about = (e: ServiceEvent, key: string, id: string) => (e.data as Record<string, unknown>)[key] === id;
+  const find = (type: string, key: string, id: string) => [...events.values()].find((e) => e.type === type && about(e, key, id));
+  /** The types of the events about data[key] === id. */
+  const types = (key: string, id: string) => [...events.values()].filter((e) => about(e, key, id)).map((e) => e.type);
+  /** Listens on 127.0.0.1:port (0: any free port); resolves to the receiver's URL. */
+  const listen = (port: number) =>
+    new Promise<string>((resolve) =>
+      server.listen(port, "127.0.0.1", () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}/webhooks`)),
+    );
+  const close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  const rx = { secret, server, events, find, types, listen, close, refused: () => refused };
+  return rx;
 }
 
 test("end to end against the service", { skip: off, timeout: 120_000 }, async (t) => {
   const client = createClient({ baseUrl: apiURL, apiKey });
-  const rx = receiver();
-  await new Promise<void>((resolve) => rx.server.listen(receiverPort, "127.0.0.1", resolve));
-  t.after(() => new Promise<void>((resolve) => rx.server.close(() => resolve())));
+  // Every event goes to PLATFORM_WEBHOOK_URL, signed with its secret.
+  const rx = receiver(secret);
+  await rx.listen(receiverPort);
+  t.after(rx.close);
   t.after(() => sim("up"));
   const user = `ts-${randomUUID()}`;
   const header = (key: string) => ({ header: { "Idempotency-Key": key } });
-
-  /** A test helper (/v1/test_helpers/...); its 404 skips what needs it. */
-  async function helper<T>(path: string, body: unknown = {}): Promise<{ status: number; body: T }> {
-    const r = await fetch(`${apiURL}/v1/test_helpers/${path}`, {
-      method: "POST",
-      headers: { Authorization: `Bearer ${apiKey}`, "Idempotency-Key": randomUUID(), "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    return { status: r.status, body: (await r.json()) as T };
-  }
 
   await t.test("422 with field errors", async () => {
     const { error, response } = await client.POST("/v1/deposits", {
@@ -165,26 +166,54 @@ test("end to end against the service", { skip: off, timeout: 120_000 }, async (t
     assert.ok(isApiError(error), JSON.stringify(error));
   });
 
+  // An endpoint of this test's own, with a filter, and the secret its creation answers once.
+  const ep = receiver("");
+  const epURL = await ep.listen(0);
+  t.after(ep.close);
+  const admin = createClient({ baseUrl: apiURL, apiKey: adminKey });
+  const endpoint = await withIdempotency((k) =>
+    admin.POST("/v1/admin/webhook-endpoints", {
+      params: header(k),
+      body: { url: epURL, events: ["deposit.*", "withdrawal.completed"], description: "sdk/typescript end-to-end test" },
+    }),
+  );
+  assert.equal(endpoint.response.status, 201, JSON.stringify(endpoint.error));
+  assert.ok(endpoint.data?.secret, "the secret, answered once");
+  ep.secret = endpoint.data.secret;
+
   let deposit: Deposit | undefined;
-  await t.test("a deposit paid through the test helpers, its deposit.settled webhook verified", async (t) => {
+  await t.test("a deposit through every state: pending, confirming, settled; deposit.settled verified on the endpoint", async (t) => {
     const created = await withIdempotency((k) =>
       client.POST("/v1/deposits", { params: header(k), body: { external_user_id: user, asset: "BTC", expected_amount: "100000" } }),
     );
     assert.equal(created.response.status, 201, JSON.stringify(created.error));
+    assert.equal(created.data?.status, "pending");
     const id = created.data!.deposit_id;
-    const paid = await helper<Deposit>(`deposits/${id}/pay`, { confirmed: true });
-    if (paid.status === 404) return t.skip("the test helpers answer 404: not served by this build or deployment");
-    assert.equal(paid.status, 200, JSON.stringify(paid.body));
-    const ev = await until("deposit.settled", async () => rx.find("deposit.settled", "deposit_id", id));
-    assert.equal((ev.data as Record<string, unknown>).amount_credited, "0.00100000");
-    const { data } = await client.GET("/v1/deposits/{deposit_id}", { params: { path: { deposit_id: id } } });
+    const path = { deposit_id: id };
+    const paid = await withIdempotency((k) =>
+      client.POST("/v1/test_helpers/deposits/{deposit_id}/pay", { params: { path, ...header(k) }, body: { confirmed: false } }),
+    );
+    if (paid.response.status === 404) return t.skip("the test helpers answer 404: not served by this build or deployment");
+    assert.equal(paid.response.status, 200, JSON.stringify(paid.error));
+    assert.equal(paid.data?.status, "confirming");
+    const confirmed = await withIdempotency((k) =>
+      client.POST("/v1/test_helpers/deposits/{deposit_id}/confirm", { params: { path, ...header(k) }, body: {} }),
+    );
+    assert.equal(confirmed.response.status, 200, JSON.stringify(confirmed.error));
+    assert.equal(confirmed.data?.status, "settled");
+    for (const r of [rx, ep]) {
+      const ev = await until("deposit.settled", async () => r.find("deposit.settled", "deposit_id", id));
+      assert.equal((ev.data as Record<string, unknown>).amount_credited, "0.00100000");
+    }
+    await until("deposit.detected at the endpoint (deposit.* takes every deposit event)", async () => ep.find("deposit.detected", "deposit_id", id));
+    const { data } = await client.GET("/v1/deposits/{deposit_id}", { params: { path } });
     assert.equal(data?.status, "settled");
     deposit = data;
     const balances = await client.GET("/v1/users/{external_user_id}/balances", { params: { path: { external_user_id: user } } });
     assert.equal(balances.data?.balances.find((b) => b.asset === "BTC")?.available, "0.00100000");
   });
 
-  await t.test("a withdrawal broadcast and confirmed through the test helpers: confirmed", async (t) => {
+  await t.test("a withdrawal through every state: submitted by the worker, broadcast, confirmed; only withdrawal.completed on the endpoint", async (t) => {
     if (deposit === undefined) return t.skip("no settled deposit to withdraw (the test helpers answer 404)");
     const created = await withIdempotency((k) =>
       client.POST("/v1/withdrawals", {
@@ -194,20 +223,30 @@ test("end to end against the service", { skip: off, timeout: 120_000 }, async (t
     );
     assert.equal(created.response.status, 201, JSON.stringify(created.error));
     const id = created.data!.withdrawal_id;
-    // 409 until the worker has handed the payout to the processor.
-    await until("the payout", async () => {
-      const r = await helper<Withdrawal>(`withdrawals/${id}/broadcast`);
-      if (r.status === 409) return undefined;
-      assert.equal(r.status, 200, JSON.stringify(r.body));
-      return r;
+    const path = { withdrawal_id: id };
+    // Auto-approved, then handed to the processor by the worker.
+    await until("submitted by the worker", async () => {
+      const { data } = await client.GET("/v1/withdrawals/{withdrawal_id}", { params: { path } });
+      return data?.status === "submitted" ? data : undefined;
     });
-    const confirmed = await helper<Withdrawal>(`withdrawals/${id}/confirm`);
-    assert.equal(confirmed.status, 200, JSON.stringify(confirmed.body));
-    await until("confirmed", async () => {
-      const { data } = await client.GET("/v1/withdrawals/{withdrawal_id}", { params: { path: { withdrawal_id: id } } });
-      return data?.status === "confirmed" ? data : undefined;
-    });
-    await until("withdrawal.completed", async () => rx.find("withdrawal.completed", "withdrawal_id", id));
-    assert.equal(rx.refused(), 0, "every delivery verified");
+    const broadcast = await withIdempotency((k) =>
+      client.POST("/v1/test_helpers/withdrawals/{withdrawal_id}/broadcast", { params: { path, ...header(k) }, body: {} }),
+    );
+    assert.equal(broadcast.response.status, 200, JSON.stringify(broadcast.error));
+    assert.equal(broadcast.data?.status, "broadcast");
+    assert.ok(broadcast.data?.txid);
+    const confirmed = await withIdempotency((k) =>
+      client.POST("/v1/test_helpers/withdrawals/{withdrawal_id}/confirm", { params: { path, ...header(k) }, body: {} }),
+    );
+    assert.equal(confirmed.response.status, 200, JSON.stringify(confirmed.error));
+    assert.equal(confirmed.data?.status, "confirmed");
+    const { data } = await client.GET("/v1/withdrawals/{withdrawal_id}", { params: { path } });
+    assert.equal(data?.status, "confirmed");
+    // The platform URL gets every event; the endpoint only those its filter takes.
+    for (const r of [rx, ep]) await until("withdrawal.completed", async () => r.find("withdrawal.completed", "withdrawal_id", id));
+    await until("withdrawal.broadcast at the platform URL", async () => rx.find("withdrawal.broadcast", "withdrawal_id", id));
+    assert.deepEqual(ep.types("withdrawal_id", id), ["withdrawal.completed"], "the endpoint's filter takes withdrawal.completed only");
+    assert.equal(rx.refused(), 0, "every delivery to the platform URL verified with its secret");
+    assert.equal(ep.refused(), 0, "every delivery to the endpoint verified with the secret it was created with");
   });
 });
