@@ -31,19 +31,23 @@ func hello(t *testing.T, file string, dedent int) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestReadmeShowsTheExamples: sdk/README.md's hello worlds are the code
-// that compiles (Example here, examples/hello.ts under tsc).
+// TestReadmeShowsTheExamples: the hello worlds of sdk/README.md and of the
+// top-level README.md (For integrators) are the code that compiles (Example
+// here, examples/hello.ts under tsc).
 func TestReadmeShowsTheExamples(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, code := range []string{
+	code := []string{
 		"```go\n" + hello(t, "example_test.go", 1) + "\n```",
 		"```ts\n" + hello(t, "../typescript/examples/hello.ts", 0) + "\n```",
-	} {
-		if !strings.Contains(string(readme), code) {
-			t.Errorf("sdk/README.md does not show, as is:\n%s", code)
+	}
+	for _, file := range []string{"../README.md", "../../README.md"} {
+		readme, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range code {
+			if !strings.Contains(string(readme), c) {
+				t.Errorf("%s does not show, as is:\n%s", file, c)
+			}
 		}
 	}
 }

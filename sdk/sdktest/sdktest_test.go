@@ -28,12 +28,15 @@ func needNPM(t *testing.T) {
 	}
 }
 
-// run runs name args... in dir (relative to the module root) with env
-// added, and fails the test with its output when it fails.
+// run runs name args... in dir (absolute, or relative to the module root)
+// with env added, and fails the test with its output when it fails.
 func run(t *testing.T, dir string, env []string, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	cmd.Dir = filepath.Join(dbtest.ModuleRoot(), dir)
+	cmd.Dir = dir
+	if !filepath.IsAbs(dir) {
+		cmd.Dir = filepath.Join(dbtest.ModuleRoot(), dir)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -118,4 +121,64 @@ func start(t *testing.T) []string {
 	})
 	return []string{"SVC_SDK_API_URL=" + apiURL, "SVC_SDK_API_KEY=" + key, "SVC_SDK_ADMIN_KEY=" + adminKey, "SVC_SDK_WEBHOOK_SECRET=" + webhookSecret,
 		"SVC_SDK_WEBHOOK_PORT=" + strconv.Itoa(hookPort), "SVC_SDK_SIMULATOR_URL=" + simURL}
+}
+
+// TestInstallFromCheckout: the README's way for an integrator's project to
+// get each client from a checkout works. TypeScript: npm pack in
+// sdk/typescript builds the package, and a project that installs the
+// tarball imports it (and finds its types). Go: a module outside requires
+// svc/sdk/go through a replace to the checkout and builds.
+func TestInstallFromCheckout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and installs the clients in projects of their own")
+	}
+	root := dbtest.ModuleRoot()
+	t.Run("typescript", func(t *testing.T) {
+		needNPM(t)
+		run(t, ".", nil, "scripts/sdk.sh", "deps")
+		app := t.TempDir()
+		run(t, "sdk/typescript", nil, "npm", "pack", "--pack-destination", app)
+		tgz := filepath.Join(app, "svc-client-0.3.0.tgz")
+		if _, err := os.Stat(tgz); err != nil {
+			t.Fatalf("npm pack: %v (the README names this file)", err)
+		}
+		write(t, filepath.Join(app, "package.json"), `{"name": "platform", "private": true, "type": "module"}`)
+		write(t, filepath.Join(app, "main.js"), `import { createClient, verifyWebhook, withIdempotency } from "@svc/client";
+for (const f of [createClient, verifyWebhook, withIdempotency]) if (typeof f !== "function") throw new Error("not exported");
+createClient({ baseUrl: "http://localhost:8080", apiKey: "k" });
+`)
+		run(t, app, nil, "npm", "install", "--no-audit", "--no-fund", "--prefer-offline", tgz)
+		run(t, app, nil, "node", "main.js")
+		if _, err := os.Stat(filepath.Join(app, "node_modules/@svc/client/dist/src/index.d.ts")); err != nil {
+			t.Errorf("the installed package has no types: %v", err)
+		}
+	})
+	t.Run("go", func(t *testing.T) {
+		app := t.TempDir()
+		write(t, filepath.Join(app, "go.mod"), "module example.com/platform\n\ngo 1.26.0\n")
+		write(t, filepath.Join(app, "main.go"), `package main
+
+import svcsdk "svc/sdk/go"
+
+func main() {
+	if _, err := svcsdk.New("http://localhost:8080", "k", svcsdk.WithHTTPClient(&svcsdk.Retrying{})); err != nil {
+		panic(err)
+	}
+}
+`)
+		rel, err := filepath.Rel(app, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, app, nil, "go", "mod", "edit", "-require=svc@v0.0.0", "-replace=svc="+rel)
+		run(t, app, nil, "go", "mod", "tidy")
+		run(t, app, nil, "go", "build", "-o", os.DevNull, ".")
+	})
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
