@@ -124,7 +124,8 @@ func (s *Server) revocation(w http.ResponseWriter, r *http.Request, _ func(strin
 
 // mintedStore keeps the key a session minted, with its secret, for its
 // result page: read once, within challengeTTL of the mint; an unread one
-// is dropped then (a secret stays in memory no longer).
+// is dropped then, by a timer, and any put or take sweeps the lapsed ones
+// (a secret stays in memory no longer).
 type mintedStore struct {
 	mu   sync.Mutex
 	keys map[string]mintedKey // by session id
@@ -133,19 +134,41 @@ type mintedStore struct {
 func (m *mintedStore) put(session string, k mintedKey, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.sweep(now)
 	k.at = now
 	m.keys[session] = k
+	// Unread and with no put or take after it, it is dropped by the timer.
+	time.AfterFunc(challengeTTL, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if held, ok := m.keys[session]; ok && held.at.Equal(k.at) && held.Secret == k.Secret {
+			delete(m.keys, session)
+		}
+	})
+}
+
+// sweep drops the keys minted more than challengeTTL before now, read or
+// not; m.mu is held.
+func (m *mintedStore) sweep(now time.Time) {
+	for id, k := range m.keys {
+		if now.Sub(k.at) > challengeTTL {
+			delete(m.keys, id)
+		}
+	}
+}
+
+// held is how many minted keys m holds.
+func (m *mintedStore) held() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys)
 }
 
 // take returns and forgets the key session minted, nil when there is none.
 func (m *mintedStore) take(session string, now time.Time) *mintedKey {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, k := range m.keys {
-		if now.Sub(k.at) > challengeTTL {
-			delete(m.keys, id)
-		}
-	}
+	m.sweep(now)
 	k, ok := m.keys[session]
 	delete(m.keys, session)
 	if !ok {

@@ -60,3 +60,19 @@ func TestSignInChallengeIsTakenOnce(t *testing.T) {
 	require.Len(t, st.signIns, 50)
 	require.Nil(t, st.signIn(token, now.Add(signInTTL)), "a sign-in is dropped after signInTTL")
 }
+
+// TestMintedSecretSwept: a minted key's secret never read is dropped by
+// the next mint after challengeTTL, not kept until its session reads the
+// result page; one within challengeTTL is kept.
+func TestMintedSecretSwept(t *testing.T) {
+	m := &mintedStore{keys: map[string]mintedKey{}}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m.put("s1", mintedKey{Secret: "svc_test_one"}, now)
+	m.put("s2", mintedKey{Secret: "svc_test_two"}, now.Add(challengeTTL))
+	require.Equal(t, 2, m.held(), "within challengeTTL both are kept")
+	m.put("s3", mintedKey{Secret: "svc_test_three"}, now.Add(challengeTTL+time.Second))
+	require.Equal(t, 2, m.held())
+	_, ok := m.keys["s1"]
+	require.False(t, ok, "the lapsed, unread secret is gone")
+	require.Equal(t, "svc_test_three", m.take("s3", now.Add(challengeTTL+time.Second)).Secret)
+}
