@@ -460,6 +460,42 @@ func TestCreditOneOfSeveralPayments(t *testing.T) {
 	onlyRefusals(t, ada)
 }
 
+// TestCreditChangedSinceConfirmation: ada's confirmation shows a credit of
+// 0.0002 BTC; before she signs, bea credits that payment and a payment of
+// 0.0005 BTC puts the deposit back in review: ada's signing is refused
+// (what would be signed is not what she saw) and nothing more is credited.
+// The confirmation read again shows the new payment, and signing it
+// credits it.
+func TestCreditChangedSinceConfirmation(t *testing.T) {
+	t.Parallel()
+	e := newMoneyEnv(t)
+	id := e.inReview(t, "yuri")
+	credit := e.Console + "/deposits/" + id + "/credit"
+	ada, bea := e.operator(t, "ada"), e.operator(t, "bea")
+	ada.Do(chromedp.Navigate(credit), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Equal(t, "0.00020000 BTC", ada.Text("#confirm-amount"))
+
+	bea.Do(chromedp.Navigate(credit), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Contains(t, sign(t, bea), "this resolution credited 0.00020000 BTC")
+	inv, ok := e.Sim.InvoiceByOrderID(id)
+	require.True(t, ok)
+	_, err := e.Sim.Pay(inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0005"}, Settled: true})
+	require.NoError(t, err)
+	require.NoError(t, e.App.Deposits.Reconcile(context.Background(), uuid.MustParse(id)))
+	d := answer[deposit.View](t, e.Get("/v1/deposits/"+id), http.StatusOK)
+	require.Equal(t, deposit.StatusReview, d.Status)
+
+	require.Contains(t, sign(t, ada), "This changed since you looked at it; review it again.")
+	d = answer[deposit.View](t, e.Get("/v1/deposits/"+id), http.StatusOK)
+	require.Equal(t, deposit.StatusReview, d.Status)
+	require.Equal(t, "0.00120000", d.AmountCredited, "nothing more credited")
+	onlyRefusals(t, ada, http.StatusConflict)
+
+	ada.Do(chromedp.Navigate(credit), chromedp.WaitVisible(chromedp.ID("signed-action")))
+	require.Equal(t, "0.00050000 BTC", ada.Text("#confirm-amount"))
+	require.Contains(t, sign(t, ada), "this resolution credited 0.00050000 BTC, 0.00170000 in total")
+}
+
 // TestMoneyPagesFitNarrowAndWideScreens: at 1280×800 and at 390×844 no
 // page of the money work scrolls sideways (long addresses and tables
 // wrap or scroll inside their card); every control has a label, and every

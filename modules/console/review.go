@@ -2,8 +2,13 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -20,7 +25,9 @@ import (
 // processor says the payment was worth, read by deposit.Service.Preview
 // and shown in display units before signing) or dismiss, each signed
 // (signed.go) with the statement deposit.ResolveExpect builds, and run by
-// deposit.Service.Resolve.
+// deposit.Service.Resolve. The confirmation's form carries a digest of
+// what it showed (shownDigest); the statement is made only if it is still
+// that.
 
 // reviewRow is a deposit in review as the page lists it.
 type reviewRow struct {
@@ -118,19 +125,27 @@ func (s *Server) handleResolveConfirm(w http.ResponseWriter, r *http.Request) {
 	if d.ReviewReason != nil {
 		c.Facts = append(c.Facts, fact{"confirm-reason", "Review reason", *d.ReviewReason})
 	}
+	c.Hidden = []hidden{{"shown", shownDigest(deposit.ResolveExpect(pv.Deposit, pv.Asset, p.Action, p.PaymentID, pv.Credit), pv.PaymentID)}}
 	s.render(w, r, http.StatusOK, "confirm.html", page{Title: "Resolve deposit", Data: c})
 }
 
 // handleResolveChallenge makes the statement of the resolution as the
 // processor values it now: what the service compares
-// (deposit.ResolveExpect).
+// (deposit.ResolveExpect). It refuses (409) when that statement, or the
+// payment a credit would credit, is not the one the confirmation showed
+// (its form's shown field): the operator signs only what they saw.
 func (s *Server) handleResolveChallenge(w http.ResponseWriter, r *http.Request) {
 	p, pv, ok := s.resolutionOf(w, r)
 	if !ok {
 		return
 	}
+	x := deposit.ResolveExpect(pv.Deposit, pv.Asset, p.Action, p.PaymentID, pv.Credit)
+	if got := r.PostFormValue("shown"); subtle.ConstantTimeCompare([]byte(got), []byte(shownDigest(x, pv.PaymentID))) != 1 {
+		s.fail(w, r, http.StatusConflict, "This changed since you looked at it; review it again. Nothing was done.")
+		return
+	}
 	svc := s.opts.Deposits
-	s.offer(w, r, strings.TrimSuffix(r.URL.Path, "/challenge"), deposit.ResolveExpect(pv.Deposit, pv.Asset, p.Action, p.PaymentID, pv.Credit),
+	s.offer(w, r, strings.TrimSuffix(r.URL.Path, "/challenge"), x,
 		func(ctx context.Context, env *operator.Envelope) (string, error) {
 			p.Signature = env
 			res, _, err := svc.Resolve(ctx, p, nil)
@@ -140,4 +155,22 @@ func (s *Server) handleResolveChallenge(w http.ResponseWriter, r *http.Request) 
 			return fmt.Sprintf("Deposit %s is %s: this resolution credited %s %s, %s in total.", res.Deposit.DepositID, res.Deposit.Status,
 				res.Credited, res.Deposit.Asset, res.Deposit.AmountCredited), nil
 		})
+}
+
+// shownDigest is a digest of what a confirmation shows: the statement's
+// action, resource and facts, and more (the payment a credit would
+// credit), each length-prefixed.
+func shownDigest(x operator.Expect, more ...string) string {
+	h := sha256.New()
+	put := func(v string) { fmt.Fprintf(h, "%d:%s;", len(v), v) }
+	put(x.Action)
+	put(x.Resource)
+	for _, k := range slices.Sorted(maps.Keys(x.Facts)) {
+		put(k)
+		put(x.Facts[k])
+	}
+	for _, v := range more {
+		put(v)
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }

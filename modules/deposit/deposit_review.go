@@ -128,11 +128,14 @@ type target struct {
 
 // ResolvePreview is what a resolution would do, read before it: the
 // deposit and its asset, and what a credit would credit (zero for a
-// dismissal), in smallest units, as the processor says now.
+// dismissal), in smallest units, as the processor says now, and the
+// payment a credit would credit ("" for a dismissal or an invoice marked
+// settled by hand).
 type ResolvePreview struct {
-	Deposit Deposit
-	Asset   asset.Asset
-	Credit  int64
+	Deposit   Deposit
+	Asset     asset.Asset
+	Credit    int64
+	PaymentID string
 }
 
 // resolution is a resolution prepared before its transaction.
@@ -182,6 +185,9 @@ func (s *Service) prepare(ctx context.Context, p ResolveParams) (resolution, err
 	}
 	if r.target, err = chooseTarget(d, rows, p.PaymentID); err != nil {
 		return resolution{}, err
+	}
+	if r.target.payment != nil {
+		r.PaymentID = r.target.payment.PaymentID
 	}
 	// What the processor says, read before the transaction.
 	r.creditedBefore = credited(rows)
