@@ -55,7 +55,8 @@ func (s *Server) handleAssets(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "assets.html", page{Title: "Assets and limits", Data: rows})
 }
 
-// limitField is one field of the limits form.
+// limitField is one field of the limits form: its current value in the
+// smallest unit the input takes, with the unit's name ("off" when unset).
 type limitField struct {
 	Name, Label, Current string
 	Optional             bool
@@ -63,17 +64,33 @@ type limitField struct {
 
 type assetForm struct {
 	Asset  assetRow
+	Unit   string // the smallest unit's name
 	Fields []limitField
 }
 
+// smallestUnit is the name of a's smallest unit.
+func smallestUnit(a asset.Asset) string {
+	if a.UnitName == "" {
+		return "smallest units"
+	}
+	return a.UnitName
+}
+
 func limitFields(a asset.Asset) []limitField {
+	units := func(v int64) string { return fmt.Sprintf("%d %s", v, smallestUnit(a)) }
+	optional := func(v *int64) string {
+		if v == nil {
+			return "off"
+		}
+		return units(*v)
+	}
 	return []limitField{
-		{"withdrawal_min", "Smallest withdrawal", a.Format(a.WithdrawalMin), false},
-		{"withdrawal_auto_limit", "Auto-approval limit", a.Format(a.WithdrawalAutoLimit), false},
-		{"withdrawal_daily_cap", "Daily cap (rolling 24 hours)", a.Format(a.WithdrawalDailyCap), false},
-		{"withdrawal_flat_fee", "Flat fee", a.Format(a.WithdrawalFlatFee), false},
-		{"withdrawal_user_daily_cap", "A user's daily cap", optionalLimit(a, a.WithdrawalUserDailyCap), true},
-		{"withdrawal_four_eyes_threshold", "Four-eyes threshold", optionalLimit(a, a.WithdrawalFourEyesThreshold), true},
+		{"withdrawal_min", "Smallest withdrawal", units(a.WithdrawalMin), false},
+		{"withdrawal_auto_limit", "Auto-approval limit", units(a.WithdrawalAutoLimit), false},
+		{"withdrawal_daily_cap", "Daily cap (rolling 24 hours)", units(a.WithdrawalDailyCap), false},
+		{"withdrawal_flat_fee", "Flat fee", units(a.WithdrawalFlatFee), false},
+		{"withdrawal_user_daily_cap", "A user's daily cap", optional(a.WithdrawalUserDailyCap), true},
+		{"withdrawal_four_eyes_threshold", "Four-eyes threshold", optional(a.WithdrawalFourEyesThreshold), true},
 	}
 }
 
@@ -83,7 +100,7 @@ func (s *Server) handleAssetForm(w http.ResponseWriter, r *http.Request) {
 		s.refused(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "asset_limits.html", page{Title: "Limits of " + a.Code, Data: assetForm{Asset: toAssetRow(a), Fields: limitFields(a)}})
+	s.render(w, r, http.StatusOK, "asset_limits.html", page{Title: "Limits of " + a.Code, Data: assetForm{Asset: toAssetRow(a), Unit: smallestUnit(a), Fields: limitFields(a)}})
 }
 
 // limitsChange is the change of the path's asset's limits the request

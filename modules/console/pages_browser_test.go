@@ -378,18 +378,22 @@ func TestAuditRowsVerified(t *testing.T) {
 }
 
 // TestChangeLimits: an admin changes BTC's smallest withdrawal and turns
-// its four-eyes threshold off from the assets page; the passkey signs
-// asset.set_limits with the new values in display units, and the asset
-// store has them.
+// its four-eyes threshold off from the assets page, whose form labels each
+// field in sat, the unit it takes, with its current value in sat; the
+// passkey signs asset.set_limits with the new values in display units,
+// and the asset store has them.
 func TestChangeLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.change(t, operator.Change{Action: operator.ActionSetRole, Name: "ada", Role: operator.Admin})
+	before, err := e.Assets.Get(t.Context(), "BTC")
+	require.NoError(t, err)
 	p := e.page(t)
 	e.signIn(t, p)
 	p.Do(chromedp.Navigate(e.URL+"/limits"), chromedp.WaitVisible(chromedp.ID("asset-BTC")),
-		chromedp.Click(chromedp.CSS("#asset-BTC a")), chromedp.WaitVisible(chromedp.ID("limits-form")),
-		chromedp.SendKeys(chromedp.ID("withdrawal_min"), "25000"),
+		chromedp.Click(chromedp.CSS("#asset-BTC a")), chromedp.WaitVisible(chromedp.ID("limits-form")))
+	require.Equal(t, fmt.Sprintf("Smallest withdrawal, in sat (now %d sat)", before.WithdrawalMin), p.Text(`label[for="withdrawal_min"]`))
+	p.Do(chromedp.SendKeys(chromedp.ID("withdrawal_min"), "25000"),
 		chromedp.SendKeys(chromedp.ID("withdrawal_four_eyes_threshold"), "off"),
 		chromedp.Click(chromedp.CSS("#limits-form button")), chromedp.WaitVisible(chromedp.ID("signed-action")))
 	require.Equal(t, "asset.set_limits", p.Text("#confirm-action"))
