@@ -344,8 +344,9 @@ func (s *EndpointService) ListEndpoints(ctx context.Context) ([]Endpoint, error)
 
 // Update changes the fields p sets. Filters and the enabled state apply to
 // events written from its commit on: an event's deliveries are those made
-// when it was written. A disabled endpoint's pending deliveries wait, with
-// no attempt spent, and resume once it is enabled again.
+// when it was written. A new URL applies to every delivery not yet made
+// (the claim reads it). A disabled endpoint's pending deliveries wait,
+// with no attempt spent, and resume once it is enabled again.
 func (s *EndpointService) Update(ctx context.Context, tx bun.Tx, id uuid.UUID, p EndpointParams, actor audit.Actor) (Endpoint, error) {
 	if err := s.checkParams(p, false); err != nil {
 		return Endpoint{}, err
