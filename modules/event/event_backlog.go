@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -20,23 +21,27 @@ type Backlog struct {
 
 // Backlog counts the pending and dead events, and the pending and dead
 // endpoint deliveries. It reads only those, through the indexes on status:
-// its cost follows the backlog, not the history of delivered events.
+// its cost follows the backlog, not the history of delivered events. The
+// two counts are made independently: when one fails the other is still
+// made and returned, with the error (both errors joined).
 func (s *Service) Backlog(ctx context.Context) (Backlog, error) {
 	var b Backlog
-	err := s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+	evErr := s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
        count(*) FILTER (WHERE status = 'dead') AS dead,
        min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending
   FROM outbound_events
  WHERE status IN ('pending', 'dead')`).Scan(ctx, &b.Pending, &b.Dead, &b.OldestPending)
-	if err != nil {
-		return Backlog{}, fmt.Errorf("event backlog: %w", err)
+	if evErr != nil {
+		b.Pending, b.Dead, b.OldestPending = 0, 0, nil
+		evErr = fmt.Errorf("event backlog: %w", evErr)
 	}
-	err = s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+	err := s.DB.NewRaw(`SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
        count(*) FILTER (WHERE status = 'dead') AS dead
   FROM public.webhook_deliveries
  WHERE status IN ('pending', 'dead')`).Scan(ctx, &b.EndpointPending, &b.EndpointDead)
 	if err != nil {
-		return Backlog{}, fmt.Errorf("event backlog: %w", err)
+		b.EndpointPending, b.EndpointDead = 0, 0
+		err = fmt.Errorf("endpoint delivery backlog: %w", err)
 	}
-	return b, nil
+	return b, errors.Join(evErr, err)
 }

@@ -617,14 +617,25 @@ const sweepBatch = 500
 // names it. It is how the backlog of events written while no URL was
 // configured drains, and how an
 // event whose job was lost (an attempt that died, a database error after
-// the claim) is picked up again. It returns how many jobs it queued.
+// the claim) is picked up again. It returns how many jobs it queued. The
+// endpoint deliveries and the platform URL's are swept independently: an
+// error in one does not keep the other from running (the errors are
+// joined).
 func (d *Deliverer) Sweep(ctx context.Context) (int, error) {
 	now := d.Now().UTC()
 	// The endpoint deliveries, whatever the platform's URL.
-	queued, err := d.sweepEndpoints(ctx, now)
-	if err != nil || d.URL == "" {
-		return queued, err
+	queued, epErr := d.sweepEndpoints(ctx, now)
+	if d.URL == "" {
+		return queued, epErr
 	}
+	n, err := d.sweepPlatform(ctx, now)
+	return queued + n, errors.Join(epErr, err)
+}
+
+// sweepPlatform queues a delivery job to the platform URL for every due
+// pending event (Sweep).
+func (d *Deliverer) sweepPlatform(ctx context.Context, now time.Time) (int, error) {
+	queued := 0
 	var (
 		afterAt time.Time
 		afterID uuid.UUID

@@ -411,3 +411,42 @@ func TestAnUnrecordedAttemptReleasesItsClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, event.OutcomeDelivered, out, "the next attempt need not wait for the claim to expire")
 }
+
+// A sweep whose endpoint deliveries cannot be read (the runtime role lost
+// its grant) still sweeps the
+// platform URL's, and the backlog still counts the events: each part
+// runs on its own and its error is returned with the other's result.
+func TestSweepAndBacklogPartsAreIndependent(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t)
+	d, err := db.Open(context.Background(), url, 4)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	owner, err := db.Open(context.Background(), dbtest.OwnerURL(url), 2)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	ins, err := queue.NewInserter(d.SQL, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
+	b := &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
+		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}
+	rcv := newReceiver(t, secret, b.fake.Now)
+	e := b.emit(t, event.DepositSettled, samples()[1])
+	ctx := context.Background()
+	// Its job is lost: only the sweep queues it again.
+	_, err = owner.Bun.ExecContext(ctx, "DELETE FROM river_job")
+	require.NoError(t, err)
+	// The runtime role can no longer read the endpoint deliveries.
+	_, err = owner.Bun.ExecContext(ctx, "REVOKE SELECT, UPDATE ON webhook_deliveries FROM "+dbtest.RuntimeRole)
+	require.NoError(t, err)
+
+	n, err := b.deliverer(rcv.URL(), time.Second).Sweep(ctx)
+	require.ErrorContains(t, err, "webhook_deliveries")
+	require.Equal(t, 1, n)
+	require.Len(t, deliveryJobs(t, b.db.Bun, e.ID), 1)
+
+	bl, err := b.events.Backlog(ctx)
+	require.ErrorContains(t, err, "webhook_deliveries")
+	require.Equal(t, int64(1), bl.Pending)
+	require.NotNil(t, bl.OldestPending)
+}
