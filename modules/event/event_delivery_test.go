@@ -370,18 +370,8 @@ func TestAResponseBodyIsReadOnlyUpToACap(t *testing.T) {
 // instead of waiting a minute and more for the claim to expire.
 func TestAnUnrecordedAttemptReleasesItsClaim(t *testing.T) {
 	t.Parallel()
-	url := dbtest.NewURL(t)
-	d, err := db.Open(context.Background(), url, 4)
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	owner, err := db.Open(context.Background(), dbtest.OwnerURL(url), 2)
-	require.NoError(t, err)
-	t.Cleanup(owner.Close)
-	ins, err := queue.NewInserter(d.SQL, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
-	b := &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
-		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}
+	b, owner := setupWithOwner(t)
+	fake := b.fake
 	rcv := newReceiver(t, secret, fake.Now)
 	e := b.emit(t, event.DepositDetected, samples()[0])
 	ctx := context.Background()
@@ -402,9 +392,9 @@ func TestAnUnrecordedAttemptReleasesItsClaim(t *testing.T) {
 	}()
 	rcv.setMode("timeout")
 	dl := b.deliverer(rcv.URL(), 300*time.Millisecond)
-	_, err = dl.Attempt(ctx, e.ID)
+	_, err := dl.Attempt(ctx, e.ID)
 	require.ErrorContains(t, err, "record delivery")
-	require.Equal(t, 0, countRows(t, d.Bun, "SELECT count(*) FROM outbound_events WHERE claim_token IS NOT NULL"), "the claim is released")
+	require.Equal(t, 0, countRows(t, b.db.Bun, "SELECT count(*) FROM outbound_events WHERE claim_token IS NOT NULL"), "the claim is released")
 
 	rcv.setMode("ok")
 	out, err := dl.Attempt(ctx, e.ID)
@@ -413,28 +403,17 @@ func TestAnUnrecordedAttemptReleasesItsClaim(t *testing.T) {
 }
 
 // A sweep whose endpoint deliveries cannot be read (the runtime role lost
-// its grant) still sweeps the
-// platform URL's, and the backlog still counts the events: each part
-// runs on its own and its error is returned with the other's result.
+// its grant) still sweeps the platform URL's, and the backlog still counts
+// the events: each part runs on its own and its error is returned with the
+// other's result.
 func TestSweepAndBacklogPartsAreIndependent(t *testing.T) {
 	t.Parallel()
-	url := dbtest.NewURL(t)
-	d, err := db.Open(context.Background(), url, 4)
-	require.NoError(t, err)
-	t.Cleanup(d.Close)
-	owner, err := db.Open(context.Background(), dbtest.OwnerURL(url), 2)
-	require.NoError(t, err)
-	t.Cleanup(owner.Close)
-	ins, err := queue.NewInserter(d.SQL, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
-	b := &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
-		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}
+	b, owner := setupWithOwner(t)
 	rcv := newReceiver(t, secret, b.fake.Now)
 	e := b.emit(t, event.DepositSettled, samples()[1])
 	ctx := context.Background()
 	// Its job is lost: only the sweep queues it again.
-	_, err = owner.Bun.ExecContext(ctx, "DELETE FROM river_job")
+	_, err := owner.Bun.ExecContext(ctx, "DELETE FROM river_job")
 	require.NoError(t, err)
 	// The runtime role can no longer read the endpoint deliveries.
 	_, err = owner.Bun.ExecContext(ctx, "REVOKE SELECT, UPDATE ON webhook_deliveries FROM "+dbtest.RuntimeRole)
@@ -449,4 +428,22 @@ func TestSweepAndBacklogPartsAreIndependent(t *testing.T) {
 	require.ErrorContains(t, err, "webhook_deliveries")
 	require.Equal(t, int64(1), bl.Pending)
 	require.NotNil(t, bl.OldestPending)
+}
+
+// setupWithOwner is setup on a database of the test's own, with a
+// connection as its owner, to take grants away from the runtime role.
+func setupWithOwner(t *testing.T) (*bundle, *db.DB) {
+	t.Helper()
+	url := dbtest.NewURL(t)
+	d, err := db.Open(context.Background(), url, 4)
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	owner, err := db.Open(context.Background(), dbtest.OwnerURL(url), 2)
+	require.NoError(t, err)
+	t.Cleanup(owner.Close)
+	ins, err := queue.NewInserter(d.SQL, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
+	return &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
+		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}, owner
 }
