@@ -3,7 +3,6 @@ package event
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -325,13 +324,5 @@ func (s *EndpointService) mutate(c *fiber.Ctx, status int, fn func(ctx context.C
 		}
 		return rec.CompleteTx(ctx, tx, status, fiber.MIMEApplicationJSON, stored)
 	})
-	if errors.Is(err, idempotency.ErrLost) {
-		return fault.Wrap(fault.Conflict, "a newer request with this Idempotency-Key took over", err)
-	}
-	if err != nil {
-		return err
-	}
-	rec.Completed()
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(status).Send(body)
+	return idempotency.SendJSON(c, rec, err, status, body)
 }

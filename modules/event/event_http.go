@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
@@ -194,13 +193,8 @@ func (s *Service) handleRedeliver(c *fiber.Ctx) error {
 		}
 		return rec.CompleteTx(ctx, tx, fiber.StatusOK, fiber.MIMEApplicationJSON, body)
 	})
-	if errors.Is(err, idempotency.ErrLost) {
-		return fault.Wrap(fault.Conflict, "a newer request with this Idempotency-Key took over", err)
-	}
 	if err != nil {
-		return fmt.Errorf("redeliver: %w", err)
+		err = fmt.Errorf("redeliver: %w", err)
 	}
-	rec.Completed()
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(fiber.StatusOK).Send(body)
+	return idempotency.SendJSON(c, rec, err, fiber.StatusOK, body)
 }

@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/gofiber/fiber/v2"
@@ -147,13 +146,5 @@ func (s *Service) handleChange(c *fiber.Ctx) error {
 		}
 		return rec.CompleteTx(ctx, tx, status, fiber.MIMEApplicationJSON, body)
 	})
-	if errors.Is(err, idempotency.ErrLost) {
-		return fault.Wrap(fault.Conflict, "a newer request with this Idempotency-Key took over", err)
-	}
-	if err != nil {
-		return err
-	}
-	rec.Completed()
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Status(status).Send(body)
+	return idempotency.SendJSON(c, rec, err, status, body)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
+
+	"svc/platform/fault"
 )
 
 // Header names.
@@ -242,4 +244,21 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// SendJSON ends a handler that stored its final response itself
+// (CompleteTx inside its transaction): err is the transaction's outcome.
+// A key a newer attempt took over answers 409; any other error is
+// returned as it is; otherwise the record is marked completed and body is
+// sent with status. rec may be nil (no Idempotency-Key).
+func SendJSON(c *fiber.Ctx, rec *Record, err error, status int, body []byte) error {
+	if errors.Is(err, ErrLost) {
+		return fault.Wrap(fault.Conflict, "a newer request with this Idempotency-Key took over", err)
+	}
+	if err != nil {
+		return err
+	}
+	rec.Completed()
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(status).Send(body)
 }
