@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Finds Chromium for the browser tests (platform/browsertest), installing
-# Debian's chromium package when no Chromium is installed, and prints the
-# binary's path on its last line. scripts/test.sh runs it before the tests
-# (and exports SVC_CHROMIUM); a browser test run by itself runs it when it
+# Debian's chromium package when no Chromium is installed (without the
+# packages it only recommends, which add printing, file sharing and desktop
+# services a headless browser does not use and double the install; with
+# fonts-liberation, the one font of them pages are laid out with), and prints the
+# binary's path on its last line. scripts/test.sh runs it beside the other
+# tests, then the browser tests with SVC_CHROMIUM set; a browser test run by itself runs it when it
 # finds no Chromium. A failed install fails loudly: the browser tests need
 # it. Messages go to stderr.
 set -euo pipefail
@@ -28,7 +31,7 @@ sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 # Another installer (a parallel test run) may hold dpkg's lock: wait for it.
 apt() { $sudo apt-get -o DPkg::Lock::Timeout=300 "$@" >&2; }
 apt update -qq || say "apt-get update failed; installing from the package lists there are"
-apt install -y -qq chromium || true
+apt install -y -qq --no-install-recommends chromium fonts-liberation || true
 if ! bin=$(find_chromium); then
   say "installing chromium failed: the browser tests cannot run"
   exit 1

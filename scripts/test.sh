@@ -3,6 +3,11 @@
 # or starts one) and, for the browser tests, Chromium (scripts/chromium.sh
 # finds or installs it).
 #
+# Installing Chromium takes about a minute on a machine without it, so it
+# runs beside the other tests: the browser tests' packages (those that use
+# platform/browsertest) start once it is there, with the race detector like
+# the rest, and their output follows the rest's.
+#
 # Every package runs with the race detector but three, which drive the
 # service as separate processes built without it: the fault-injection
 # harness (cmd/svc/chaos), the HTTP load harness (cmd/svc/httpbench) and the
@@ -20,19 +25,27 @@ GO=${GO:-go}
 TEST_PARALLEL=${TEST_PARALLEL:-8}
 DATABASE_URL=$(scripts/db.sh)
 export DATABASE_URL
-# The browser tests' Chromium (platform/browsertest), installed when missing.
-SVC_CHROMIUM=$(scripts/chromium.sh)
-export SVC_CHROMIUM
 
 processes=(./cmd/svc/chaos/ ./sdk/sdktest/ ./cmd/svc/httpbench/)
+browser=(./modules/console/)
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+bout=$(mktemp)
+trap 'rm -f "$out" "$bout"' EXIT
 "$GO" test -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${processes[@]}" >"$out" 2>&1 &
 pid=$!
+# The browser tests' Chromium (platform/browsertest), installed when missing;
+# a failed install fails them, loudly.
+(
+  SVC_CHROMIUM=$(scripts/chromium.sh) || { echo "FAIL: no Chromium for the browser tests (${browser[*]})"; exit 1; }
+  export SVC_CHROMIUM
+  "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${browser[@]}"
+) >"$bout" 2>&1 &
+bpid=$!
 
-mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$' -e '/sdk/sdktest$')
+mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$' -e '/sdk/sdktest$' -e '/modules/console$')
 status=0
 "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${rest[@]}" || status=$?
+wait "$bpid" || status=$?
 wait "$pid" || status=$?
-cat "$out"
+cat "$bout" "$out"
 exit "$status"
