@@ -20,9 +20,11 @@ type EventBacklog struct {
 	// OldestPending is the creation time of the oldest pending event (nil
 	// when none is pending).
 	OldestPending *time.Time
-	// EndpointPending and EndpointDead count the events' deliveries to
-	// webhook endpoints not delivered.
-	EndpointPending, EndpointDead int64
+}
+
+// DeliveryBacklog is the events' deliveries to webhook endpoints not made.
+type DeliveryBacklog struct {
+	Pending, Dead int64
 }
 
 // Reconciliation is the latest stored reconciliation report.
@@ -48,18 +50,20 @@ type AssetReconciliation struct {
 // families out of that scrape. A nil probe is not run. Several processes
 // report the same database: aggregate these families with max, not sum.
 type State struct {
-	Events         func(ctx context.Context) (EventBacklog, error)
-	LedgerEntries  func(ctx context.Context) (map[string]int64, error) // cumulative, by kind
-	Reconciliation func(ctx context.Context) (*Reconciliation, error)  // nil: no report yet
-	Heartbeat      func(ctx context.Context) (*time.Time, error)       // nil: no heartbeat yet
-	Now            func() time.Time
-	Timeout        time.Duration
-	Log            *slog.Logger
+	Events            func(ctx context.Context) (EventBacklog, error)
+	WebhookDeliveries func(ctx context.Context) (DeliveryBacklog, error)
+	LedgerEntries     func(ctx context.Context) (map[string]int64, error) // cumulative, by kind
+	Reconciliation    func(ctx context.Context) (*Reconciliation, error)  // nil: no report yet
+	Heartbeat         func(ctx context.Context) (*time.Time, error)       // nil: no heartbeat yet
+	Now               func() time.Time
+	Timeout           time.Duration
+	Log               *slog.Logger
 }
 
 // Probe names (svc_state_up's probe label).
 const (
 	ProbeEvents         = "events"
+	ProbeDeliveries     = "webhook_deliveries"
 	ProbeLedger         = "ledger_entries"
 	ProbeReconciliation = "reconciliation"
 	ProbeHeartbeat      = "worker_heartbeat"
@@ -120,6 +124,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		run  func(ctx context.Context, out func(prometheus.Metric)) error
 	}{
 		{ProbeEvents, c.s.Events != nil, c.events},
+		{ProbeDeliveries, c.s.WebhookDeliveries != nil, c.deliveries},
 		{ProbeLedger, c.s.LedgerEntries != nil, c.ledger},
 		{ProbeReconciliation, c.s.Reconciliation != nil, c.reconciliation},
 		{ProbeHeartbeat, c.s.Heartbeat != nil, c.heartbeatAge},
@@ -175,8 +180,16 @@ func (c *stateCollector) events(ctx context.Context, out func(prometheus.Metric)
 	out(gauge(c.pending, float64(b.Pending)))
 	out(gauge(c.dead, float64(b.Dead)))
 	out(gauge(c.oldest, age))
-	out(gauge(c.epPending, float64(b.EndpointPending)))
-	out(gauge(c.epDead, float64(b.EndpointDead)))
+	return nil
+}
+
+func (c *stateCollector) deliveries(ctx context.Context, out func(prometheus.Metric)) error {
+	b, err := c.s.WebhookDeliveries(ctx)
+	if err != nil {
+		return err
+	}
+	out(gauge(c.epPending, float64(b.Pending)))
+	out(gauge(c.epDead, float64(b.Dead)))
 	return nil
 }
 

@@ -44,6 +44,10 @@ func (a *App) initMetrics(context.Context) error {
 			b, err := a.Events.Backlog(ctx)
 			return metrics.EventBacklog(b), err
 		},
+		WebhookDeliveries: func(ctx context.Context) (metrics.DeliveryBacklog, error) {
+			b, err := a.Events.EndpointBacklog(ctx)
+			return metrics.DeliveryBacklog(b), err
+		},
 		LedgerEntries:  entries.Count,
 		Reconciliation: a.latestReconciliation,
 		Heartbeat:      func(ctx context.Context) (*time.Time, error) { return health.LastBeat(ctx, a.DB.Bun) },

@@ -279,7 +279,7 @@ func TestMetricsAfterAScenario(t *testing.T) {
 		require.NotNil(t, after.find("svc_db_pool_empty_acquire_wait_seconds_total", nil))
 	})
 	t.Run("Probes", func(t *testing.T) {
-		for _, p := range []string{"events", "ledger_entries", "reconciliation", "worker_heartbeat"} {
+		for _, p := range []string{"events", "webhook_deliveries", "ledger_entries", "reconciliation", "worker_heartbeat"} {
 			require.Equal(t, 1.0, after.require(t, "svc_state_up", l{"probe": p}), p)
 		}
 	})
