@@ -48,7 +48,7 @@ import (
 // reports its percentage of transfer_spread of the same run. Deadlocks
 // (SQLSTATE 40P01) are counted, not retried, and any fails the case.
 func BenchmarkInside(b *testing.B) {
-	d := newDBAs(b, 40, dbtest.OwnerURL) // bulk loading and CHECKPOINT
+	d, meter := newInsideDB(b)
 	ctx := context.Background()
 	for _, a := range insideAssets {
 		bulkDeposits(b, d, a, "bench-", benchUsers, benchUsers, 1_000_000_000)
@@ -60,7 +60,7 @@ func BenchmarkInside(b *testing.B) {
 	var spread float64 // transfer_spread's ops/s in this run
 	for _, sc := range insideScenarios {
 		b.Run(fmt.Sprintf("%s/writers=%d", sc.name, writers), func(b *testing.B) {
-			rate := runInside(b, ctx, d, sc, writers)
+			rate := runInside(b, ctx, d, meter, sc, writers)
 			switch sc.name {
 			case "transfer_spread":
 				spread = rate
@@ -150,8 +150,23 @@ func insideTx(ctx context.Context, d *bun.DB, fn func(ctx context.Context, tx bu
 
 var insideSeq atomic.Int64
 
-// runInside runs one case as runBench does and returns its ops/s.
-func runInside(b *testing.B, ctx context.Context, d *bun.DB, sc insideScenario, writers int) float64 {
+// newInsideDB opens a new database as its owner (bulk loading and
+// CHECKPOINT), with a meter of the server's CPU for it (nil when the
+// server's processes cannot be read).
+func newInsideDB(b *testing.B) (*bun.DB, *dbtest.ServerMeter) {
+	u := dbtest.NewURL(b)
+	d, err := db.Open(context.Background(), dbtest.OwnerURL(u), 40)
+	require.NoError(b, err)
+	b.Cleanup(d.Close)
+	return d.Bun, dbtest.NewServerMeter(b, dbtest.AdminURLOf(b, u))
+}
+
+// runInside runs one case as runBench does and returns its ops/s. With a
+// meter, it also reports the CPU per operation of the database's server
+// processes (server_ms/op; with the server's shared processes, which also
+// serve other databases) and of this process (client_ms/op): on a shared
+// machine they move less than the rate.
+func runInside(b *testing.B, ctx context.Context, d *bun.DB, meter *dbtest.ServerMeter, sc insideScenario, writers int) float64 {
 	dur := benchDuration(b)
 	run := time.Now().UnixNano()
 	_, err := d.ExecContext(ctx, "VACUUM ANALYZE ledger_accounts, ledger_entries, ledger_postings")
@@ -163,6 +178,10 @@ func runInside(b *testing.B, ctx context.Context, d *bun.DB, sc insideScenario, 
 		rngs[w] = rand.New(rand.NewPCG(uint64(run), uint64(w)))
 	}
 	var ops, deadlocks atomic.Int64
+	if meter != nil {
+		meter.Start()
+	}
+	self := dbtest.SelfCPU()
 	load := dbtest.RunClients(b, writers, dur, func(w int, _ int64) error {
 		ref := fmt.Sprintf("bench-inside-%d-%d", run, insideSeq.Add(1))
 		n, err := sc.op(ctx, d, rngs[w], ref)
@@ -175,7 +194,17 @@ func runInside(b *testing.B, ctx context.Context, d *bun.DB, sc insideScenario, 
 		}
 		return nil
 	})
+	self = dbtest.SelfCPU() - self
+	var server time.Duration
+	if meter != nil {
+		server = meter.Stop().Own
+	}
 	rate := float64(ops.Load()) / load.Elapsed.Seconds()
+	perOp := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(max(ops.Load(), 1)) }
+	if meter != nil {
+		b.ReportMetric(perOp(server), "server_ms/op")
+	}
+	b.ReportMetric(perOp(self), "client_ms/op")
 	b.ReportMetric(rate, "ops/s")
 	b.ReportMetric(float64(load.Elapsed.Nanoseconds())/float64(max(ops.Load(), 1)), "ns/op")
 	b.ReportMetric(load.P50, "p50_ms")
@@ -185,8 +214,8 @@ func runInside(b *testing.B, ctx context.Context, d *bun.DB, sc insideScenario, 
 		b.ReportMetric(tpcb, "tpcb_tps")
 		b.ReportMetric(100*rate/tpcb, "pct_of_tpcb")
 	}
-	b.Logf("%s: %.0f ops/s, p99 %.1f ms, %d deadlocks; pgbench TPC-B right before: %.0f tps (%.0f%%)",
-		sc.name, rate, load.P99, deadlocks.Load(), tpcb, 100*rate/max(tpcb, 1))
+	b.Logf("%s: %.0f ops/s, p99 %.1f ms, %d deadlocks; pgbench TPC-B right before: %.0f tps (%.0f%%); CPU per operation: server %.3f ms, client %.3f ms",
+		sc.name, rate, load.P99, deadlocks.Load(), tpcb, 100*rate/max(tpcb, 1), perOp(server), perOp(self))
 	if deadlocks.Load() > 0 {
 		b.Fatalf("%s: %d deadlocks (SQLSTATE 40P01)", sc.name, deadlocks.Load())
 	}
@@ -308,7 +337,7 @@ func hotSharded(shards int) func(ctx context.Context, d *bun.DB, rng *rand.Rand,
 //	hold_capture, and hold_capture_derived with the commission paid that
 //	way (each as a percentage of TPC-B only)
 func BenchmarkInsideHot(b *testing.B) {
-	d := newDBAs(b, 40, dbtest.OwnerURL)
+	d, meter := newInsideDB(b)
 	ctx := context.Background()
 	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
 	createPlatformAccounts(b, d, []string{"BTC"}, "revenue", "commission")
@@ -316,7 +345,7 @@ func BenchmarkInsideHot(b *testing.B) {
 	var spread, spreadPipelined float64
 	for _, sc := range append([]insideScenario{insideScenarios[0], insideScenarios[1]}, append(hotCandidates, insideScenarios[3])...) {
 		b.Run(fmt.Sprintf("%s/writers=%d", sc.name, writers), func(b *testing.B) {
-			rate := runInside(b, ctx, d, sc, writers)
+			rate := runInside(b, ctx, d, meter, sc, writers)
 			ref := spread
 			switch sc.name {
 			case "transfer_spread":
@@ -335,6 +364,39 @@ func BenchmarkInsideHot(b *testing.B) {
 				b.Logf("%s: %.0f%% of the spread case's %.0f ops/s (target 75%%)", sc.name, 100*rate/ref, ref)
 			}
 		})
+	}
+	requireInvariants(b, d)
+}
+
+// BenchmarkInsideCapture compares the two ways CaptureEscrow can post a
+// user payer's capture (docs/performance.md, "Transfers, escrow holds and
+// the hot account"), as BenchmarkInside's hold_capture, in alternating
+// cases, each twice:
+//
+//	hold_capture_steps  LockAccounts, then the capture and the release,
+//	                    each posted Locked: three statements
+//	hold_capture        the shipped way: one statement (buildCapture)
+//
+// Each reports its rate against TPC-B and the CPU per operation of the
+// server and of this process.
+func BenchmarkInsideCapture(b *testing.B) {
+	d, meter := newInsideDB(b)
+	ctx := context.Background()
+	bulkDeposits(b, d, "BTC", "bench-", benchUsers, benchUsers, 1_000_000_000)
+	createPlatformAccounts(b, d, []string{"BTC"}, "revenue", "commission")
+	const writers = 32
+	holdCapture := insideScenarios[3]
+	for round := 1; round <= 2; round++ {
+		for _, steps := range []bool{true, false} {
+			name := holdCapture.name
+			if steps {
+				name += "_steps"
+			}
+			b.Run(fmt.Sprintf("%s/round=%d/writers=%d", name, round, writers), func(b *testing.B) {
+				defer ledger.SetCaptureInSteps(steps)()
+				runInside(b, ctx, d, meter, insideScenario{name, holdCapture.op}, writers)
+			})
+		}
 	}
 	requireInvariants(b, d)
 }

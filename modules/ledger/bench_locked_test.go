@@ -72,7 +72,7 @@ func BenchmarkInsideLocked(b *testing.B) {
 	const writers = 32
 	for _, sc := range []insideScenario{{"trade_unlocked", tradeUnlocked}, {"trade_locked", tradeLocked}} {
 		b.Run(fmt.Sprintf("%s/writers=%d", sc.name, writers), func(b *testing.B) {
-			runInside(b, ctx, d, sc, writers)
+			runInside(b, ctx, d, nil, sc, writers)
 		})
 	}
 	requireInvariants(b, d)

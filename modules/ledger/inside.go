@@ -129,13 +129,20 @@ func captureEntry(asset string, payer Holder, legs []CaptureLeg, sourceRef, memo
 }
 
 // CaptureEscrow settles the hold sourceRef by a capture in the caller's
-// transaction: it locks every account the capture and the release move
-// (LockAccounts: the payer's escrow and available accounts, and the
-// account each leg credits), then posts the capture to legs
-// (escrow_capture) and, when rest > 0, the release of rest to the payer
-// (escrow_release), both Locked: they lock nothing more, so two captures
-// on the same accounts queue instead of deadlocking. release is nil when
-// rest is 0.
+// transaction: the capture to legs (escrow_capture) and, when rest > 0,
+// the release of rest to the payer (escrow_release). Every account the two
+// entries move (the payer's escrow and available accounts, and the account
+// each leg credits) is locked first, in the one global order, so two
+// captures on the same accounts queue instead of deadlocking. release is
+// nil when rest is 0. Either entry posted before replays both (Post).
+//
+// A user payer's capture is one statement (buildCapture): the lock, both
+// entries and their postings. Measured against LockAccounts and the two
+// postings Locked, three statements (BenchmarkInsideCapture, two runs on
+// 2026-11-29, docs/performance.md "Transfers, escrow holds and the hot
+// account"): see there. A platform payer's, and a replay, take the three
+// statements: a platform account's available account is locked with all
+// its shards (LockAccounts).
 func CaptureEscrow(ctx context.Context, tx bun.Tx, asset string, payer Holder, legs []CaptureLeg, rest int64, sourceRef, captureMemo, releaseMemo string) (capture Posted, release *Posted, err error) {
 	c, err := captureEntry(asset, payer, legs, sourceRef, captureMemo)
 	if err != nil {
@@ -147,6 +154,37 @@ func CaptureEscrow(ctx context.Context, tx bun.Tx, asset string, payer Holder, l
 			return Posted{}, nil, err
 		}
 	}
+	if !payer.Platform && !captureInSteps {
+		if err := c.Validate(); err != nil {
+			return Posted{}, nil, err
+		}
+		var rp *Entry
+		if rest > 0 {
+			if err := r.Validate(); err != nil {
+				return Posted{}, nil, err
+			}
+			rp = &r
+		}
+		q, err := sqlOf(tx)
+		if err != nil {
+			return Posted{}, nil, err
+		}
+		capture, release, replayed, err := captureInOne(ctx, q, c, rp, payer)
+		if err != nil || !replayed {
+			return capture, release, err
+		}
+	}
+	return captureSteps(ctx, tx, payer, c, r, rest)
+}
+
+// captureInSteps makes CaptureEscrow post a user payer's capture the
+// platform payer's way (BenchmarkInsideCapture compares the two).
+var captureInSteps = false
+
+// captureSteps is CaptureEscrow in three statements: LockAccounts, then the
+// capture and the release, both Locked: they lock nothing more.
+func captureSteps(ctx context.Context, tx bun.Tx, payer Holder, c, r Entry, rest int64) (capture Posted, release *Posted, err error) {
+	asset := c.Asset
 	refs := []AccountRef{{Asset: asset, Account: payer.Escrow()}}
 	if rest > 0 {
 		refs = append(refs, AccountRef{Asset: asset, Account: payer.Available()})

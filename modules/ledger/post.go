@@ -329,17 +329,8 @@ func buildPost(e Entry, strict bool) (string, []any, int) {
 		if l.Amount < 0 || l.Account.Kind != PlatformAvailable || e.Locked {
 			continue // under Locked, LockAccounts created the shards
 		}
-		var family []string
-		for _, o := range ShardOwners(PlatformName(l.Account.Owner)) {
-			if !named[Account{Kind: PlatformAvailable, Owner: o}] {
-				family = append(family, o)
-			}
-		}
-		ctes = append(ctes, fmt.Sprintf(`f%d AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
-    SELECT $2::text, 'platform_available', f.owner, 0 FROM unnest(%s::text[]) AS f (owner)
-     WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts x WHERE x.owner = %s::text AND x.asset = $2::text AND x.kind = 'platform_available')
-     ORDER BY f.owner
-    ON CONFLICT (owner, asset, kind) DO NOTHING RETURNING 1)`, i, arg(family), owners[i]))
+		family := shardFamily(l.Account.Owner, func(o string) bool { return named[Account{Kind: PlatformAvailable, Owner: o}] })
+		ctes = append(ctes, familyCTE(fmt.Sprintf("f%d", i), "$2", arg(family), owners[i]))
 		famRefs += fmt.Sprintf(" AND (SELECT count(*) FROM f%d) >= 0", i)
 	}
 	lockRef := ""
@@ -478,6 +469,32 @@ SELECT s.entry_id, s.created_at, s.existing_id, s.failed, p.id, p.account_id, p.
   LEFT JOIN p ON true
  ORDER BY p.id`, failed)
 	return stmt, args, len(debits)
+}
+
+// shardFamily is the shards of the platform account whose shard owner is
+// that the statement does not name itself (named; nil: only owner).
+func shardFamily(owner string, named func(string) bool) []string {
+	if named == nil {
+		named = func(o string) bool { return o == owner }
+	}
+	var family []string
+	for _, o := range ShardOwners(PlatformName(owner)) {
+		if !named(o) {
+			family = append(family, o)
+		}
+	}
+	return family
+}
+
+// familyCTE is the CTE name that creates the shards family (a text[]
+// parameter) of a platform account in asset when its shard probe (a text
+// parameter) does not exist yet (see buildPost).
+func familyCTE(name, asset, family, probe string) string {
+	return fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
+    SELECT %s::text, 'platform_available', f.owner, 0 FROM unnest(%s::text[]) AS f (owner)
+     WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts x WHERE x.owner = %s::text AND x.asset = %s::text AND x.kind = 'platform_available')
+     ORDER BY f.owner
+    ON CONFLICT (owner, asset, kind) DO NOTHING RETURNING 1)`, name, asset, family, probe, asset)
 }
 
 func nullString(s string) any {
