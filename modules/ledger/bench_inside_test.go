@@ -34,12 +34,12 @@ import (
 //	                 to A, between random users, each leg's entry
 //	                 (TransferLegEntry) posted Locked
 //	hold_capture     PostEscrowHold in one transaction; then, in a second,
-//	                 CaptureEscrow (as modules/hold captures): LockAccounts
-//	                 on the four accounts it touches (commission's: the
-//	                 shard the capture credits), the capture to a seller
-//	                 and the platform account "commission" and the release
-//	                 of the rest, both Locked (one operation: both
-//	                 transactions)
+//	                 CaptureEscrow (as modules/hold captures): one
+//	                 statement that locks the four accounts it touches
+//	                 (commission's: the shard the capture credits) and
+//	                 posts the capture to a seller and the platform
+//	                 account "commission" and the release of the rest (one
+//	                 operation: both transactions)
 //
 // Like BenchmarkLedger, every case runs for LEDGER_BENCH_DURATION whatever
 // b.N is, after VACUUM ANALYZE, CHECKPOINT and pgbench's TPC-B at as many

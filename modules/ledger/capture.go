@@ -17,10 +17,11 @@ import (
 // mismatch) as Post does.
 //
 // One statement where there were three (LockAccounts, the capture, the
-// release; docs/performance.md, "Transfers, escrow holds and the hot
-// account"): one round trip instead of three, the escrow row updated once
-// for both entries instead of twice, and the postings' statement trigger
-// run once.
+// release): one round trip instead of three, no statement of its own for
+// the locks, the escrow row updated once for both entries instead of
+// twice, and the postings' statement trigger run once; 20-29% less server
+// CPU per hold and capture (docs/performance.md, "The capture in one
+// statement").
 func captureInOne(ctx context.Context, q db.Querier, c Entry, r *Entry, payer Holder) (capture Posted, release *Posted, replayed bool, err error) {
 	stmt, args := buildCapture(c, r, payer)
 	rows, err := q.QueryContext(ctx, stmt, args...)

@@ -134,15 +134,17 @@ func captureEntry(asset string, payer Holder, legs []CaptureLeg, sourceRef, memo
 // entries move (the payer's escrow and available accounts, and the account
 // each leg credits) is locked first, in the one global order, so two
 // captures on the same accounts queue instead of deadlocking. release is
-// nil when rest is 0. Either entry posted before replays both (Post).
+// nil when rest is 0. An entry posted before replays (Post).
 //
 // A user payer's capture is one statement (buildCapture): the lock, both
-// entries and their postings. Measured against LockAccounts and the two
-// postings Locked, three statements (BenchmarkInsideCapture, two runs on
-// 2026-11-29, docs/performance.md "Transfers, escrow holds and the hot
-// account"): see there. A platform payer's, and a replay, take the three
+// entries and their postings. Against LockAccounts and the two postings
+// Locked, three statements, a hold and its capture cost the server
+// 2.04-2.21 ms where they cost 2.78-2.89, and ran 41-86% more a second
+// (BenchmarkInsideCapture, four rounds each way in two runs on 2026-11-29,
+// other work running; docs/performance.md, "The capture in one
+// statement"). A platform payer's, and a replay, take the three
 // statements: a platform account's available account is locked with all
-// its shards (LockAccounts).
+// its shards (LockAccounts), and Post replays each entry.
 func CaptureEscrow(ctx context.Context, tx bun.Tx, asset string, payer Holder, legs []CaptureLeg, rest int64, sourceRef, captureMemo, releaseMemo string) (capture Posted, release *Posted, err error) {
 	c, err := captureEntry(asset, payer, legs, sourceRef, captureMemo)
 	if err != nil {

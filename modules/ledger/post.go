@@ -471,8 +471,8 @@ SELECT s.entry_id, s.created_at, s.existing_id, s.failed, p.id, p.account_id, p.
 	return stmt, args, len(debits)
 }
 
-// shardFamily is the shards of the platform account whose shard owner is
-// that the statement does not name itself (named; nil: only owner).
+// shardFamily is the shards of owner's platform account that a statement
+// does not name itself (named reports one it names; nil: owner alone).
 func shardFamily(owner string, named func(string) bool) []string {
 	if named == nil {
 		named = func(o string) bool { return o == owner }
@@ -486,8 +486,8 @@ func shardFamily(owner string, named func(string) bool) []string {
 	return family
 }
 
-// familyCTE is the CTE name that creates the shards family (a text[]
-// parameter) of a platform account in asset when its shard probe (a text
+// familyCTE is the CTE, called name, that creates a platform account's
+// shards family (a text[] parameter) in asset when its shard probe (a text
 // parameter) does not exist yet (see buildPost).
 func familyCTE(name, asset, family, probe string) string {
 	return fmt.Sprintf(`%s AS (INSERT INTO ledger_accounts (asset, kind, owner, balance)
