@@ -12,9 +12,9 @@ import (
 // captureInOne posts a user payer's capture (c, escrow_capture) and, when
 // r is not nil, its release (escrow_release) in one SQL statement
 // (buildCapture): CaptureEscrow's way for a user payer. It reports
-// replayed when either entry was posted before, having written nothing:
-// the caller then posts them one by one, which replays them (or finds a
-// mismatch) as Post does.
+// replayed when either entry was posted before, having moved no balance and
+// written no entry: the caller then posts them one by one, which replays
+// them (or finds a mismatch) as Post does.
 //
 // One statement where there were three (LockAccounts, the capture, the
 // release): one round trip instead of three, no statement of its own for
