@@ -43,3 +43,7 @@ func HoldAutoPipelines(s *Service) (flush func(n int)) {
 
 // PayoutLive is the check a release makes at the processor (payoutLive).
 func PayoutLive(ctx context.Context, s *Service, w Withdrawal) error { return s.payoutLive(ctx, w) }
+
+// SubmitRow is the pass's submission of a withdrawal as it listed it
+// (submitRow).
+func SubmitRow(ctx context.Context, s *Service, w Withdrawal) error { return s.submitRow(ctx, w) }

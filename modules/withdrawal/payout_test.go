@@ -782,3 +782,38 @@ func TestConfirmedNeedsNoProcessor(t *testing.T) {
 	require.NoError(t, e.Svc.PayoutEvent(context.Background(), ingress.PayoutEvent{Type: btcpay.EventPayoutUpdated, PayoutID: p.ID}))
 	require.NoError(t, e.Svc.Track(context.Background(), uuid.MustParse(w.WithdrawalID)))
 }
+
+// TestOneClaimOfARowAsRead: the claim is one guarded statement on the row
+// as read, without a lock. Two submitters that read the same row (a pass's
+// list and a later submission) claim it once: the one that comes second
+// finds it moved on and does nothing, so one payout is made in one
+// attempt. A row read before reconciliation halted its asset is not
+// claimed either.
+func TestOneClaimOfARowAsRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	e.fund(t, "ra", asset.BTC, 10_000_000)
+	w := e.create(t, "ra", asset.BTC, 40_000, p2wpkh(t, chain.Regtest, "as read"))
+	read := e.row(t, w.WithdrawalID)
+	require.NoError(t, withdrawal.SubmitRow(ctx, e.Svc, read))
+	require.NoError(t, withdrawal.SubmitRow(ctx, e.Svc, read), "the second claim finds the row moved on")
+	row := e.row(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitted, row.Status)
+	require.Equal(t, 1, row.SubmitAttempts)
+	e.onePayout(t, w.WithdrawalID)
+
+	halted := e.create(t, "ra", asset.BTC, 50_000, p2wpkh(t, chain.Regtest, "halted after the read"))
+	read = e.row(t, halted.WithdrawalID)
+	_, err := e.App.DB.Bun.ExecContext(ctx, "UPDATE assets SET withdrawals_halted_since = now() WHERE asset = 'BTC'")
+	require.NoError(t, err)
+	require.NoError(t, withdrawal.SubmitRow(ctx, e.Svc, read))
+	row = e.row(t, halted.WithdrawalID)
+	require.Equal(t, withdrawal.StatusApproved, row.Status, "nothing is handed over for a halted asset")
+	require.Zero(t, row.SubmitAttempts)
+	require.Empty(t, e.payoutsOf(halted.WithdrawalID))
+	_, err = e.App.DB.Bun.ExecContext(ctx, "UPDATE assets SET withdrawals_halted_since = NULL WHERE asset = 'BTC'")
+	require.NoError(t, err)
+	require.NoError(t, withdrawal.SubmitRow(ctx, e.Svc, read))
+	require.Equal(t, withdrawal.StatusSubmitted, e.row(t, halted.WithdrawalID).Status)
+}

@@ -122,9 +122,11 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	// What is due, batch after batch in the order of creation (each batch
 	// after the last one's end, so that a withdrawal left due by a failed
 	// attempt is not taken again in this pass), until the budget is spent.
-	var last *dueWithdrawal
+	var last *Withdrawal
 	for {
-		q := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id", "created_at", "destination").
+		// Whole rows: each is claimed as read (submitRow), without reading
+		// it again.
+		q := s.DB.NewSelect().Model((*Withdrawal)(nil)).
 			Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusApproved, StatusSubmitting})).
 			Where("next_attempt_at IS NULL OR next_attempt_at <= ?", now).
 			// Nothing of an asset reconciliation found insolvent is
@@ -134,7 +136,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		if last != nil {
 			q = q.Where("(created_at, id) > (?, ?)", last.CreatedAt, last.ID)
 		}
-		var due []dueWithdrawal
+		var due []Withdrawal
 		if err := q.OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
 			return fmt.Errorf("list withdrawals to submit: %w", err)
 		}
@@ -142,10 +144,12 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		// processor refuses a second open payout to an address
 		// (duplicate-destination), and the older withdrawal goes first.
 		ids := make([]uuid.UUID, len(due))
+		rows := make(map[uuid.UUID]Withdrawal, len(due))
 		for i, d := range due {
-			ids[i] = d.ID
+			ids[i], rows[d.ID] = d.ID, d
 		}
-		s.inLanes(ctx, "submit payout", ids, func(i int) string { return due[i].Destination }, s.Submit)
+		s.inLanes(ctx, "submit payout", ids, func(i int) string { return due[i].Destination },
+			func(ctx context.Context, id uuid.UUID) error { return s.submitRow(ctx, rows[id]) })
 		if len(due) < payoutBatch || time.Since(started) > s.submitBudget() {
 			break
 		}
@@ -203,13 +207,6 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// dueWithdrawal is what a pass lists of a withdrawal due for submission.
-type dueWithdrawal struct {
-	ID          uuid.UUID `bun:"id"`
-	CreatedAt   time.Time `bun:"created_at"`
-	Destination string    `bun:"destination"`
 }
 
 func (s *Service) track(ctx context.Context, ids []uuid.UUID) {

@@ -19,10 +19,11 @@ import (
 
 // # Submission (approved -> submitting -> submitted)
 //
-// The submitter first claims the withdrawal in a transaction of its own:
-// submitting, a claim token, the end of the claim (next_attempt_at) and
-// one more submit_attempts; a BTC fee and net are fixed here from the
-// live fee rate (read before the transaction) and never change again.
+// The submitter first claims the withdrawal in a statement of its own,
+// guarded on the row as it read it (claim): submitting, a claim token,
+// the end of the claim (next_attempt_at) and one more submit_attempts; a
+// BTC fee and net are fixed here from the live fee rate (read before)
+// and never change again.
 // Only after that commit does it call the processor, with the withdrawal
 // id in the payout's metadata, and then commits the outcome, guarded on
 // its claim token:
@@ -90,48 +91,32 @@ func (s *Service) submittable(w Withdrawal) bool {
 // nothing when the withdrawal is not due.
 func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 	w, err := s.Get(ctx, id)
-	if err != nil || !s.submittable(w) {
+	if err != nil {
 		return err
 	}
-	var rate btcpay.Amount
+	return s.submitRow(ctx, w)
+}
+
+// submitRow is Submit of withdrawal w as read (by the pass's list, or by
+// Submit): the claim applies only while the row is still as read.
+func (s *Service) submitRow(ctx context.Context, w Withdrawal) error {
+	if !s.submittable(w) {
+		return nil
+	}
+	id := w.ID
+	var (
+		rate btcpay.Amount
+		err  error
+	)
 	if w.Asset == asset.BTC && w.Fee == nil {
 		if rate, err = s.feeRate(ctx); err != nil {
 			return fmt.Errorf("withdrawal %s: fee rate for submission: %w", id, err)
 		}
 	}
 	token := uuid.New()
-	claimed, prior := false, 0
+	prior := w.SubmitAttempts
 	started := time.Now()
-	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
-		claimed = false
-		cur, err := lockWithdrawal(ctx, tx, id)
-		if err != nil || !s.submittable(cur) {
-			return err
-		}
-		a, err := (&asset.Store{DB: tx}).Get(ctx, cur.Asset)
-		if err != nil {
-			return err
-		}
-		if a.WithdrawalsHaltedSince != nil && cur.Status == StatusApproved {
-			return nil // halted by reconciliation: nothing new is handed over
-		}
-		set := map[string]any{"claim_token": token, "next_attempt_at": s.now().Add(s.claimTTL()),
-			"submit_attempts": cur.SubmitAttempts + 1}
-		if cur.Fee == nil {
-			fee, net, refusal := s.fixFee(cur, rate)
-			if refusal != "" {
-				return s.failTx(ctx, tx, &cur, a, refusal, nil)
-			}
-			set["fee"], set["amount_net"] = fee, net
-		}
-		prior = cur.SubmitAttempts
-		if err := s.transit(ctx, tx, &cur, Claim, set); err != nil {
-			return err
-		}
-		w, claimed = cur, true
-		return nil
-	})
-	if err != nil || !claimed {
+	if claimed, err := s.claim(ctx, &w, token, rate); err != nil || !claimed {
 		return err
 	}
 	// The calls end well before the claim does (counted from before the
@@ -174,6 +159,60 @@ func (s *Service) Submit(ctx context.Context, id uuid.UUID) error {
 		}
 		return s.release(ctx, w, token, Retry, map[string]any{"next_attempt_at": retryAt}, "", err)
 	}
+}
+
+// claim takes w (as read, and submittable) for this submitter:
+// submitting, a claim token, the end of the claim (next_attempt_at) and
+// one more submit_attempts, and a BTC fee and net fixed from rate when
+// none is. One guarded statement, no transaction and no lock: it applies
+// only while the row still holds what w read of the columns a claim or
+// any other step changes (status, submit_attempts, next_attempt_at,
+// claim_token, fee), so of two submitters that read the same row one
+// claims it and the other finds it moved on (TestOneClaimOfARowAsRead);
+// nothing new is handed over for an asset that reconciliation halted (a
+// claimed one already in the processor's hands is resumed). The
+// statement took the place of a transaction of five (the lock, the
+// asset, the update and their BEGIN and COMMIT). false: not claimed, and
+// nothing to do now. A fee that leaves nothing to send fails the
+// withdrawal instead, in a transaction that locks it.
+func (s *Service) claim(ctx context.Context, w *Withdrawal, token uuid.UUID, rate btcpay.Amount) (bool, error) {
+	set := map[string]any{"claim_token": token, "next_attempt_at": s.now().Add(s.claimTTL()),
+		"submit_attempts": w.SubmitAttempts + 1}
+	unchanged := map[string]any{"submit_attempts": w.SubmitAttempts, "next_attempt_at": w.NextAttemptAt,
+		"claim_token": w.ClaimToken, "fee": w.Fee}
+	if w.Fee == nil {
+		fee, net, refusal := s.fixFee(*w, rate)
+		if refusal != "" {
+			return false, s.refuseAtSubmission(ctx, *w, refusal)
+		}
+		set["fee"], set["amount_net"] = fee, net
+	}
+	var conds []string
+	if w.Status == StatusApproved {
+		conds = append(conds, notHalted)
+	}
+	err := s.transitAsRead(ctx, s.DB, w, Claim, set, unchanged, conds...)
+	if errors.Is(err, ErrIllegalTransition) {
+		return false, nil // moved on, or halted: the next pass sees it as it is
+	}
+	return err == nil, err
+}
+
+// notHalted is the condition, on a withdrawals row, that its asset's
+// withdrawals are not halted by reconciliation.
+const notHalted = "NOT EXISTS (SELECT 1 FROM assets a WHERE a.asset = withdrawals.asset AND a.withdrawals_halted_since IS NOT NULL)"
+
+// refuseAtSubmission fails withdrawal w (as read) with refusal, the
+// reason a fee fixed at submission leaves nothing to send, if it is still
+// due and unclaimed as read; the hold stays.
+func (s *Service) refuseAtSubmission(ctx context.Context, w Withdrawal, refusal string) error {
+	return s.payoutTx(ctx, w.ID, func(ctx context.Context, tx bun.Tx, cur *Withdrawal, a asset.Asset) error {
+		if !s.submittable(*cur) || cur.Fee != nil || cur.SubmitAttempts != w.SubmitAttempts ||
+			(a.WithdrawalsHaltedSince != nil && cur.Status == StatusApproved) {
+			return nil
+		}
+		return s.failTx(ctx, tx, cur, a, refusal, nil)
+	})
 }
 
 // stuckAfter is the number of attempts after which a submission that

@@ -155,6 +155,19 @@ func (s *Service) transit(ctx context.Context, tx bun.Tx, w *Withdrawal, t Trigg
 	return s.transitIf(ctx, tx, w, t, set, "", nil)
 }
 
+// transitAsRead is transit in one statement on any handle, without a
+// lock: the update applies only while the row still holds, besides its
+// status, the values unchanged names as w has them, and every condition
+// of conds; else ErrIllegalTransition.
+func (s *Service) transitAsRead(ctx context.Context, idb bun.IDB, w *Withdrawal, t Trigger, set, unchanged map[string]any, conds ...string) error {
+	tr, err := Next(w.Status, t)
+	if err != nil {
+		return err
+	}
+	return machine.Apply(ctx, idb, fsm.Step[Status]{ID: w.ID, From: w.Status, To: tr.To, At: s.now(),
+		Set: set, Unchanged: unchanged, Conds: conds, Into: w})
+}
+
 // transitIf is transit in one statement on any handle (no lock needed),
 // guarded as well on column guard holding value when guard is not empty:
 // the update applies only while both hold, else ErrIllegalTransition.

@@ -96,6 +96,13 @@ type Step[S ~string] struct {
 	// Guard, when not empty, is a column that must still hold GuardValue.
 	Guard      string
 	GuardValue any
+	// Unchanged are further columns that must still hold the values the
+	// caller read (compared with IS NOT DISTINCT FROM, so that a NULL
+	// read guards too), in name order: an optimistic lock on the row as
+	// read, in place of a transaction that locks it first.
+	Unchanged map[string]any
+	// Conds are further conditions written as SQL, which may use $2 (At).
+	Conds []string
 	// Into, when not nil, is the bun model the updated row is read back
 	// into (RETURNING its columns).
 	Into any
@@ -126,6 +133,13 @@ func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) e
 	if st.Guard != "" {
 		args = append(args, st.GuardValue)
 		fmt.Fprintf(&b, " AND %s = $%d", pgx.Identifier{st.Guard}.Sanitize(), len(args))
+	}
+	for _, col := range slices.Sorted(maps.Keys(st.Unchanged)) {
+		args = append(args, st.Unchanged[col])
+		fmt.Fprintf(&b, " AND %s IS NOT DISTINCT FROM $%d", pgx.Identifier{col}.Sanitize(), len(args))
+	}
+	for _, c := range st.Conds {
+		b.WriteString(" AND (" + c + ")")
 	}
 	moved := false
 	var err error

@@ -221,3 +221,36 @@ func TestApplyReportsAFailedStatement(t *testing.T) {
 	require.NotErrorIs(t, err, errIllegal)
 	require.ErrorContains(t, err, "item "+id.String()+": open -> held")
 }
+
+// Unchanged and Conds guard the update as well: it applies only while
+// every column still holds what the caller read (a NULL included) and
+// every condition holds; otherwise the row is refused as moved on.
+func TestApplyGuardsOnTheRowAsRead(t *testing.T) {
+	t.Parallel()
+	d, m, ctx := itemsDB(t), newMachine(), context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	id := insert(t, d, open)
+	read0 := read(t, d, id) // closed_at NULL, attempt 0
+
+	// Another writer moves a guarded column without changing the status.
+	_, err := d.Pool.Exec(ctx, "UPDATE fsm_items SET attempt = 1 WHERE id = $1", id)
+	require.NoError(t, err)
+	err = m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: open, To: held, At: at,
+		Unchanged: map[string]any{"attempt": read0.Attempt, "closed_at": read0.ClosedAt}})
+	require.ErrorIs(t, err, errIllegal)
+	require.Equal(t, open, read(t, d, id).Status)
+
+	// A condition that does not hold refuses it too.
+	err = m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: open, To: held, At: at,
+		Unchanged: map[string]any{"attempt": 1, "closed_at": nil}, Conds: []string{"note <> ''"}})
+	require.ErrorIs(t, err, errIllegal)
+	require.Equal(t, open, read(t, d, id).Status)
+
+	// The row as read, NULL included, and the conditions holding: applied.
+	var back item
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: open, To: held, At: at,
+		Set: map[string]any{"attempt": 2}, Unchanged: map[string]any{"attempt": 1, "closed_at": nil},
+		Conds: []string{"note = ''", "updated_at <> $2"}, Into: &back}))
+	require.Equal(t, held, back.Status)
+	require.Equal(t, 2, back.Attempt)
+}
