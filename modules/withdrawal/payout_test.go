@@ -3,9 +3,11 @@ package withdrawal_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -816,4 +818,79 @@ func TestOneClaimOfARowAsRead(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, withdrawal.SubmitRow(ctx, e.Svc, read))
 	require.Equal(t, withdrawal.StatusSubmitted, e.row(t, halted.WithdrawalID).Status)
+}
+
+// failWallet fails the first two reads of a wallet transaction.
+type failWallet struct {
+	withdrawal.Processor
+	reads *atomic.Int32
+}
+
+func (f failWallet) WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error) {
+	if f.reads.Add(1) <= 2 {
+		return btcpay.WalletTransaction{}, errors.New("wallet unreachable")
+	}
+	return f.Processor.WalletTransaction(ctx, txid)
+}
+
+// TestCompletedAnswerRecordedAtOnce: a payout the processor answers as
+// completed is recorded with its broadcast and settlement in one
+// transaction (submitting to confirmed, both events, the books whole).
+// A claim lost during the call writes nothing, and the next attempt
+// adopts the payout; a network fee that cannot be read at once leaves
+// the ordinary way, which records the payout as accepted first, so the
+// payout id is never lost.
+func TestCompletedAnswerRecordedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setupSim(t, btcpaysim.Options{AutoCompletePayouts: true})
+	e.fund(t, "ca", asset.BTC, 10_000_000)
+
+	w := e.create(t, "ca", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "at once"))
+	require.NoError(t, e.Svc.Submit(ctx, uuid.MustParse(w.WithdrawalID)))
+	row := e.row(t, w.WithdrawalID)
+	require.Equal(t, withdrawal.StatusConfirmed, row.Status)
+	p := e.onePayout(t, w.WithdrawalID)
+	require.Equal(t, p.ID, *row.BackendRef)
+	require.NotNil(t, row.Txid)
+	require.NotNil(t, row.NetworkFee)
+	require.NotNil(t, row.SubmittedAt)
+	require.Nil(t, row.ClaimToken)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	var status string
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("outbound_events").ColumnExpr("payload->'data'->>'status'").
+		Where("type = 'withdrawal.broadcast' AND payload->'data'->>'withdrawal_id' = ?", w.WithdrawalID).Scan(ctx, &status))
+	require.Equal(t, "broadcast", status, "withdrawal.broadcast tells the broadcast step")
+
+	// The claim taken over during the call: nothing written.
+	lost := e.create(t, "ca", asset.BTC, 70_000, p2wpkh(t, chain.Regtest, "claim lost at once"))
+	real := e.Svc.Processor
+	e.Svc.Processor = afterCreate{Processor: real, then: func() {
+		_, err := e.App.DB.Bun.NewRaw("UPDATE withdrawals SET claim_token = ? WHERE id = ?", uuid.New(), lost.WithdrawalID).Exec(ctx)
+		require.NoError(t, err)
+	}}
+	require.ErrorContains(t, e.Svc.Submit(ctx, uuid.MustParse(lost.WithdrawalID)), "the claim was lost")
+	e.Svc.Processor = real
+	row = e.row(t, lost.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitting, row.Status)
+	require.Nil(t, row.BackendRef)
+	require.Zero(t, e.eventCount(t, "withdrawal.broadcast", lost.WithdrawalID))
+	lp := e.onePayout(t, lost.WithdrawalID)
+	e.Clock.Advance(e.App.Cfg.BTCPay.Timeout*4 + time.Second)
+	e.passTo(t, lost.WithdrawalID, withdrawal.StatusConfirmed)
+	require.Equal(t, lp.ID, *e.row(t, lost.WithdrawalID).BackendRef)
+	e.onePayout(t, lost.WithdrawalID)
+
+	// The network fee unreadable at once: accepted, then followed.
+	slow := e.create(t, "ca", asset.BTC, 80_000, p2wpkh(t, chain.Regtest, "fee unreadable"))
+	e.Svc.Processor = failWallet{Processor: real, reads: new(atomic.Int32)}
+	err := e.Svc.Submit(ctx, uuid.MustParse(slow.WithdrawalID))
+	require.ErrorContains(t, err, "wallet unreachable")
+	e.Svc.Processor = real
+	row = e.row(t, slow.WithdrawalID)
+	require.Equal(t, withdrawal.StatusSubmitted, row.Status, "the payout is recorded whatever the fee's read")
+	require.Equal(t, e.onePayout(t, slow.WithdrawalID).ID, *row.BackendRef)
+	e.passTo(t, slow.WithdrawalID, withdrawal.StatusConfirmed)
+	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", slow.WithdrawalID))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
+	"svc/modules/event"
 	"svc/modules/ledger"
 	"svc/platform/btcpay"
 	"svc/platform/db"
@@ -28,7 +29,9 @@ import (
 // id in the payout's metadata, and then commits the outcome, guarded on
 // its claim token:
 //
-//   - accepted: submitted, backend_ref = the payout id;
+//   - accepted: submitted, backend_ref = the payout id; a payout answered
+//     as completed already is recorded confirmed, with its broadcast and
+//     settlement, in one transaction (acceptCompleted);
 //   - refused (400, 422): failed with the processor's reason, the hold
 //     kept;
 //   - duplicate-destination (an earlier payout to the same address is
@@ -135,6 +138,9 @@ func (s *Service) submitRow(ctx context.Context, w Withdrawal) error {
 	var refused *btcpay.RefusedError
 	switch {
 	case err == nil:
+		if done, err := s.acceptCompleted(ctx, w, token, p); done || err != nil {
+			return err
+		}
 		cur, err := s.accept(ctx, w, token, p)
 		if err != nil {
 			return err
@@ -328,13 +334,8 @@ func (s *Service) findPayout(ctx context.Context, w Withdrawal) (btcpay.Payout, 
 // transaction around it: it applies only while w (as claimed) is still
 // submitting under this submitter's claim (holdsClaim).
 func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (Withdrawal, error) {
-	// An adopted payout's deadline counts from its creation.
-	at := s.now()
-	if !p.Date.IsZero() && p.Date.Before(at) {
-		at = p.Date.UTC()
-	}
 	cur := w
-	err := s.transitIf(ctx, s.DB, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": at,
+	err := s.transitIf(ctx, s.DB, &cur, Accept, map[string]any{"backend_ref": p.ID, "submitted_at": submittedAt(s.now(), p),
 		"claim_token": nil, "next_attempt_at": nil}, "claim_token", token)
 	if errors.Is(err, ErrIllegalTransition) {
 		return Withdrawal{}, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
@@ -343,6 +344,72 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 		return Withdrawal{}, fmt.Errorf("withdrawal %s: record payout %s: %w", w.ID, p.ID, err)
 	}
 	return cur, nil
+}
+
+// acceptCompleted records a payout the processor answered as completed
+// already (an instant payout processor) in one transaction: the
+// withdrawal from submitting to confirmed in one guarded statement (the
+// payout id, its transaction and network fee), the broadcast's and the
+// settlement's postings, and both events. That took the place of the
+// accepted payout's own statement and commit, then a transaction that
+// locked the row, read its asset, and wrote the row twice. It applies
+// only while w (as claimed) is still submitting under this submitter's
+// claim, as accept does. done is false, with nothing written, when the
+// answer is not such a payout, or its network fee cannot be read now, or
+// the transaction fails for any reason but a lost claim: the ordinary
+// way (accept, then follow) records the payout and says why.
+func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (done bool, err error) {
+	if p.State != btcpay.PayoutCompleted || w.Asset != asset.BTC || w.AmountNet == nil || w.Fee == nil {
+		return false, nil
+	}
+	txid := p.PaymentProof.TxID()
+	if units, err := payoutUnits(p); err != nil || units != *w.AmountNet || txid == "" {
+		return false, nil // the ordinary way raises the alert that says why
+	}
+	nf, err := s.networkFee(ctx, p, txid)
+	if err != nil {
+		return false, nil
+	}
+	// The processor's assets count in satoshis (payoutUnits, handOver).
+	a := asset.Asset{Code: w.Asset, Decimals: 8}
+	err = db.RunInTx(ctx, s.DB, func(ctx context.Context, tx bun.Tx) error {
+		cur := w
+		if err := s.transitThrough(ctx, tx, &cur, map[string]any{"backend_ref": p.ID, "submitted_at": submittedAt(s.now(), p),
+			"claim_token": nil, "next_attempt_at": nil, "txid": txid, "network_fee": nf}, "claim_token", token,
+			Accept, Broadcast, Confirm); err != nil {
+			return err
+		}
+		if _, err := ledger.RecordPayoutBroadcast(ctx, tx, cur.Asset, *cur.AmountNet+nf, cur.ID.String(), "payout transaction "+txid); err != nil {
+			return err
+		}
+		sent := cur
+		sent.Status = StatusBroadcast // as withdrawal.broadcast tells it
+		if err := s.emitPayout(ctx, tx, event.WithdrawalBroadcast, sent, a); err != nil {
+			return err
+		}
+		if err := s.settlePosting(ctx, tx, &cur, fmt.Sprintf("payout %s completed", p.ID)); err != nil {
+			return err
+		}
+		return s.emitPayout(ctx, tx, event.WithdrawalCompleted, cur, a)
+	})
+	switch {
+	case errors.Is(err, ErrIllegalTransition):
+		return true, fmt.Errorf("withdrawal %s: the claim was lost before payout %s was recorded; the next attempt finds it", w.ID, p.ID)
+	case err != nil:
+		s.log().WarnContext(ctx, "withdrawal: completed payout not recorded at once; recorded as accepted", "withdrawal_id", w.ID, "payout_id", p.ID, "error", err)
+		return false, nil
+	}
+	return true, nil
+}
+
+// submittedAt is when the payout p counts as submitted: its creation at
+// the processor, or now if that is later (an adopted payout's deadline
+// counts from its creation).
+func submittedAt(now time.Time, p btcpay.Payout) time.Time {
+	if !p.Date.IsZero() && p.Date.Before(now) {
+		return p.Date.UTC()
+	}
+	return now
 }
 
 func holdsClaim(w Withdrawal, token uuid.UUID) bool {

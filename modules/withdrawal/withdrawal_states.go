@@ -168,6 +168,23 @@ func (s *Service) transitAsRead(ctx context.Context, idb bun.IDB, w *Withdrawal,
 		Set: set, Unchanged: unchanged, Conds: conds, Into: w})
 }
 
+// transitThrough moves w along several rows of the table at once, each
+// trigger of ts fired from the status the one before it reached, in one
+// statement guarded as transitIf's: the steps a state change takes in one
+// transaction are one write of the row, not one per step.
+func (s *Service) transitThrough(ctx context.Context, idb bun.IDB, w *Withdrawal, set map[string]any, guard string, value any, ts ...Trigger) error {
+	to := w.Status
+	for _, t := range ts {
+		tr, err := Next(to, t)
+		if err != nil {
+			return err
+		}
+		to = tr.To
+	}
+	return machine.Apply(ctx, idb, fsm.Step[Status]{ID: w.ID, From: w.Status, To: to, At: s.now(),
+		Set: set, Guard: guard, GuardValue: value, Into: w})
+}
+
 // transitIf is transit in one statement on any handle (no lock needed),
 // guarded as well on column guard holding value when guard is not empty:
 // the update applies only while both hold, else ErrIllegalTransition.

@@ -385,18 +385,24 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, memo string) (bool, 
 // (ledger.SettlePayout with the network fee its broadcast recorded) and
 // withdrawal.completed is emitted.
 func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, memo string) error {
-	if w.Fee == nil || w.AmountNet == nil {
-		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
-	}
-	if _, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.holder().ID, Platform: w.holder().Platform,
-		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
-		ServiceFee: *w.Fee, NetworkFee: derefInt(w.NetworkFee), Memo: memo}); err != nil {
+	if err := s.settlePosting(ctx, tx, w, memo); err != nil {
 		return err
 	}
 	if err := s.transit(ctx, tx, w, Confirm, nil); err != nil {
 		return err
 	}
 	return s.emitPayout(ctx, tx, event.WithdrawalCompleted, *w, a)
+}
+
+// settlePosting posts the settlement of w's hold (ledger.SettlePayout).
+func (s *Service) settlePosting(ctx context.Context, tx bun.Tx, w *Withdrawal, memo string) error {
+	if w.Fee == nil || w.AmountNet == nil {
+		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
+	}
+	_, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.holder().ID, Platform: w.holder().Platform,
+		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
+		ServiceFee: *w.Fee, NetworkFee: derefInt(w.NetworkFee), Memo: memo})
+	return err
 }
 
 // alertMissing raises, once per withdrawal, the alert that its reported
