@@ -400,3 +400,54 @@ func TestCorrect(t *testing.T) {
 	})
 	requireInvariants(t, d)
 }
+
+// TestSettleBroadcastPayout: the broadcast and the settlement under one
+// lock and one read post the same two entries as RecordPayoutBroadcast
+// then SettlePayout, replay as they do, and refuse what they refuse (a
+// released hold: nothing of either is kept).
+func TestSettleBroadcastPayout(t *testing.T) {
+	t.Parallel()
+	d := newDB(t, 4)
+	ctx := context.Background()
+	credit(t, d, "BTC", "erin", 100_000, "pay-1")
+	s := ledger.Settlement{Asset: "BTC", ExternalUserID: "erin", Mode: ledger.FeeDeduct, Gross: 10_000, Net: 9_000, ServiceFee: 1_000, NetworkFee: 700}
+	for _, ref := range []string{"wd-two", "wd-one"} {
+		_, err := ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder("erin"), s.Gross, ref, "")
+		require.NoError(t, err)
+	}
+	two, one := s, s
+	two.SourceRef, one.SourceRef = "wd-two", "wd-one"
+	b2, err := ledger.RecordPayoutBroadcast(ctx, d, "BTC", 9_700, two.SourceRef, "txid")
+	require.NoError(t, err)
+	s2, err := ledger.SettlePayout(ctx, d, two)
+	require.NoError(t, err)
+	b1, s1, err := ledger.SettleBroadcastPayout(ctx, d, 9_700, "txid", one)
+	require.NoError(t, err)
+	require.Equal(t, linesOf(b2), linesOf(b1))
+	require.Equal(t, linesOf(s2), linesOf(s1))
+	require.Equal(t, ledger.PayoutBroadcast, b1.Kind)
+	require.Equal(t, ledger.PayoutSettle, s1.Kind)
+
+	rb, rs, err := ledger.SettleBroadcastPayout(ctx, d, 9_700, "txid", one)
+	require.NoError(t, err)
+	require.True(t, rb.Replayed)
+	require.True(t, rs.Replayed)
+	require.Equal(t, b1.ID, rb.ID)
+	require.Equal(t, s1.ID, rs.ID)
+
+	released := s
+	released.SourceRef = "wd-released"
+	_, err = ledger.PlaceHold(ctx, d, "BTC", ledger.UserHolder("erin"), s.Gross, released.SourceRef, "")
+	require.NoError(t, err)
+	_, err = ledger.ReleaseHold(ctx, d, "BTC", ledger.UserHolder("erin"), s.Gross, released.SourceRef, "")
+	require.NoError(t, err)
+	_, _, err = ledger.SettleBroadcastPayout(ctx, d, 9_700, "txid", released)
+	require.ErrorIs(t, err, ledger.ErrHoldReleased)
+	n, err := d.NewSelect().Table("ledger_entries").Where("source_ref = ? AND kind IN ('payout_broadcast', 'payout_settle')", released.SourceRef).Count(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing of either entry is kept")
+	_, _, err = ledger.SettleBroadcastPayout(ctx, d, 9_700, "txid", ledger.Settlement{Asset: "BTC", ExternalUserID: "erin", SourceRef: "wd-none",
+		Mode: ledger.FeeDeduct, Gross: 10_000, Net: 9_000, ServiceFee: 1_000})
+	require.ErrorIs(t, err, ledger.ErrNoHold)
+	requireInvariants(t, d)
+}

@@ -379,15 +379,15 @@ func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.
 			Accept, Broadcast, Confirm); err != nil {
 			return err
 		}
-		if _, err := ledger.RecordPayoutBroadcast(ctx, tx, cur.Asset, *cur.AmountNet+nf, cur.ID.String(), "payout transaction "+txid); err != nil {
+		// The broadcast's and the settlement's postings under one lock of
+		// the hold and one read of it.
+		if _, _, err := ledger.SettleBroadcastPayout(ctx, tx, *cur.AmountNet+nf, "payout transaction "+txid,
+			cur.settlement(fmt.Sprintf("payout %s completed", p.ID))); err != nil {
 			return err
 		}
 		sent := cur
 		sent.Status = StatusBroadcast // as withdrawal.broadcast tells it
 		if err := s.emitPayout(ctx, tx, event.WithdrawalBroadcast, sent, a); err != nil {
-			return err
-		}
-		if err := s.settlePosting(ctx, tx, &cur, fmt.Sprintf("payout %s completed", p.ID)); err != nil {
 			return err
 		}
 		return s.emitPayout(ctx, tx, event.WithdrawalCompleted, cur, a)

@@ -385,7 +385,10 @@ func (s *Service) settle(ctx context.Context, id uuid.UUID, memo string) (bool, 
 // (ledger.SettlePayout with the network fee its broadcast recorded) and
 // withdrawal.completed is emitted.
 func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset, memo string) error {
-	if err := s.settlePosting(ctx, tx, w, memo); err != nil {
+	if w.Fee == nil || w.AmountNet == nil {
+		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
+	}
+	if _, err := ledger.SettlePayout(ctx, tx, w.settlement(memo)); err != nil {
 		return err
 	}
 	if err := s.transit(ctx, tx, w, Confirm, nil); err != nil {
@@ -394,15 +397,12 @@ func (s *Service) settleTx(ctx context.Context, tx bun.Tx, w *Withdrawal, a asse
 	return s.emitPayout(ctx, tx, event.WithdrawalCompleted, *w, a)
 }
 
-// settlePosting posts the settlement of w's hold (ledger.SettlePayout).
-func (s *Service) settlePosting(ctx context.Context, tx bun.Tx, w *Withdrawal, memo string) error {
-	if w.Fee == nil || w.AmountNet == nil {
-		return fmt.Errorf("withdrawal %s is broadcast without a fixed fee and net", w.ID)
-	}
-	_, err := ledger.SettlePayout(ctx, tx, ledger.Settlement{Asset: w.Asset, ExternalUserID: w.holder().ID, Platform: w.holder().Platform,
-		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: *w.AmountNet,
-		ServiceFee: *w.Fee, NetworkFee: derefInt(w.NetworkFee), Memo: memo})
-	return err
+// settlement is the ledger's settlement of w's hold, with memo (w's fee
+// and net fixed).
+func (w Withdrawal) settlement(memo string) ledger.Settlement {
+	return ledger.Settlement{Asset: w.Asset, ExternalUserID: w.holder().ID, Platform: w.holder().Platform,
+		SourceRef: w.ID.String(), Mode: ledger.FeeMode(w.FeeMode), Gross: w.AmountGross, Net: derefInt(w.AmountNet),
+		ServiceFee: derefInt(w.Fee), NetworkFee: derefInt(w.NetworkFee), Memo: memo}
 }
 
 // alertMissing raises, once per withdrawal, the alert that its reported
