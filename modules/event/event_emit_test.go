@@ -79,6 +79,48 @@ func TestEmitRolledBackLeavesNoEventAndNoJob(t *testing.T) {
 	require.Equal(t, 0, countRows(t, b.db.Bun, "SELECT count(*) FROM river_job WHERE kind = 'event_deliver'"))
 }
 
+// EmitAll writes every event in one statement, in the order given, each
+// exactly as Emit writes it and with its own delivery job; a rollback
+// leaves none of them, and data that does not fit writes nothing.
+func TestEmitAllWritesEachEventAsEmitDoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var es []event.Emission
+	for _, d := range samples() {
+		es = append(es, event.Emission{Type: d.Type(), Data: d})
+	}
+	var got []event.Event
+	require.NoError(t, db.RunInTx(ctx, b.db.Bun, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		got, err = b.events.EmitAll(ctx, tx, es...)
+		return err
+	}))
+	require.Len(t, got, len(es))
+	for i, e := range got {
+		require.Equal(t, es[i].Type, e.Type)
+		row := b.get(t, e.ID)
+		require.Equal(t, string(e.Payload), string(row.Payload))
+		require.Equal(t, event.StatusPending, row.Status)
+		require.True(t, row.NextAttemptAt.Equal(row.CreatedAt), "due at once")
+		eventtest.RequireValid(t, row.Payload)
+		require.Len(t, deliveryJobs(t, b.db.Bun, e.ID), 1, "each event has its delivery")
+	}
+
+	boom := errors.New("the state change failed")
+	before := countRows(t, b.db.Bun, "SELECT count(*) FROM outbound_events")
+	err := db.RunInTx(ctx, b.db.Bun, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := b.events.EmitAll(ctx, tx, es...); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	_, err = b.events.EmitAll(ctx, bun.Tx{}, event.Emission{Type: event.DepositSettled, Data: event.DepositDetectedData{}})
+	require.Error(t, err, "data of another type is refused before anything is written")
+	require.Equal(t, before, countRows(t, b.db.Bun, "SELECT count(*) FROM outbound_events"))
+}
+
 func TestEmitRefusesDataThatDoesNotFit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -71,6 +71,50 @@ func (s *Service) Emit(ctx context.Context, tx bun.Tx, typ Type, data any) (Even
 	return e, nil
 }
 
+// Emission is one event of EmitAll: its type and data.
+type Emission struct {
+	Type Type
+	Data any
+}
+
+// EmitAll is Emit of several events of one state change: their rows in one
+// statement (a multi-row INSERT) instead of one each, in the order given,
+// and the delivery of each queued as Emit queues it.
+func (s *Service) EmitAll(ctx context.Context, tx bun.Tx, es ...Emission) ([]Event, error) {
+	out := make([]Event, len(es))
+	var (
+		stmt strings.Builder
+		args []any
+	)
+	for i, em := range es {
+		e, err := s.Prepare(em.Type, em.Data)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+		if i == 0 {
+			stmt.WriteString(rowInsertHead)
+		} else {
+			stmt.WriteString(",\n")
+		}
+		values, rowArgs := e.rowValues(len(args) + 1)
+		stmt.WriteString(values)
+		args = append(args, rowArgs...)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	if _, err := db.Exec(ctx, tx, stmt.String(), args...); err != nil {
+		return nil, fmt.Errorf("emit %d events: insert: %w", len(out), err)
+	}
+	for _, e := range out {
+		if err := s.QueueDelivery(ctx, tx.Tx, e); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Prepare makes the event Emit would write, with its id, time and payload,
 // and writes nothing: for a state change that writes the event's row in a
 // statement of its own (RowInsert) and inserts its delivery job with
@@ -99,9 +143,20 @@ func (s *Service) Prepare(typ Type, data any) (Event, error) {
 // numbered from $first, and their arguments: a statement of its own, or a
 // data-modifying WITH query of a caller's statement.
 func (e Event) RowInsert(first int) (string, []any) {
-	stmt := fmt.Sprintf(`INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
-VALUES ($%d::uuid, $%d::text, $%d::text, 0, $%d::timestamptz, $%d::json, $%d::timestamptz, 0)`, first, first+1, first+2, first+3, first+4, first+5)
-	return stmt, []any{e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt}
+	values, args := e.rowValues(first)
+	return rowInsertHead + values, args
+}
+
+// rowInsertHead is the INSERT of outbound_events rows up to its VALUES
+// lists (rowValues).
+const rowInsertHead = `INSERT INTO outbound_events (id, type, status, attempts, next_attempt_at, payload, created_at, redeliveries)
+VALUES `
+
+// rowValues is the VALUES list of e's row, with its parameters numbered
+// from $first, and their arguments.
+func (e Event) rowValues(first int) (string, []any) {
+	return fmt.Sprintf(`($%d::uuid, $%d::text, $%d::text, 0, $%d::timestamptz, $%d::json, $%d::timestamptz, 0)`, first, first+1, first+2, first+3, first+4, first+5),
+		[]any{e.ID, string(e.Type), string(e.Status), e.NextAttemptAt, []byte(e.Payload), e.CreatedAt}
 }
 
 // QueueDelivery queues the first attempt of e, an event of Prepare, whose
