@@ -108,6 +108,8 @@ type FeeRater interface {
 // (*event.Service).
 type Emitter interface {
 	Emit(ctx context.Context, tx bun.Tx, typ event.Type, data any) (event.Event, error)
+	// EmitAll writes the events of one state change in one statement.
+	EmitAll(ctx context.Context, tx bun.Tx, es ...event.Emission) ([]event.Event, error)
 }
 
 // Completer stores a request's final response inside the transaction of

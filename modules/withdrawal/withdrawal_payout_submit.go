@@ -387,10 +387,7 @@ func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.
 		}
 		sent := cur
 		sent.Status = StatusBroadcast // as withdrawal.broadcast tells it
-		if err := s.emitPayout(ctx, tx, event.WithdrawalBroadcast, sent, a); err != nil {
-			return err
-		}
-		return s.emitPayout(ctx, tx, event.WithdrawalCompleted, cur, a)
+		return s.emitPayouts(ctx, tx, a, payoutEvent{event.WithdrawalBroadcast, sent}, payoutEvent{event.WithdrawalCompleted, cur})
 	})
 	switch {
 	case errors.Is(err, ErrIllegalTransition):

@@ -199,16 +199,50 @@ func fmtUnits(units int64) string { return asset.Asset{Decimals: 6}.Format(units
 // emitPayout writes withdrawal.broadcast, withdrawal.completed or
 // withdrawal.failed for w.
 func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w Withdrawal, a asset.Asset) error {
+	return s.emitPayouts(ctx, tx, a, payoutEvent{typ, w})
+}
+
+// payoutEvent is an event of a withdrawal's payout: its type and the
+// withdrawal as the event tells it.
+type payoutEvent struct {
+	typ event.Type
+	w   Withdrawal
+}
+
+// emitPayouts emits the payout events es of one state change, in one
+// statement (Emitter.EmitAll) when there are several.
+func (s *Service) emitPayouts(ctx context.Context, tx bun.Tx, a asset.Asset, es ...payoutEvent) error {
 	if s.Events == nil {
 		return nil
 	}
+	ems := make([]event.Emission, len(es))
+	for i, e := range es {
+		data, err := payoutData(e.typ, e.w, a)
+		if err != nil {
+			return err
+		}
+		ems[i] = event.Emission{Type: e.typ, Data: data}
+	}
+	var err error
+	if len(ems) == 1 {
+		_, err = s.Events.Emit(ctx, tx, ems[0].Type, ems[0].Data)
+	} else {
+		_, err = s.Events.EmitAll(ctx, tx, ems...)
+	}
+	if err != nil {
+		return fmt.Errorf("withdrawal %s: emit %s: %w", es[0].w.ID, es[0].typ, err)
+	}
+	return nil
+}
+
+// payoutData is the data of a payout event of type typ about w.
+func payoutData(typ event.Type, w Withdrawal, a asset.Asset) (any, error) {
 	fee, net := a.Format(derefInt(w.Fee)), a.Format(derefInt(w.AmountNet))
-	var data any
 	switch typ {
 	case event.WithdrawalBroadcast:
-		data = event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
+		return event.WithdrawalBroadcastData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: derefStr(w.Txid),
-			Metadata: w.Metadata, ClientReference: w.ClientReference}
+			Metadata: w.Metadata, ClientReference: w.ClientReference}, nil
 	case event.WithdrawalCompleted:
 		d := event.WithdrawalCompletedData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Fee: fee, AmountNet: net, Txid: w.Txid,
@@ -216,7 +250,7 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 		if w.Asset == asset.BTCLN {
 			d.Txid = nil // no transaction: the published schema's null for Lightning
 		}
-		data = d
+		return d, nil
 	case event.WithdrawalFailed:
 		d := event.WithdrawalFailedData{WithdrawalID: w.ID.String(), ExternalUserID: optional(w.ExternalUserID), PlatformAccount: optional(w.PlatformAccount), Asset: w.Asset,
 			Status: string(w.Status), AmountGross: a.Format(w.AmountGross), Txid: w.Txid, FailureReason: derefStr(w.FailureReason),
@@ -224,14 +258,9 @@ func (s *Service) emitPayout(ctx context.Context, tx bun.Tx, typ event.Type, w W
 		if w.Fee != nil && w.AmountNet != nil {
 			d.Fee, d.AmountNet = &fee, &net
 		}
-		data = d
-	default:
-		return fmt.Errorf("withdrawal: no payout event %s", typ)
+		return d, nil
 	}
-	if _, err := s.Events.Emit(ctx, tx, typ, data); err != nil {
-		return fmt.Errorf("withdrawal %s: emit %s: %w", w.ID, typ, err)
-	}
-	return nil
+	return nil, fmt.Errorf("withdrawal: no payout event %s", typ)
 }
 
 func derefInt(v *int64) int64 {
