@@ -199,6 +199,15 @@ func TestPayoutCompletedBetweenTwoLooks(t *testing.T) {
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusConfirmed)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
+	// Both steps in one update: the row has what the broadcast records, and
+	// withdrawal.broadcast tells the broadcast step.
+	row := e.row(t, w.WithdrawalID)
+	require.NotNil(t, row.Txid)
+	require.NotNil(t, row.NetworkFee)
+	var status string
+	require.NoError(t, e.App.DB.Bun.NewSelect().Table("outbound_events").ColumnExpr("payload->'data'->>'status'").
+		Where("type = 'withdrawal.broadcast' AND payload->'data'->>'withdrawal_id' = ?", w.WithdrawalID).Scan(context.Background(), &status))
+	require.Equal(t, "broadcast", status)
 }
 
 // TestPayoutCreateTimesOutAfterCreating: the processor creates the payout

@@ -12,7 +12,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/asset"
-	"svc/modules/event"
 	"svc/modules/ledger"
 	"svc/platform/btcpay"
 	"svc/platform/db"
@@ -379,15 +378,7 @@ func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.
 			Accept, Broadcast, Confirm); err != nil {
 			return err
 		}
-		// The broadcast's and the settlement's postings under one lock of
-		// the hold and one read of it.
-		if _, _, err := ledger.SettleBroadcastPayout(ctx, tx, *cur.AmountNet+nf, "payout transaction "+txid,
-			cur.settlement(fmt.Sprintf("payout %s completed", p.ID))); err != nil {
-			return err
-		}
-		sent := cur
-		sent.Status = StatusBroadcast // as withdrawal.broadcast tells it
-		return s.emitPayouts(ctx, tx, a, payoutEvent{event.WithdrawalBroadcast, sent}, payoutEvent{event.WithdrawalCompleted, cur})
+		return s.broadcastSettledTx(ctx, tx, cur, a, p.ID, txid, nf)
 	})
 	switch {
 	case errors.Is(err, ErrIllegalTransition):

@@ -29,7 +29,9 @@ import (
 // the network fee actually paid, read from the wallet's transaction, from
 // custody to in flight); Completed is confirmed (ledger.SettlePayout, in
 // the same transaction as the broadcast when the payout completed between
-// two looks); Cancelled is failed, hold kept. A payout that completes
+// two looks, and then both steps are one update of the row, the two
+// postings take one lock of the hold, the two events one statement:
+// broadcastSettledTx); Cancelled is failed, hold kept. A payout that completes
 // after the withdrawal failed is settled, never refunded: only an
 // operator's release returns a failed withdrawal's hold, and a release is
 // refused while the processor shows any payout of the withdrawal that is
@@ -245,6 +247,14 @@ func (s *Service) complete(ctx context.Context, w Withdrawal, p btcpay.Payout) e
 	return s.payoutTx(ctx, w.ID, func(ctx context.Context, tx bun.Tx, w *Withdrawal, a asset.Asset) error {
 		switch w.Status {
 		case StatusSubmitted, StatusFailed:
+			if w.NetworkFee == nil && w.AmountNet != nil && w.Fee != nil {
+				// Never broadcast before: both steps in one update of the
+				// row, one lock of the hold, one statement of events.
+				if err := s.transitThrough(ctx, tx, w, map[string]any{"txid": txid, "network_fee": nf}, "", nil, Broadcast, Confirm); err != nil {
+					return err
+				}
+				return s.broadcastSettledTx(ctx, tx, *w, a, p.ID, txid, nf)
+			}
 			if err := s.broadcastTx(ctx, tx, w, a, txid, nf); err != nil {
 				return err
 			}
@@ -259,6 +269,22 @@ func (s *Service) complete(ctx context.Context, w Withdrawal, p btcpay.Payout) e
 		}
 		return s.settleTx(ctx, tx, w, a, fmt.Sprintf("payout %s completed", p.ID))
 	})
+}
+
+// broadcastSettledTx posts and emits, for w (as written: confirmed, with
+// txid and its network fee nf, never broadcast before), what its
+// broadcast and its settlement post and emit one after the other: the
+// two postings under one lock of the hold and one read of it
+// (ledger.SettleBroadcastPayout), withdrawal.broadcast and
+// withdrawal.completed in one statement.
+func (s *Service) broadcastSettledTx(ctx context.Context, tx bun.Tx, w Withdrawal, a asset.Asset, payoutID, txid string, nf int64) error {
+	if _, _, err := ledger.SettleBroadcastPayout(ctx, tx, *w.AmountNet+nf, "payout transaction "+txid,
+		w.settlement(fmt.Sprintf("payout %s completed", payoutID))); err != nil {
+		return err
+	}
+	sent := w
+	sent.Status = StatusBroadcast // as withdrawal.broadcast tells it
+	return s.emitPayouts(ctx, tx, a, payoutEvent{event.WithdrawalBroadcast, sent}, payoutEvent{event.WithdrawalCompleted, w})
 }
 
 // broadcastTx moves w to broadcast with txid: the net plus the network fee
