@@ -903,3 +903,42 @@ func TestCompletedAnswerRecordedAtOnce(t *testing.T) {
 	e.passTo(t, slow.WithdrawalID, withdrawal.StatusConfirmed)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", slow.WithdrawalID))
 }
+
+// feeDeadline records the deadline of the first read of a wallet
+// transaction and fails it.
+type feeDeadline struct {
+	withdrawal.Processor
+	deadline *time.Time
+	had      *atomic.Bool
+}
+
+func (f feeDeadline) WalletTransaction(ctx context.Context, txid string) (btcpay.WalletTransaction, error) {
+	if f.had.CompareAndSwap(false, true) {
+		d, ok := ctx.Deadline()
+		if ok {
+			*f.deadline = d
+		}
+		return btcpay.WalletTransaction{}, errors.New("wallet unreachable")
+	}
+	return f.Processor.WalletTransaction(ctx, txid)
+}
+
+// TestCompletedAnswerReadsWithinTheClaim: the network fee of a completed
+// answer is read before the payout is recorded, so those reads end before
+// the claim does, as the submission's own calls do.
+func TestCompletedAnswerReadsWithinTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setupSim(t, btcpaysim.Options{AutoCompletePayouts: true})
+	e.fund(t, "cd", asset.BTC, 10_000_000)
+	w := e.create(t, "cd", asset.BTC, 60_000, p2wpkh(t, chain.Regtest, "within the claim"))
+	var deadline time.Time
+	real := e.Svc.Processor
+	e.Svc.Processor = feeDeadline{Processor: real, deadline: &deadline, had: new(atomic.Bool)}
+	before := time.Now()
+	require.NoError(t, e.Svc.Submit(ctx, uuid.MustParse(w.WithdrawalID)))
+	e.Svc.Processor = real
+	require.False(t, deadline.IsZero(), "the read had a deadline")
+	require.True(t, deadline.Before(before.Add(e.App.Cfg.BTCPay.Timeout*4)), "it ends before the claim: %s", deadline.Sub(before))
+	require.Equal(t, withdrawal.StatusConfirmed, e.row(t, w.WithdrawalID).Status, "the ordinary way confirmed it")
+}

@@ -137,7 +137,7 @@ func (s *Service) submitRow(ctx context.Context, w Withdrawal) error {
 	var refused *btcpay.RefusedError
 	switch {
 	case err == nil:
-		if done, err := s.acceptCompleted(ctx, w, token, p); done || err != nil {
+		if done, err := s.acceptCompleted(ctx, w, token, p, started.Add(s.claimTTL()*3/4)); done || err != nil {
 			return err
 		}
 		cur, err := s.accept(ctx, w, token, p)
@@ -356,8 +356,10 @@ func (s *Service) accept(ctx context.Context, w Withdrawal, token uuid.UUID, p b
 // claim, as accept does. done is false, with nothing written, when the
 // answer is not such a payout, or its network fee cannot be read now, or
 // the transaction fails for any reason but a lost claim: the ordinary
-// way (accept, then follow) records the payout and says why.
-func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout) (done bool, err error) {
+// way (accept, then follow) records the payout and says why. The reads of
+// the network fee end by callsEnd, as the submission's calls do, so that
+// they never outlast the claim.
+func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.UUID, p btcpay.Payout, callsEnd time.Time) (done bool, err error) {
 	if p.State != btcpay.PayoutCompleted || w.Asset != asset.BTC || w.AmountNet == nil || w.Fee == nil {
 		return false, nil
 	}
@@ -365,7 +367,9 @@ func (s *Service) acceptCompleted(ctx context.Context, w Withdrawal, token uuid.
 	if units, err := payoutUnits(p); err != nil || units != *w.AmountNet || txid == "" {
 		return false, nil // the ordinary way raises the alert that says why
 	}
-	nf, err := s.networkFee(ctx, p, txid)
+	feeCtx, cancel := context.WithDeadline(ctx, callsEnd)
+	nf, err := s.networkFee(feeCtx, p, txid)
+	cancel()
 	if err != nil {
 		return false, nil
 	}
