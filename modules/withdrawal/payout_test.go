@@ -746,7 +746,7 @@ func TestPaidAfterRefundIsSeenWithoutWebhooks(t *testing.T) {
 }
 
 // TestOnePassPaysABacklog: a pass takes batch after batch of what is due
-// (here 450 withdrawals, more than two of its lists), several lanes at
+// (here 45 withdrawals, more than two of its lists of 20), several lanes at
 // once, so a backlog is paid in one pass rather than one list per
 // PAYOUT_POLL_INTERVAL; each withdrawal gets one payout, the ones to one
 // address in turn.
@@ -756,9 +756,10 @@ func TestOnePassPaysABacklog(t *testing.T) {
 	// What is measured is that one pass takes every batch, not how fast
 	// the machine is: the budget would end a pass early under load.
 	e.Svc.Config.SubmitBudget = time.Hour
+	e.Svc.Config.PayoutBatch = 20
 	e.limits(t, asset.BTC, asset.Limits{AutoLimit: n(1 << 40), DailyCap: n(1 << 60)})
-	const total = 450
-	users, dests := make([]string, 5), make([]string, 30)
+	const total = 45
+	users, dests := make([]string, 5), make([]string, 12)
 	for i := range users {
 		users[i] = fmt.Sprint("backlog-", i)
 		e.fund(t, users[i], asset.BTC, 100_000_000)

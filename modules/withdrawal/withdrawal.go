@@ -143,6 +143,9 @@ type Config struct {
 	// SubmitBudget is how long a payout pass goes on taking batches of due
 	// withdrawals (zero: DefaultSubmitBudget).
 	SubmitBudget time.Duration
+	// PayoutBatch is how many withdrawals a pass lists at a time (zero:
+	// DefaultPayoutBatch); a test takes several lists with fewer rows.
+	PayoutBatch int
 }
 
 // Service is the withdrawal module.

@@ -67,8 +67,9 @@ const (
 	// RequeueWait is how long a withdrawal whose destination has another
 	// open payout waits before it is tried again.
 	RequeueWait = time.Minute
-	// payoutBatch bounds the withdrawals one pass lists at a time.
-	payoutBatch = 200
+	// DefaultPayoutBatch bounds the withdrawals one pass lists at a time
+	// (Config.PayoutBatch).
+	DefaultPayoutBatch = 200
 	// payoutLanes is how many withdrawals a pass works at once (payout
 	// calls and their transactions; each lane holds at most one database
 	// connection at a time).
@@ -81,6 +82,13 @@ const (
 // pass's tracking of open payouts is not held back by it. Well under the
 // job's timeout (queue.LongestJobTimeout).
 const DefaultSubmitBudget = 30 * time.Second
+
+func (s *Service) payoutBatch() int {
+	if s.Config.PayoutBatch > 0 {
+		return s.Config.PayoutBatch
+	}
+	return DefaultPayoutBatch
+}
 
 func (s *Service) submitBudget() time.Duration {
 	if s.Config.SubmitBudget > 0 {
@@ -137,7 +145,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 			q = q.Where("(created_at, id) > (?, ?)", last.CreatedAt, last.ID)
 		}
 		var due []Withdrawal
-		if err := q.OrderExpr("created_at, id").Limit(payoutBatch).Scan(ctx, &due); err != nil {
+		if err := q.OrderExpr("created_at, id").Limit(int64(s.payoutBatch())).Scan(ctx, &due); err != nil {
 			return fmt.Errorf("list withdrawals to submit: %w", err)
 		}
 		// One destination's withdrawals in one lane, in order: the
@@ -150,7 +158,7 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		}
 		s.inLanes(ctx, "submit payout", ids, func(i int) string { return due[i].Destination },
 			func(ctx context.Context, id uuid.UUID) error { return s.submitRow(ctx, rows[id]) })
-		if len(due) < payoutBatch || time.Since(started) > s.submitBudget() {
+		if len(due) < s.payoutBatch() || time.Since(started) > s.submitBudget() {
 			break
 		}
 		last = &due[len(due)-1]
@@ -161,11 +169,11 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 		var page []uuid.UUID
 		if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
 			Where("asset IN (?) AND status IN (?)", bun.List(processorAssets), bun.List([]Status{StatusSubmitted, StatusBroadcast})).
-			Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
+			Where("id > ?", after).OrderExpr("id").Limit(int64(s.payoutBatch())).Scan(ctx, &page); err != nil {
 			return fmt.Errorf("list open payouts: %w", err)
 		}
 		s.track(ctx, page)
-		if len(page) < payoutBatch {
+		if len(page) < s.payoutBatch() {
 			break
 		}
 		after = page[len(page)-1]
@@ -180,13 +188,13 @@ func (s *Service) ProcessPayouts(ctx context.Context) error {
 	if err := s.DB.NewSelect().Model((*Withdrawal)(nil)).Column("id").
 		Where("asset IN (?)", bun.List(processorAssets)).
 		Where("status = ? AND (backend_ref IS NOT NULL OR asset = ?)", StatusFailed, asset.BTCLN).
-		Where("id > ?", after).OrderExpr("id").Limit(payoutBatch).Scan(ctx, &page); err != nil {
+		Where("id > ?", after).OrderExpr("id").Limit(int64(s.payoutBatch())).Scan(ctx, &page); err != nil {
 		return fmt.Errorf("list failed payouts: %w", err)
 	}
 	s.track(ctx, page)
 	s.failedMu.Lock()
 	s.failedAfter = uuid.Nil
-	if len(page) == payoutBatch {
+	if len(page) == s.payoutBatch() {
 		s.failedAfter = page[len(page)-1]
 	}
 	s.failedMu.Unlock()

@@ -51,12 +51,12 @@ func (s *Service) watchedReleases(ctx context.Context, assets []string, after *u
 	var page []Withdrawal
 	if err := s.DB.NewSelect().Model(&page).
 		Where("refund_watch_until IS NOT NULL AND asset IN (?) AND status = ?", bun.List(assets), StatusRefunded).
-		Where("id > ?", from).OrderExpr("id").Limit(payoutBatch).Scan(ctx); err != nil {
+		Where("id > ?", from).OrderExpr("id").Limit(int64(s.payoutBatch())).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("list watched released withdrawals: %w", err)
 	}
 	s.failedMu.Lock()
 	*after = uuid.Nil
-	if len(page) == payoutBatch {
+	if len(page) == s.payoutBatch() {
 		*after = page[len(page)-1].ID
 	}
 	s.failedMu.Unlock()
