@@ -68,6 +68,7 @@ package deposit
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -98,9 +99,12 @@ type Processor interface {
 }
 
 // Emitter writes outbound events inside a state change's transaction
-// (*event.Service).
+// (*event.Service): a change of a deposit prepares its events, writes
+// their rows in its own statement (event.Event.RowInsert) and queues
+// their deliveries.
 type Emitter interface {
-	Emit(ctx context.Context, tx bun.Tx, typ event.Type, data any) (event.Event, error)
+	Prepare(typ event.Type, data any) (event.Event, error)
+	QueueDelivery(ctx context.Context, tx *sql.Tx, e event.Event) error
 }
 
 // Alerter raises operator alerts (*alert.Service).

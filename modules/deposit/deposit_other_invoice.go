@@ -91,7 +91,11 @@ func (s *Service) reconcileOther(ctx context.Context, d Deposit, invoiceID strin
 		}
 		switch d.Status {
 		case StatusPending, StatusConfirming, StatusSettled, StatusExpired, StatusReview:
-			return s.toReview(ctx, tx, &d, reviews[0], rows, a)
+			c := newChange(d)
+			if err := s.toReview(ctx, &c, &d, reviews[0], rows, a); err != nil {
+				return err
+			}
+			return s.write(ctx, tx, &d, &c)
 		}
 		// Dismissed (or not yet created): the alert says it; the payment
 		// stays recorded for the operator.

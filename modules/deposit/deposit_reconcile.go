@@ -199,6 +199,9 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	if d.Status == StatusCreating || d.Status == StatusFailed || d.InvoiceID == nil || *d.InvoiceID != inv.ID {
 		return nil
 	}
+	// What the deposit's row takes from this reconcile, its events and its
+	// poll time, is written at the end in one statement.
+	c := newChange(d)
 	a, rows, err := assetAndPayments(ctx, tx, d)
 	if err != nil {
 		return err
@@ -278,9 +281,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 			reason = ReasonPaymentClash + ": " + strings.Join(clashes, "; ")
 		}
 		if reason != "" {
-			if _, err := tx.NewUpdate().Model((*Deposit)(nil)).Set("invoice_review = ?", reason).Where("id = ?", d.ID).Exec(ctx); err != nil {
-				return err
-			}
+			c.set["invoice_review"] = reason
 			d.InvoiceReview = &reason
 			reviews = append(reviews, reviewItem{payment: -1, reason: reason, trigger: NeedsReview})
 		}
@@ -312,7 +313,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	}
 	if d.Status == StatusPending && len(seen) > 0 {
 		first := rows[seen[0]]
-		if err := s.transit(ctx, tx, &d, PaymentSeen, func(d *Deposit) any {
+		if err := s.step(&c, &d, PaymentSeen, func(d *Deposit) any {
 			return event.DepositDetectedData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), PaymentID: first.PaymentID, Amount: displayAmount(first, a.Decimals)}
@@ -338,22 +339,23 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 			}
 		}
 	case len(reviews) > 0:
-		if err := s.toReview(ctx, tx, &d, reviews[0], rows, a); err != nil {
+		if err := s.toReview(ctx, &c, &d, reviews[0], rows, a); err != nil {
 			return err
 		}
 	default:
-		if err := s.advance(ctx, tx, &d, inv, rows, a); err != nil {
+		if err := s.advance(ctx, &c, &d, inv, rows, a); err != nil {
 			return err
 		}
 	}
-	return s.markPolled(ctx, tx, d.ID)
+	c.set["polled_at"] = s.now()
+	return s.write(ctx, tx, &d, &c)
 }
 
 // advance applies the transitions that need no operator: confirming ->
 // settled once every payment is credited, pending -> expired when the
 // window closed with nothing received, and confirming -> review when every
 // payment seen was invalidated and the window closed.
-func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay.Invoice, rows []Payment, a asset.Asset) error {
+func (s *Service) advance(ctx context.Context, c *change, d *Deposit, inv btcpay.Invoice, rows []Payment, a asset.Asset) error {
 	valid, allCredited := 0, true
 	for _, p := range rows {
 		if p.ProcessorStatus == string(btcpay.PaymentInvalid) && !p.Credited {
@@ -367,7 +369,7 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 	closed := inv.Status == btcpay.InvoiceExpired || inv.Status == btcpay.InvoiceInvalid
 	switch {
 	case d.Status == StatusConfirming && valid > 0 && allCredited && credited(rows) > 0:
-		return s.transit(ctx, tx, d, PaymentConfirmed, func(d *Deposit) any {
+		return s.step(c, d, PaymentConfirmed, func(d *Deposit) any {
 			return event.DepositSettledData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals)}
@@ -376,30 +378,26 @@ func (s *Service) advance(ctx context.Context, tx bun.Tx, d *Deposit, inv btcpay
 		// The processor may close the window early (expired by hand, or a
 		// store setting): the deposit then shows when it really closed.
 		if now := s.now(); inv.Status == btcpay.InvoiceExpired && d.ExpiresAt != nil && d.ExpiresAt.After(now) {
-			if _, err := tx.NewUpdate().Model((*Deposit)(nil)).Set("expires_at = ?", now).Where("id = ?", d.ID).Exec(ctx); err != nil {
-				return fmt.Errorf("deposit %s: record the early expiry: %w", d.ID, err)
-			}
+			c.set["expires_at"] = now
 			d.ExpiresAt = &now
 		}
-		return s.transit(ctx, tx, d, WindowClosed, func(d *Deposit) any {
+		return s.step(c, d, WindowClosed, func(d *Deposit) any {
 			return event.DepositExpiredData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 				Metadata: d.Metadata, ClientReference: d.ClientReference,
 				Status: string(d.Status)}
 		})
 	case d.Status == StatusConfirming && valid == 0 && closed:
-		return s.toReview(ctx, tx, d, reviewItem{payment: -1, reason: ReasonAllInvalid, trigger: NeedsReview}, rows, a)
+		return s.toReview(ctx, c, d, reviewItem{payment: -1, reason: ReasonAllInvalid, trigger: NeedsReview}, rows, a)
 	}
 	return nil
 }
 
-// toReview moves d to review for item, with its event.
-func (s *Service) toReview(ctx context.Context, tx bun.Tx, d *Deposit, item reviewItem, rows []Payment, a asset.Asset) error {
-	if _, err := tx.NewUpdate().Model((*Deposit)(nil)).Set("review_reason = ?", item.reason).Where("id = ?", d.ID).Exec(ctx); err != nil {
-		return err
-	}
+// toReview moves d to review for item, with its event, in c.
+func (s *Service) toReview(ctx context.Context, c *change, d *Deposit, item reviewItem, rows []Payment, a asset.Asset) error {
+	c.set["review_reason"] = item.reason
 	d.ReviewReason = &item.reason
 	s.log().WarnContext(ctx, "deposit: needs an operator", "deposit_id", d.ID, "reason", item.reason)
-	return s.transit(ctx, tx, d, item.trigger, func(d *Deposit) any {
+	return s.step(c, d, item.trigger, func(d *Deposit) any {
 		data := event.DepositReviewRequiredData{DepositID: d.ID.String(), ExternalUserID: optional(d.ExternalUserID), PlatformAccount: optional(d.PlatformAccount), Asset: d.Asset,
 			Metadata: d.Metadata, ClientReference: d.ClientReference,
 			Status: string(d.Status), AmountCredited: money.Format(credited(rows), a.Decimals), ReviewReason: item.reason}

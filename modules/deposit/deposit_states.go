@@ -3,6 +3,9 @@ package deposit
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -94,43 +97,91 @@ func Transitions() []Transition { return machine.Transitions() }
 func Next(from Status, t Trigger) (Transition, error) { return machine.Next(from, t) }
 
 // transit moves d (locked by the caller's transaction) along the table and
-// emits the row's event, built by data from the deposit's new state. The
-// update is guarded on the status the caller read, so a concurrent change
-// that slipped past the lock fails loudly instead of being overwritten.
+// emits the row's event, built by data from the deposit's new state, in
+// one statement (see change).
 func (s *Service) transit(ctx context.Context, tx bun.Tx, d *Deposit, t Trigger, data func(d *Deposit) any) error {
+	c := newChange(*d)
+	if err := s.step(&c, d, t, data); err != nil {
+		return err
+	}
+	return s.write(ctx, tx, d, &c)
+}
+
+// change is what one transaction does to a deposit's row (locked by it):
+// its steps along the table, other columns it sets, and the events the
+// steps emit, written by write in one statement with real parameters. A
+// reconcile that finds an invoice paid and confirmed moves the deposit
+// pending -> confirming -> settled, records when it was polled, and writes
+// deposit.detected and deposit.settled: one UPDATE whose WITH queries
+// insert the events' rows, where it was three UPDATEs and two INSERTs
+// (docs/performance.md, "Deposits settled end to end"). The update is
+// guarded on the status the transaction read, so a concurrent change that
+// slipped past the lock fails loudly instead of being overwritten.
+type change struct {
+	from   Status
+	at     time.Time         // the last step's time: updated_at, and $2 of exprs
+	exprs  map[string]string // column -> assignment that may use $2
+	set    map[string]any
+	events []event.Event
+	with   []fsm.With // further writes of the same statement
+}
+
+func newChange(d Deposit) change {
+	return change{from: d.Status, exprs: map[string]string{}, set: map[string]any{}}
+}
+
+// step moves d along the table by t in memory, and adds the row's change
+// and its event to c.
+func (s *Service) step(c *change, d *Deposit, t Trigger, data func(d *Deposit) any) error {
 	tr, err := Next(d.Status, t)
 	if err != nil {
 		return err
 	}
 	now := s.now()
-	from := d.Status
-	if tr.To != from {
-		// Real parameters (db.Exec): every step of every deposit.
-		var set []string
+	if tr.To != d.Status {
 		switch tr.To {
 		case StatusSettled, StatusExpired:
-			set = []string{"closed_at = COALESCE(closed_at, $2)"}
-		case StatusReview:
-			set = []string{"review_at = $2"}
-		}
-		if err := machine.Apply(ctx, tx, fsm.Step[Status]{ID: d.ID, From: from, To: tr.To, At: now, Exprs: set}); err != nil {
-			return err
-		}
-		d.Status, d.UpdatedAt = tr.To, now
-		switch tr.To {
-		case StatusSettled, StatusExpired:
+			c.exprs["closed_at"] = "closed_at = COALESCE(closed_at, $2)"
 			if d.ClosedAt == nil {
 				d.ClosedAt = &now
 			}
 		case StatusReview:
+			c.exprs["review_at"] = "review_at = $2"
 			d.ReviewAt = &now
 		}
+		d.Status, d.UpdatedAt, c.at = tr.To, now, now
 	}
 	if tr.Event == "" || s.Events == nil {
 		return nil
 	}
-	if _, err := s.Events.Emit(ctx, tx, tr.Event, data(d)); err != nil {
+	e, err := s.Events.Prepare(tr.Event, data(d))
+	if err != nil {
 		return fmt.Errorf("deposit %s: emit %s: %w", d.ID, tr.Event, err)
+	}
+	c.events = append(c.events, e)
+	return nil
+}
+
+// write writes c, whose steps d has taken, in tx: one statement (nothing
+// when c changes nothing), and queues the events' deliveries.
+func (s *Service) write(ctx context.Context, tx bun.Tx, d *Deposit, c *change) error {
+	with := c.with
+	for _, e := range c.events {
+		with = append(with, e.RowInsert)
+	}
+	var exprs []string
+	if d.Status != c.from {
+		for _, col := range slices.Sorted(maps.Keys(c.exprs)) {
+			exprs = append(exprs, c.exprs[col])
+		}
+	}
+	if err := machine.Apply(ctx, tx, fsm.Step[Status]{ID: d.ID, From: c.from, To: d.Status, At: c.at, Exprs: exprs, Set: c.set, With: with}); err != nil {
+		return err
+	}
+	for _, e := range c.events {
+		if err := s.Events.QueueDelivery(ctx, tx.Tx, e); err != nil {
+			return fmt.Errorf("deposit %s: %w", d.ID, err)
+		}
 	}
 	return nil
 }

@@ -106,27 +106,62 @@ type Step[S ~string] struct {
 	// Into, when not nil, is the bun model the updated row is read back
 	// into (RETURNING its columns).
 	Into any
+	// With are data-modifying queries written in the same statement, as
+	// its WITH queries (the events a step emits, rows of other tables the
+	// same change writes): each is given the number of its first
+	// parameter and returns its text and arguments. They run whether or
+	// not the row moved on; the caller's transaction rolls them back with
+	// the MovedOn error.
+	With []With
 }
+
+// With is a data-modifying WITH query of a Step: its SQL with its
+// parameters numbered from first, and their arguments.
+type With func(first int) (query string, args []any)
 
 // Apply writes st on idb (a transaction that holds the row's lock, or any
 // handle when the guards say enough) in one statement with real
 // parameters:
 //
-//	UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ RETURNING ...]
+//	[WITH w0 AS (...), ...] UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ RETURNING ...]
+//
+// A step that stays (To is From: a change of other columns under the
+// status guard) leaves status and updated_at as they are, and has no
+// Exprs (there is no $2); it writes nothing when it sets nothing.
 //
 // The update applies only while the row is still in st.From (and the
 // guard holds), so that a concurrent change that slipped past the lock
 // fails loudly instead of being overwritten (see MovedOn).
 func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) error {
-	var b strings.Builder
-	args := []any{string(st.To), st.At}
-	b.WriteString("UPDATE " + m.Table + " SET status = $1, updated_at = $2")
-	for _, e := range st.Exprs {
-		b.WriteString(", " + e)
+	var (
+		b    strings.Builder
+		args []any
+		sep  = ", "
+	)
+	if st.To == st.From {
+		if len(st.Exprs) > 0 {
+			return fmt.Errorf("%s %v: a step that stays in %s has no expressions", m.Noun, st.ID, st.From)
+		}
+		if len(st.Set) == 0 && len(st.With) == 0 {
+			return nil
+		}
+		b.WriteString("UPDATE " + m.Table + " SET ")
+		sep = ""
+	} else {
+		args = []any{string(st.To), st.At}
+		b.WriteString("UPDATE " + m.Table + " SET status = $1, updated_at = $2")
+		for _, e := range st.Exprs {
+			b.WriteString(", " + e)
+		}
 	}
 	for _, col := range slices.Sorted(maps.Keys(st.Set)) {
 		args = append(args, st.Set[col])
-		fmt.Fprintf(&b, ", %s = $%d", pgx.Identifier{col}.Sanitize(), len(args))
+		fmt.Fprintf(&b, "%s%s = $%d", sep, pgx.Identifier{col}.Sanitize(), len(args))
+		sep = ", "
+	}
+	if sep == "" { // stays, sets nothing: the status alone, for the guard and the WITH queries
+		args = append(args, string(st.From))
+		fmt.Fprintf(&b, "status = $%d", len(args))
 	}
 	args = append(args, st.ID, string(st.From))
 	fmt.Fprintf(&b, " WHERE id = $%d AND status = $%d", len(args)-1, len(args))
@@ -141,14 +176,31 @@ func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) e
 	for _, c := range st.Conds {
 		b.WriteString(" AND (" + c + ")")
 	}
+	if st.Into != nil {
+		b.WriteString(" RETURNING " + db.Columns(idb, st.Into))
+	}
+	stmt := b.String()
+	if len(st.With) > 0 {
+		var w strings.Builder
+		for i, with := range st.With {
+			q, a := with(len(args) + 1)
+			args = append(args, a...)
+			if i == 0 {
+				w.WriteString("WITH ")
+			} else {
+				w.WriteString(", ")
+			}
+			fmt.Fprintf(&w, "w%d AS (%s)", i, q)
+		}
+		stmt = w.String() + "\n" + stmt
+	}
 	moved := false
 	var err error
 	if st.Into != nil {
-		b.WriteString(" RETURNING " + db.Columns(idb, st.Into))
-		err = db.QueryModel(ctx, idb, st.Into, b.String(), args...)
+		err = db.QueryModel(ctx, idb, st.Into, stmt, args...)
 		moved = db.IsNoRows(err)
 	} else {
-		res, xerr := db.Exec(ctx, idb, b.String(), args...)
+		res, xerr := db.Exec(ctx, idb, stmt, args...)
 		err = xerr
 		if err == nil {
 			n, _ := res.RowsAffected()

@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -253,4 +254,63 @@ func TestApplyGuardsOnTheRowAsRead(t *testing.T) {
 		Conds: []string{"note = ''", "updated_at <> $2"}, Into: &back}))
 	require.Equal(t, held, back.Status)
 	require.Equal(t, 2, back.Attempt)
+}
+
+// A step's WITH queries are written in its statement, numbered after the
+// step's own parameters; a step that stays sets its columns under the
+// status guard and leaves status and updated_at; a row that moved on
+// takes none of it (the caller's transaction rolls the WITH queries back).
+func TestApplyWithQueriesAndStays(t *testing.T) {
+	t.Parallel()
+	d, m, ctx := itemsDB(t), newMachine(), context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	_, err := d.Pool.Exec(ctx, "CREATE TABLE fsm_log (item uuid NOT NULL, what text NOT NULL)")
+	require.NoError(t, err)
+	logged := func(id uuid.UUID) []string {
+		var out []string
+		require.NoError(t, d.Bun.NewRaw("SELECT what FROM fsm_log WHERE item = ? ORDER BY what", id).Scan(ctx, &out))
+		return out
+	}
+	logRow := func(id uuid.UUID, what string) fsm.With {
+		return func(first int) (string, []any) {
+			return fmt.Sprintf("INSERT INTO fsm_log (item, what) VALUES ($%d::uuid, $%d::text)", first, first+1), []any{id, what}
+		}
+	}
+
+	id := insert(t, d, open)
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: open, To: held, At: at,
+		Exprs: []string{"closed_at = COALESCE(closed_at, $2)"}, Set: map[string]any{"note": "n"},
+		With: []fsm.With{logRow(id, "a"), logRow(id, "b")}}))
+	got := read(t, d, id)
+	require.Equal(t, held, got.Status)
+	require.Equal(t, "n", got.Note)
+	require.Equal(t, []string{"a", "b"}, logged(id))
+
+	// Stays: the columns and the WITH query, not status or updated_at.
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, At: at.Add(time.Hour),
+		Set: map[string]any{"attempt": 7}, With: []fsm.With{logRow(id, "c")}}))
+	stayed := read(t, d, id)
+	require.Equal(t, held, stayed.Status)
+	require.Equal(t, 7, stayed.Attempt)
+	require.True(t, stayed.UpdatedAt.Equal(got.UpdatedAt), "updated_at left")
+	require.Equal(t, []string{"a", "b", "c"}, logged(id))
+	// Stays and sets nothing but a WITH query: written, under the guard.
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, With: []fsm.With{logRow(id, "d")}}))
+	require.Equal(t, []string{"a", "b", "c", "d"}, logged(id))
+	// Stays with nothing to write: no statement.
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held}))
+	// A stay has no expressions.
+	require.Error(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Exprs: []string{"closed_at = $2"}}))
+
+	// Moved on, in a transaction: refused, and the WITH query goes with it.
+	err = db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
+		return m.Apply(ctx, tx, fsm.Step[status]{ID: id, From: open, To: closed, At: at, With: []fsm.With{logRow(id, "e")}})
+	})
+	require.ErrorIs(t, err, errIllegal)
+	err = db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
+		return m.Apply(ctx, tx, fsm.Step[status]{ID: id, From: open, To: open, Set: map[string]any{"note": "x"}, With: []fsm.With{logRow(id, "f")}})
+	})
+	require.ErrorIs(t, err, errIllegal)
+	require.Equal(t, []string{"a", "b", "c", "d"}, logged(id))
+	require.Equal(t, "n", read(t, d, id).Note)
 }
