@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"svc/modules/event"
+	"svc/modules/ingress"
 	"svc/platform/fsm"
 )
 
@@ -168,6 +169,11 @@ func (s *Service) write(ctx context.Context, tx bun.Tx, d *Deposit, c *change) e
 	with := c.with
 	for _, e := range c.events {
 		with = append(with, e.RowInsert)
+	}
+	// A webhook's deliveries are marked processed by the statement that
+	// writes their effect, in its commit.
+	if mark, ok := ingress.ProcessedWith(ctx); ok {
+		with = append(with, mark)
 	}
 	var exprs []string
 	if d.Status != c.from {

@@ -2,15 +2,18 @@ package deposit_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"svc/cmd/svc/app/apptest"
 	"svc/modules/deposit"
 	"svc/platform/btcpay/btcpaysim"
 	"svc/platform/config"
+	"svc/platform/dbtest"
 )
 
 // settles waits until the deposit is settled (driven by webhooks or the
@@ -107,4 +110,77 @@ func (e *env) waitIngressIdle(t *testing.T) {
 		require.NoError(t, err)
 		return n == 0
 	}, "every processor webhook processed")
+}
+
+// A webhook is marked processed by the transaction that settles its
+// deposit, in its commit: while that transaction fails (here: the events'
+// table refuses every row, so the settlement rolls back) the webhooks stay
+// unprocessed, with their failures recorded, and nothing is credited;
+// once it commits, the delivery it handled is written by that very
+// transaction (same xmin as the credit's ledger entry).
+func TestASettlementRolledBackLeavesItsWebhooksUnprocessed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withWebhooks(), withConfig(func(c *config.Config) { c.Worker.DepositPollEvery = time.Hour }))
+	ctx := context.Background()
+	owner, err := sql.Open("pgx", dbtest.OwnerURL(e.App.Cfg.Database.URL))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	_, err = owner.ExecContext(ctx, "ALTER TABLE outbound_events ADD CONSTRAINT test_refuses_events CHECK (false) NOT VALID")
+	require.NoError(t, err)
+
+	// The poll the worker runs at its start settles nothing here: the
+	// webhooks do.
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		n, err := e.App.DB.Bun.NewSelect().Table("river_job").Where("kind = ? AND state = 'completed'", deposit.PollArgs{}.Kind()).Count(ctx)
+		require.NoError(t, err)
+		return n > 0
+	}, "the worker's first poll done")
+	v := e.create(t, "lena", "BTC", units("30000"))
+	e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Settled: true})
+	type row struct {
+		ID          int64      `bun:"id"`
+		ProcessedAt *time.Time `bun:"processed_at"`
+		LastError   *string    `bun:"last_error"`
+		Xmin        string     `bun:"xmin"`
+	}
+	deliveries := func() []row {
+		var rows []row
+		require.NoError(t, e.App.DB.Bun.NewRaw("SELECT id, processed_at, last_error, xmin::text AS xmin FROM processor_webhooks ORDER BY id").Scan(ctx, &rows))
+		return rows
+	}
+	// A delivery handled before the payment shows at the processor has
+	// nothing to write but the poll time, and is processed; the one whose
+	// reconcile finds the payment fails with the events' table.
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		for _, r := range deliveries() {
+			if r.LastError != nil {
+				return true
+			}
+		}
+		return false
+	}, "a settlement attempted and rolled back")
+	require.Equal(t, deposit.StatusPending, e.deposit(t, v.DepositID).Status)
+	require.Zero(t, e.ledgerEntries(t, v.DepositID))
+	for _, r := range deliveries() {
+		if r.LastError != nil {
+			require.Nil(t, r.ProcessedAt, "delivery %d processed while its settlement rolled back (%s)", r.ID, *r.LastError)
+		}
+	}
+
+	_, err = owner.ExecContext(ctx, "ALTER TABLE outbound_events DROP CONSTRAINT test_refuses_events")
+	require.NoError(t, err)
+	e.settles(t, v.DepositID) // the failed delivery's retry, on River's schedule
+	e.waitIngressIdle(t)
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	// The credit's entry is written once, by the settling transaction (the
+	// deposit's row is written again by later webhooks' reconciles).
+	var settledXmin string
+	require.NoError(t, e.App.DB.Bun.NewRaw("SELECT xmin::text FROM ledger_entries WHERE source_ref LIKE ?", "deposit:"+v.DepositID+":%").Scan(ctx, &settledXmin))
+	same := 0
+	for _, r := range deliveries() {
+		if r.Xmin == settledXmin {
+			same++
+		}
+	}
+	require.Positive(t, same, "the settling transaction marked the delivery it handled: entry %s, deliveries %+v", settledXmin, deliveries())
 }

@@ -87,7 +87,9 @@ type PayoutEvent struct {
 // for one event and must be safe to run again. It acts on the invoice's
 // state as it reads it from the processor, never on what the event says:
 // of several deliveries about one invoice processed together, it is handed
-// only the last (BatchWorker).
+// only the last (BatchWorker). A handler that writes its effect in one
+// transaction writes the deliveries' processed mark in it too
+// (ProcessedWith); otherwise they are marked once it has returned.
 type InvoiceHandler interface {
 	InvoiceEvent(ctx context.Context, e InvoiceEvent) error
 }

@@ -61,8 +61,12 @@ func (s *Service) process(ctx context.Context, id int64) (gone, err error) {
 	if d.ProcessedAt != nil {
 		return nil, nil
 	}
-	if gone, err := s.hand(ctx, parse(d)); gone != nil || err != nil {
+	hctx, h := withHandling(ctx, []int64{d.ID}, s.Now().UTC())
+	if gone, err := s.hand(hctx, parse(d)); gone != nil || err != nil {
 		return gone, err
+	}
+	if h.marked.Load() { // in the handler's own transaction (ProcessedWith)
+		return nil, nil
 	}
 	return nil, s.markProcessed(ctx, d.ID)
 }
@@ -151,10 +155,12 @@ type BatchWorker struct {
 
 // Work processes the job's deliveries not processed yet, with the reads
 // and the processed marks shared: one statement reads them all, one marks
-// those handled. Of the deliveries about one subject (an invoice, a
-// payout) only the last is handed to its handler, batchProcessors
-// subjects at once: a handler acts on the subject's state as it reads it
-// from the processor (see InvoiceHandler), which is at least as new as
+// those handled whose handler did not mark them in its own transaction
+// (ProcessedWith: a deposit's reconcile does). Of the deliveries about one
+// subject (an invoice, a payout) only the last is handed to its handler,
+// batchProcessors subjects at once: a handler acts on the subject's state
+// as it reads it from the processor (see InvoiceHandler), which is at
+// least as new as
 // every delivery stored before this job was, so the others would only
 // repeat it; they are marked with it. A delivery whose handler fails gets
 // a job of its own (ProcessArgs), which River retries on its schedule, so
@@ -199,15 +205,26 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[ProcessBatchArgs]
 		firstErr error
 		sem      = make(chan struct{}, batchProcessors)
 	)
+	now := s.Now().UTC()
 	for _, g := range groups {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			d := g.last.d
-			gone, err := s.hand(ctx, g.last)
+			hctx, h := withHandling(ctx, append(append([]int64(nil), g.others...), d.ID), now)
+			gone, err := s.hand(hctx, g.last)
 			mu.Lock()
 			defer mu.Unlock()
+			if h.marked.Load() {
+				// Marked in the transaction that made its effect
+				// (ProcessedWith): handled, whatever the handler did
+				// after it.
+				if err != nil {
+					s.log().WarnContext(ctx, "processor webhook handled, then its handler failed", "delivery", d.ID, "error", err)
+				}
+				return
+			}
 			handled = append(handled, g.others...)
 			switch {
 			case gone != nil:
