@@ -181,7 +181,8 @@ func (s *Service) write(ctx context.Context, tx bun.Tx, d *Deposit, c *change) e
 			exprs = append(exprs, c.exprs[col])
 		}
 	}
-	if err := machine.Apply(ctx, tx, fsm.Step[Status]{ID: d.ID, From: c.from, To: d.Status, At: c.at, Exprs: exprs, Set: c.set, With: with}); err != nil {
+	st := fsm.Step[Status]{ID: d.ID, From: c.from, To: d.Status, At: c.at, Exprs: exprs, Set: c.set, With: with, Stays: d.Status == c.from}
+	if err := machine.Apply(ctx, tx, st); err != nil {
 		return err
 	}
 	for _, e := range c.events {

@@ -106,6 +106,12 @@ type Step[S ~string] struct {
 	// Into, when not nil, is the bun model the updated row is read back
 	// into (RETURNING its columns).
 	Into any
+	// Stays, with To equal to From, writes a change of other columns under
+	// the status guard: status and updated_at are left as they are, there
+	// are no Exprs (no $2), and nothing is written when nothing is set.
+	// Without it a step to the same status is written as any other
+	// (updated_at moves).
+	Stays bool
 	// With are data-modifying queries written in the same statement, as
 	// its WITH queries (the events a step emits, rows of other tables the
 	// same change writes): each is given the number of its first
@@ -125,9 +131,7 @@ type With func(first int) (query string, args []any)
 //
 //	[WITH w0 AS (...), ...] UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ RETURNING ...]
 //
-// A step that stays (To is From: a change of other columns under the
-// status guard) leaves status and updated_at as they are, and has no
-// Exprs (there is no $2); it writes nothing when it sets nothing.
+// A step that Stays leaves status and updated_at as they are (see Stays).
 //
 // The update applies only while the row is still in st.From (and the
 // guard holds), so that a concurrent change that slipped past the lock
@@ -138,9 +142,9 @@ func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) e
 		args []any
 		sep  = ", "
 	)
-	if st.To == st.From {
-		if len(st.Exprs) > 0 {
-			return fmt.Errorf("%s %v: a step that stays in %s has no expressions", m.Noun, st.ID, st.From)
+	if st.Stays {
+		if st.To != st.From || len(st.Exprs) > 0 {
+			return fmt.Errorf("%s %v: a step that stays in %s goes to no other status and has no expressions", m.Noun, st.ID, st.From)
 		}
 		if len(st.Set) == 0 && len(st.With) == 0 {
 			return nil

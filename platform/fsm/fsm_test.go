@@ -287,7 +287,7 @@ func TestApplyWithQueriesAndStays(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, logged(id))
 
 	// Stays: the columns and the WITH query, not status or updated_at.
-	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, At: at.Add(time.Hour),
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Stays: true, At: at.Add(time.Hour),
 		Set: map[string]any{"attempt": 7}, With: []fsm.With{logRow(id, "c")}}))
 	stayed := read(t, d, id)
 	require.Equal(t, held, stayed.Status)
@@ -295,12 +295,16 @@ func TestApplyWithQueriesAndStays(t *testing.T) {
 	require.True(t, stayed.UpdatedAt.Equal(got.UpdatedAt), "updated_at left")
 	require.Equal(t, []string{"a", "b", "c"}, logged(id))
 	// Stays and sets nothing but a WITH query: written, under the guard.
-	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, With: []fsm.With{logRow(id, "d")}}))
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Stays: true, With: []fsm.With{logRow(id, "d")}}))
 	require.Equal(t, []string{"a", "b", "c", "d"}, logged(id))
 	// Stays with nothing to write: no statement.
-	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held}))
-	// A stay has no expressions.
-	require.Error(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Exprs: []string{"closed_at = $2"}}))
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Stays: true}))
+	// A stay has no expressions, and goes nowhere else.
+	require.Error(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, Stays: true, Exprs: []string{"closed_at = $2"}}))
+	require.Error(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: done, Stays: true}))
+	// Without Stays, a step to the same status moves updated_at.
+	require.NoError(t, m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: held, To: held, At: at.Add(2 * time.Hour)}))
+	require.True(t, read(t, d, id).UpdatedAt.Equal(at.Add(2*time.Hour)))
 
 	// Moved on, in a transaction: refused, and the WITH query goes with it.
 	err = db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
@@ -308,7 +312,7 @@ func TestApplyWithQueriesAndStays(t *testing.T) {
 	})
 	require.ErrorIs(t, err, errIllegal)
 	err = db.RunInTx(ctx, d.Bun, func(ctx context.Context, tx bun.Tx) error {
-		return m.Apply(ctx, tx, fsm.Step[status]{ID: id, From: open, To: open, Set: map[string]any{"note": "x"}, With: []fsm.With{logRow(id, "f")}})
+		return m.Apply(ctx, tx, fsm.Step[status]{ID: id, From: open, To: open, Stays: true, Set: map[string]any{"note": "x"}, With: []fsm.With{logRow(id, "f")}})
 	})
 	require.ErrorIs(t, err, errIllegal)
 	require.Equal(t, []string{"a", "b", "c", "d"}, logged(id))
