@@ -124,7 +124,6 @@ type change struct {
 	exprs  map[string]string // column -> assignment that may use $2
 	set    map[string]any
 	events []event.Event
-	with   []fsm.With // further writes of the same statement
 }
 
 func newChange(d Deposit) change {
@@ -166,7 +165,7 @@ func (s *Service) step(c *change, d *Deposit, t Trigger, data func(d *Deposit) a
 // write writes c, whose steps d has taken, in tx: one statement (nothing
 // when c changes nothing), and queues the events' deliveries.
 func (s *Service) write(ctx context.Context, tx bun.Tx, d *Deposit, c *change) error {
-	with := c.with
+	var with []fsm.With
 	for _, e := range c.events {
 		with = append(with, e.RowInsert)
 	}
