@@ -176,6 +176,23 @@ func (s *Service) QueueDelivery(ctx context.Context, tx *sql.Tx, e Event) error 
 	return nil
 }
 
+// WakeAfter is QueueDelivery for a caller that commits e's row in a
+// pipeline of its own (db.Pipeline: one implicit transaction, neither
+// RunInTx's nor BatchTx's, so no commit hooks): it returns the function
+// that wakes e's first attempt through the Waker, to call only once that
+// commit succeeded, and true. It returns false when e needs its own
+// delivery job inside its transaction (no Waker, or a sampled trace:
+// queue.Waker.Takes), which the caller then inserts with QueueDelivery in
+// a transaction. As with QueueDelivery, the committed row is the
+// guarantee: a wake lost between the commit and the call is the Sweep's.
+func (s *Service) WakeAfter(ctx context.Context, e Event) (func(), bool) {
+	w := s.Waker
+	if !w.Takes(ctx) {
+		return nil, false
+	}
+	return func() { w.Add(e.ID) }, true
+}
+
 // Get returns one event.
 func (s *Service) Get(ctx context.Context, id uuid.UUID) (Event, error) {
 	var e Event

@@ -101,6 +101,30 @@ func TestWithoutCommitHooksTheEventHasItsOwnJob(t *testing.T) {
 	require.Empty(t, wakeJobs(t, b.db.Bun))
 }
 
+// WakeAfter, for a row committed in a pipeline of its own: the wake it
+// returns wakes the event through the Waker, with no job of its own;
+// without a Waker there is none, and the caller inserts the job itself.
+func TestWakeAfterWakesThroughTheWaker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := hourWaker(b)
+	s := &event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now, Waker: w}
+	e, err := s.Prepare(event.DepositSettled, samples()[1])
+	require.NoError(t, err)
+	stmt, args := e.RowInsert(1)
+	_, err = db.Exec(context.Background(), b.db.Bun, stmt, args...)
+	require.NoError(t, err)
+	wake, ok := s.WakeAfter(context.Background(), e)
+	require.True(t, ok)
+	wake()
+	w.Close()
+	require.Equal(t, [][]uuid.UUID{{e.ID}}, wakeJobs(t, b.db.Bun))
+	require.Empty(t, deliveryJobs(t, b.db.Bun, e.ID))
+
+	_, ok = (&event.Service{DB: b.db.Bun, Inserter: b.ins, Now: b.fake.Now}).WakeAfter(context.Background(), e)
+	require.False(t, ok, "no Waker: the event needs its own job")
+}
+
 // A Waker that gathers its maximum wakes at once, without waiting for the
 // delay; what gathers while that insert is in flight goes in the next
 // ones, each at most the maximum, every id once and in order.
