@@ -2,6 +2,8 @@ package httpbench
 
 import (
 	"fmt"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +15,12 @@ import (
 // closed loop for 10 s, each sending its next request when its last is
 // answered as pgbench's clients do, against pgbench TPC-B at 32 clients
 // run right before it on the same server (docs/performance.md, "Transfers,
-// escrow holds and the hot account"; target: at least 50% of TPC-B).
+// escrow holds and the hot account"; target: at least 50% of TPC-B). Each
+// round also prints the CPU per transfer of the api, the worker and the
+// database's backends (from /proc), which another load on the machine
+// moves less than the rate. With HTTPBENCH_PPROF_DIR set, the first
+// round's CPU profiles of the api and the worker go there
+// (transfers-api.cpu.pprof, transfers-worker.cpu.pprof).
 func BenchmarkHTTPTransfers(b *testing.B) {
 	s := loadSettings(b, settings{users: 10_000, warmup: 5 * time.Second})
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -25,7 +32,23 @@ func BenchmarkHTTPTransfers(b *testing.B) {
 	var ratios []float64
 	for round := 1; round <= 2; round++ {
 		tpcb := dbtest.PgbenchTPS(b, 32, 10*time.Second)
+		var wg sync.WaitGroup
+		if s.pprofDir != "" && round == 1 {
+			for _, p := range []struct{ name, url string }{{"api", c.apiPprof}, {"worker", c.workPprof}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					path := filepath.Join(s.pprofDir, "transfers-"+p.name+".cpu.pprof")
+					if err := fetch(p.url+"/profile?seconds=9", path); err != nil {
+						b.Errorf("profile of %s: %v", p.name, err)
+					}
+				}()
+			}
+		}
+		cpu := startTransferCPU(b, c)
 		closed := closedLoop(g, transfers, 32, 10*time.Second)
+		used := cpu()
+		wg.Wait()
 		ratio := 0.0 // without LEDGER_PGBENCH (scripts/bench.sh sets it), no reference
 		if tpcb > 0 {
 			ratio = 100 * float64(closed.rate) / tpcb
@@ -33,10 +56,42 @@ func BenchmarkHTTPTransfers(b *testing.B) {
 		ratios = append(ratios, ratio)
 		logf("transfers, 32 clients, closed loop, 10 s, round %d: %d/s, p50 %.2f ms, p99 %.2f ms, not 2xx %d %s; TPC-B right before: %.0f tps; %.0f%% of TPC-B",
 			round, closed.rate, ms(closed.all.quantile(0.5)), ms(closed.all.quantile(0.99)), closed.all.failed(), closed.all.failures(), tpcb, ratio)
+		if n := closed.all.requests(); n > 0 {
+			per := func(d time.Duration) float64 { return ms(d) / float64(n) }
+			logf("  CPU per transfer (the round's CPU over its %d requests): database backends %.2f ms, api %.2f ms, worker %.2f ms",
+				n, per(used[0]), per(used[1]), per(used[2]))
+		}
 		if closed.all.failed() != 0 {
 			b.Errorf("transfers: %d answers were not a 2xx: %s", closed.all.failed(), closed.all.failures())
 		}
 	}
 	b.ReportMetric(max(ratios[0], ratios[1]), "transfers_32_clients_pct_of_tpcb")
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
+}
+
+// startTransferCPU starts counting the CPU of the database's backends, the
+// api and the worker; the function it returns stops and returns the three.
+// A backend that ended meanwhile is missed; one that started counts whole.
+func startTransferCPU(tb testing.TB, c *cluster) func() [3]time.Duration {
+	procs := func() (api, worker time.Duration) {
+		a, err := readProc(c.api.Pid())
+		if err != nil {
+			tb.Fatalf("api: %v", err)
+		}
+		w, err := readProc(c.worker.Pid())
+		if err != nil {
+			tb.Fatalf("worker: %v", err)
+		}
+		return a.cpu, w.cpu
+	}
+	pg0 := pgBackends(tb, c.dbURL)
+	api0, worker0 := procs()
+	return func() (out [3]time.Duration) {
+		api1, worker1 := procs()
+		for pid, cpu := range pgBackends(tb, c.dbURL) {
+			out[0] += cpu - pg0[pid]
+		}
+		out[1], out[2] = api1-api0, worker1-worker0
+		return out
+	}
 }
