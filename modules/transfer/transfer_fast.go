@@ -25,24 +25,31 @@ import (
 // enabled assets, a free client_reference and legs that fit. The ordinary
 // way (Create) claims the key, reads the key's transfer, the assets and
 // the client_reference first, then writes a statement per row. createFast
-// makes that case one transaction of four round trips, with no read
-// before it (but the assets' decimals, read once when the copy lacks an
-// asset):
+// makes that case one round trip, with no read before it (but the
+// assets' decimals, read once when the copy lacks an asset): one batch
+// sent as one implicit transaction (db.Pipeline), which commits after its
+// last statement or not at all:
 //
-//  1. BEGIN;
-//  2. the event's delivery job (River's insert, which takes a
-//     database/sql transaction and cannot be queued on a batch);
-//  3. one batch: the key's claim together with its stored 201
-//     (idempotency.Record.QueueClaimComplete); one statement that checks
-//     the assets against this service's copy of their decimals
-//     (transfer_assets_usable, migration 0045) and writes the transfer,
-//     its legs, its parties and the event's row; ledger.LockAccounts'
-//     statement; each leg's posting (strict: a leg that does not fit
-//     raises);
-//  4. COMMIT.
+//   - the key's claim together with its stored 201
+//     (idempotency.Record.QueueClaimComplete);
+//   - one statement that checks the assets against this service's copy of
+//     their decimals (transfer_assets_usable, migration 0045) and writes
+//     the transfer, its legs, its parties and the event's row;
+//   - ledger.LockAccounts' statement;
+//   - each leg's posting (strict: a leg that does not fit raises).
+//
+// The event's first attempt is woken once the batch committed
+// (event.Service.WakeAfter). When the event needs a delivery job of its
+// own in the transaction (a sampled trace; River's insert takes a
+// database/sql transaction and cannot be queued on a batch), the same
+// batch runs inside BEGIN and COMMIT (db.BatchTx) after that insert:
+// three round trips. Measured one at a time (BenchmarkServerCPU,
+// docs/performance.md), the one round trip costs the database's server
+// and the api less CPU than the three: the BEGIN and the COMMIT are each a
+// message, a wakeup and a reply on both sides.
 //
 // The account rows are locked last, in the batch, and held only until
-// the commit that follows it.
+// the commit that ends it.
 //
 // Anything refused inside rolls all of it back: a key seen before (the
 // claim's unique violation), a client_reference another transfer has (its
@@ -52,7 +59,8 @@ import (
 // another attempt runs, 422 for another request) or claims it and runs
 // Create again the ordinary way, which gives the exact answer it would
 // have given without the fast path. So the fast path decides only how
-// fast an answer comes, never what it is.
+// fast an answer comes, never what it is: the key's answer commits with
+// the transfer or not at all, and the ordinary path finds it when it did.
 
 // codeAssetsNotAsCopied is transfer_assets_usable's refusal.
 const codeAssetsNotAsCopied = "SV003"
@@ -110,6 +118,7 @@ type claimCompleter interface {
 type outboxEmitter interface {
 	Prepare(typ event.Type, data any) (event.Event, error)
 	QueueDelivery(ctx context.Context, tx *sql.Tx, e event.Event) error
+	WakeAfter(ctx context.Context, e event.Event) (func(), bool)
 }
 
 // FastCreated is how many transfers this service created the fast way
@@ -169,45 +178,55 @@ func (s *Service) createFast(ctx context.Context, p CreateParams, rec claimCompl
 		}
 	}
 
-	committing := false
-	err = db.BatchTx(ctx, s.DB, func(ctx context.Context, tx *sql.Tx, send db.SendBatch) error {
-		if err := ev.QueueDelivery(ctx, tx, e); err != nil {
+	read := func(br pgx.BatchResults) error {
+		if err := rec.ReadClaimComplete(br); err != nil {
 			return err
 		}
-		err := send(&b, func(br pgx.BatchResults) error {
-			if err := rec.ReadClaimComplete(br); err != nil {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("insert transfer %s: %w", t.ID, err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("transfer %s: lock accounts: %w", t.ID, err)
+		}
+		for _, q := range posts {
+			if _, err := q.Read(br); err != nil {
 				return err
 			}
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("insert transfer %s: %w", t.ID, err)
+		}
+		return nil
+	}
+	wake, pipelined := ev.WakeAfter(ctx, e)
+	committing := pipelined // a pipeline's error after the send may be its commit's
+	if pipelined {
+		err = db.Pipeline(ctx, s.DB, &b, read)
+	} else {
+		err = db.BatchTx(ctx, s.DB, func(ctx context.Context, tx *sql.Tx, send db.SendBatch) error {
+			if err := ev.QueueDelivery(ctx, tx, e); err != nil {
+				return err
 			}
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("transfer %s: lock accounts: %w", t.ID, err)
-			}
-			for _, q := range posts {
-				if _, err := q.Read(br); err != nil {
-					return err
-				}
-			}
-			return nil
+			err := send(&b, read)
+			committing = err == nil
+			return err
 		})
-		committing = err == nil
-		return err
-	})
+	}
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:
 		rec.Completed()
+		if wake != nil {
+			wake()
+		}
 		s.fast.Add(1)
 		return v, body, nil
+	case expectedRefusal(err):
+		// The server refused a statement: nothing of the batch committed.
+		return View{}, nil, idempotency.ErrNotClaimed
 	case committing && !errors.As(err, &pe):
 		// The commit's outcome is unknown: the middleware finds the key
 		// completed with this answer, or claims and releases it.
 		return View{}, nil, fmt.Errorf("create transfer: %w", err)
 	}
-	if !expectedRefusal(err) {
-		s.log().WarnContext(ctx, "transfer: fast creation failed; creating it the ordinary way", "error", err)
-	}
+	s.log().WarnContext(ctx, "transfer: fast creation failed; creating it the ordinary way", "error", err)
 	return View{}, nil, idempotency.ErrNotClaimed
 }
 
