@@ -2,9 +2,14 @@ package event_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,4 +453,49 @@ func setupWithOwner(t *testing.T) (*bundle, *db.DB) {
 	fake := clock.NewFake(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
 	return &bundle{db: d, fake: fake, ins: ins, events: &event.Service{DB: d.Bun, Inserter: ins, Now: fake.Now},
 		alerts: &alert.Service{DB: d.Bun, Log: slog.New(slog.DiscardHandler), Now: fake.Now}}, owner
+}
+
+// The deliveries' client keeps a batch's connections to the receiver for
+// the next batch: a second batch of batchSenders (16) sends at once dials
+// none.
+func TestABatchReusesTheLastBatchsConnections(t *testing.T) {
+	t.Parallel()
+	var dialled atomic.Int64
+	release := make(chan struct{})
+	var inFlight atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if inFlight.Add(1) == 16 {
+			close(release)
+		}
+		<-release // all 16 at once: each on a connection of its own
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := event.NewHTTPClient(5 * time.Second)
+	batch := func() {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := c.Post(srv.URL, "application/json", strings.NewReader("{}"))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				require.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+	}
+	batch()
+	require.Equal(t, int64(16), dialled.Load())
+	batch() // every request of this one finds an idle connection: none waits for another
+	require.Equal(t, int64(16), dialled.Load(), "the second batch dials no connection")
 }
