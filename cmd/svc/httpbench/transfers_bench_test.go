@@ -1,8 +1,11 @@
 package httpbench
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +23,9 @@ import (
 // database's backends (from /proc), which another load on the machine
 // moves less than the rate. With HTTPBENCH_PPROF_DIR set, the first
 // round's CPU profiles of the api and the worker go there
-// (transfers-api.cpu.pprof, transfers-worker.cpu.pprof).
+// (transfers-api.cpu.pprof, transfers-worker.cpu.pprof), and, after
+// both rounds, how often each index of the tables a transfer writes was
+// scanned (transfers-indexes.txt).
 func BenchmarkHTTPTransfers(b *testing.B) {
 	s := loadSettings(b, settings{users: 10_000, warmup: 5 * time.Second})
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
@@ -66,6 +71,9 @@ func BenchmarkHTTPTransfers(b *testing.B) {
 		}
 	}
 	b.ReportMetric(max(ratios[0], ratios[1]), "transfers_32_clients_pct_of_tpcb")
+	if s.pprofDir != "" {
+		indexUse(b, c.dbURL, filepath.Join(s.pprofDir, "transfers-indexes.txt"))
+	}
 	logf("%s, load average %s", time.Now().UTC().Format(time.RFC3339), loadAverage())
 }
 
@@ -93,5 +101,40 @@ func startTransferCPU(tb testing.TB, c *cluster) func() [3]time.Duration {
 		}
 		out[1], out[2] = api1-api0, worker1-worker0
 		return out
+	}
+}
+
+// indexUse writes to path, for each index of the tables a transfer writes,
+// how often the run scanned it (pg_stat_user_indexes.idx_scan): an index
+// the transfer maintains and nothing reads shows 0. A query that reads it
+// elsewhere (a list, a sweep, a check) may simply not have run.
+func indexUse(tb testing.TB, u, path string) {
+	ctx := context.Background()
+	conn := adminConn(tb, u)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT relname, indexrelname, idx_scan FROM pg_stat_user_indexes
+ WHERE relname IN ('transfers', 'transfer_legs', 'transfer_parties', 'outbound_events', 'idempotency_keys',
+                   'ledger_entries', 'ledger_postings', 'ledger_accounts', 'river_job')
+ ORDER BY relname, indexrelname`)
+	if err != nil {
+		tb.Errorf("index use: %v", err)
+		return
+	}
+	var out strings.Builder
+	for rows.Next() {
+		var table, index string
+		var scans int64
+		if err := rows.Scan(&table, &index, &scans); err != nil {
+			tb.Errorf("index use: %v", err)
+			return
+		}
+		fmt.Fprintf(&out, "%s\t%s\t%d\n", table, index, scans)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Errorf("index use: %v", err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+		tb.Errorf("index use: %v", err)
 	}
 }
