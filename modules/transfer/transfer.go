@@ -28,7 +28,7 @@
 //
 // A request whose Idempotency-Key is new takes a fast way to the same
 // answer: the same transaction, which also claims the key, with no read
-// before it and its statements in four round trips (transfer_fast.go).
+// before it and its statements in one round trip (transfer_fast.go).
 //
 // # Source references
 //
