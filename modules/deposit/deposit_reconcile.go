@@ -366,6 +366,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 		}
 	}
 	c.set["polled_at"] = s.now()
+	c.settles = true
 	return s.write(ctx, tx, &d, &c)
 }
 

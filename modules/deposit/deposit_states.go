@@ -124,6 +124,13 @@ type change struct {
 	exprs  map[string]string // column -> assignment that may use $2
 	set    map[string]any
 	events []event.Event
+	// settles: the change is a reconcile's (apply), the transaction that
+	// records what the processor says of the invoice; only it writes the
+	// processed mark of the webhook being handled (ingress.ProcessedWith).
+	// An adoption or an issue on the way there (transit) does not: the
+	// webhook's effect is the reconcile's, and a reconcile that fails
+	// after them leaves the webhook to be retried.
+	settles bool
 }
 
 func newChange(d Deposit) change {
@@ -171,8 +178,10 @@ func (s *Service) write(ctx context.Context, tx bun.Tx, d *Deposit, c *change) e
 	}
 	// A webhook's deliveries are marked processed by the statement that
 	// writes their effect, in its commit.
-	if mark, ok := ingress.ProcessedWith(ctx); ok {
-		with = append(with, mark)
+	if c.settles {
+		if mark, ok := ingress.ProcessedWith(ctx); ok {
+			with = append(with, mark)
+		}
 	}
 	var exprs []string
 	if d.Status != c.from {

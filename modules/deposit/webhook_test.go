@@ -3,6 +3,7 @@ package deposit_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -183,4 +184,95 @@ func TestASettlementRolledBackLeavesItsWebhooksUnprocessed(t *testing.T) {
 		}
 	}
 	require.Positive(t, same, "the settling transaction marked the delivery it handled: entry %s, deliveries %+v", settledXmin, deliveries())
+}
+
+// A webhook whose handler adopts a creating deposit (the create's answer
+// was lost) and then fails to reconcile the payment must stay unprocessed
+// and be retried: ProcessedWith promises that a delivery is marked in the
+// very commit of its effect, never before it. The adoption (issue ->
+// transit -> write) commits before the reconcile that records and credits
+// the payment, so it must not carry the mark: were it to, a failed
+// reconcile would leave the delivery processed and nothing but the hourly
+// poll would record the payment.
+func TestAdoptionDoesNotMarkTheWebhookBeforeItsReconcile(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withWebhooks(), withConfig(func(c *config.Config) { c.Worker.DepositPollEvery = time.Hour }))
+	ctx := context.Background()
+	owner, err := sql.Open("pgx", dbtest.OwnerURL(e.App.Cfg.Database.URL))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = owner.Close() })
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		n, err := e.App.DB.Bun.NewSelect().Table("river_job").Where("kind = ? AND state = 'completed'", deposit.PollArgs{}.Kind()).Count(ctx)
+		require.NoError(t, err)
+		return n > 0
+	}, "the worker's first poll done")
+
+	// The create's answer is lost: the deposit stays creating, its invoice
+	// exists at the processor.
+	// (The worker calls the processor too: the failure may hit one of its
+	// calls, so the create is tried until it is the one that fails.)
+	e.Sim.HoldWebhooks()
+	var lost btcpaysim.InvoiceInfo
+	for i := 0; lost.ID == "" && i < 20; i++ {
+		e.Sim.FailNext(1, btcpaysim.DownDropAfter)
+		r := e.Do(apptest.Req{Method: "POST", Path: "/v1/deposits", Idem: fmt.Sprint("adopt-hook-", i), Body: createBody{ExternalUserID: "otto", Asset: "BTC"}})
+		if r.Status == 201 {
+			continue
+		}
+		for _, inv := range e.Sim.Invoices() {
+			if d := e.deposit(t, inv.OrderID); d.Status == "creating" {
+				lost = inv
+			}
+		}
+	}
+	require.NotEmpty(t, lost.ID, "a creating deposit whose invoice exists")
+	depositID := lost.OrderID
+	e.pay(t, lost.ID, btcpaysim.PayParams{Amounts: []string{"0.0003"}, Settled: true})
+
+	// The payment cannot be recorded for now: the reconcile after the
+	// adoption fails.
+	_, err = owner.ExecContext(ctx, "ALTER TABLE deposit_payments ADD CONSTRAINT test_refuses_payments CHECK (false) NOT VALID")
+	require.NoError(t, err)
+	e.Sim.ReleaseWebhooks(false)
+
+	type row struct {
+		ID          int64      `bun:"id"`
+		ProcessedAt *time.Time `bun:"processed_at"`
+		LastError   *string    `bun:"last_error"`
+	}
+	deliveries := func() []row {
+		var rows []row
+		require.NoError(t, e.App.DB.Bun.NewRaw("SELECT id, processed_at, last_error FROM processor_webhooks ORDER BY id").Scan(ctx, &rows))
+		return rows
+	}
+	// Either a delivery's failure is recorded (it will be retried), or
+	// every delivery is processed once the deposit was adopted.
+	apptest.Eventually(t, 30*time.Second, func() bool {
+		ds := deliveries()
+		if len(ds) == 0 {
+			return false
+		}
+		all := true
+		for _, d := range ds {
+			if d.LastError != nil {
+				return true
+			}
+			all = all && d.ProcessedAt != nil
+		}
+		return all && e.deposit(t, depositID).Status == deposit.StatusPending
+	}, "the webhooks handled")
+	var payments int
+	require.NoError(t, e.App.DB.Bun.NewRaw("SELECT count(*) FROM deposit_payments WHERE deposit_id = ?", depositID).Scan(ctx, &payments))
+	require.Zero(t, payments, "the constraint refuses every payment")
+	unprocessed := 0
+	for _, d := range deliveries() {
+		if d.ProcessedAt == nil {
+			unprocessed++
+		}
+	}
+	require.Positive(t, unprocessed, "every webhook is processed although the payment it reports was never recorded: %+v", deliveries())
+
+	_, err = owner.ExecContext(ctx, "ALTER TABLE deposit_payments DROP CONSTRAINT test_refuses_payments")
+	require.NoError(t, err)
+	e.settles(t, depositID) // the failed delivery's retry
 }

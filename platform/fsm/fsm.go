@@ -101,7 +101,8 @@ type Step[S ~string] struct {
 	// read guards too), in name order: an optimistic lock on the row as
 	// read, in place of a transaction that locks it first.
 	Unchanged map[string]any
-	// Conds are further conditions written as SQL, which may use $2 (At).
+	// Conds are further conditions written as SQL, which may use $2 (At);
+	// a step that Stays has none.
 	Conds []string
 	// Into, when not nil, is the bun model the updated row is read back
 	// into (RETURNING its columns).
@@ -143,8 +144,10 @@ func (m *Machine[S, T, E]) Apply(ctx context.Context, idb bun.IDB, st Step[S]) e
 		sep  = ", "
 	)
 	if st.Stays {
-		if st.To != st.From || len(st.Exprs) > 0 {
-			return fmt.Errorf("%s %v: a step that stays in %s goes to no other status and has no expressions", m.Noun, st.ID, st.From)
+		// Exprs and Conds may use $2 (At), which a step that stays does
+		// not send.
+		if st.To != st.From || len(st.Exprs) > 0 || len(st.Conds) > 0 {
+			return fmt.Errorf("%s %v: a step that stays in %s goes to no other status and has no expressions or conditions", m.Noun, st.ID, st.From)
 		}
 		if len(st.Set) == 0 && len(st.With) == 0 {
 			return nil

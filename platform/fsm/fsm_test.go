@@ -318,3 +318,19 @@ func TestApplyWithQueriesAndStays(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c", "d"}, logged(id))
 	require.Equal(t, "n", read(t, d, id).Note)
 }
+
+// Conds may use $2 (At), which a step that Stays does not send (its
+// parameters start with its Set): such a step with conditions is refused
+// before anything is written, where $2 would have been its second Set
+// column (here closed_at's value), silently.
+func TestApplyStaysCondsSeeAt(t *testing.T) {
+	t.Parallel()
+	d, m, ctx := itemsDB(t), newMachine(), context.Background()
+	id := insert(t, d, open)
+	at := read(t, d, id).UpdatedAt
+	err := m.Apply(ctx, d.Bun, fsm.Step[status]{ID: id, From: open, To: open, Stays: true, At: at,
+		Set:   map[string]any{"attempt": 7, "closed_at": at.Add(time.Hour)},
+		Conds: []string{"updated_at <> $2"}})
+	require.ErrorContains(t, err, "no expressions or conditions")
+	require.Equal(t, 0, read(t, d, id).Attempt, "nothing written")
+}
