@@ -66,11 +66,11 @@ func (s *Service) reconcileOther(ctx context.Context, d Deposit, invoiceID strin
 					continue
 				}
 				p.ReviewReason = &reason
-				res, err := tx.NewInsert().Model(&p).On("CONFLICT (payment_id) DO NOTHING").Exec(ctx)
+				inserted, err := insertPayment(ctx, tx, &p)
 				if err != nil {
-					return fmt.Errorf("record payment %s of deposit %s: %w", pp.ID, d.ID, err)
+					return err
 				}
-				if n, _ := res.RowsAffected(); n == 0 {
+				if !inserted {
 					continue // recorded before (a repeated webhook), or under another deposit
 				}
 				rows = append(rows, p)

@@ -15,6 +15,7 @@ import (
 	"svc/modules/asset"
 	"svc/modules/ledger"
 	"svc/platform/btcpay"
+	"svc/platform/db"
 	"svc/platform/money"
 )
 
@@ -29,6 +30,28 @@ func assetAndPayments(ctx context.Context, tx bun.Tx, d Deposit) (asset.Asset, [
 		return asset.Asset{}, nil, err
 	}
 	return a, byDeposit[d.ID], nil
+}
+
+// insertPayment records p, a payment seen for the first time, in tx and
+// sets its id; false when its payment_id is recorded already (under this
+// deposit or another: never under two), and nothing was written. Real
+// parameters (db.Querier): every payment of every deposit is inserted
+// once, and bun's statement, its values in the text, was parsed and
+// planned anew each time.
+func insertPayment(ctx context.Context, tx bun.Tx, p *Payment) (bool, error) {
+	err := tx.Tx.QueryRowContext(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, txid, amount, units, processor_status,
+    received_at, after_expiration, review_reason, credited, credited_at, resolved_by, ledger_entry_id, created_at, updated_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+  ON CONFLICT (payment_id) DO NOTHING RETURNING id`,
+		p.DepositID, p.PaymentID, p.Txid, p.Amount, p.Units, p.ProcessorStatus, p.ReceivedAt, p.AfterExpiration, p.ReviewReason,
+		p.Credited, p.CreditedAt, p.ResolvedBy, p.LedgerEntryID, p.CreatedAt, p.UpdatedAt).Scan(&p.ID)
+	switch {
+	case db.IsNoRows(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("record payment %s of deposit %s: %w", p.PaymentID, p.DepositID, err)
+	}
+	return true, nil
 }
 
 // classify turns a payment seen for the first time into its row, and says
@@ -139,8 +162,7 @@ func (s *Service) refresh(ctx context.Context, tx bun.Tx, d Deposit, p *Payment,
 	default:
 		return nil
 	}
-	if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("processor_status = ?, updated_at = ?", to, now).
-		Where("id = ?", p.ID).Exec(ctx); err != nil {
+	if _, err := db.Exec(ctx, tx, "UPDATE deposit_payments SET processor_status = $1, updated_at = $2 WHERE id = $3", to, now, p.ID); err != nil {
 		return fmt.Errorf("update payment %s: %w", p.PaymentID, err)
 	}
 	p.ProcessorStatus, p.UpdatedAt = to, now
@@ -220,10 +242,9 @@ func (s *Service) credit(ctx context.Context, tx bun.Tx, d Deposit, p *Payment, 
 		return fmt.Errorf("credit payment %s of deposit %s: the ledger already holds entry %d for it but the payment is not marked credited",
 			p.PaymentID, d.ID, posted.ID)
 	}
-	res, err := tx.NewUpdate().Model((*Payment)(nil)).
-		Set("credited = true, credited_at = ?, resolved_by = ?, ledger_entry_id = ?, units = ?, amount = ?, updated_at = ?",
-			now, resolvedBy, posted.ID, units, money.Format(units, decimals), now).
-		Where("id = ? AND NOT credited", p.ID).Exec(ctx)
+	res, err := db.Exec(ctx, tx, `UPDATE deposit_payments
+   SET credited = true, credited_at = $1, resolved_by = $2, ledger_entry_id = $3, units = $4, amount = $5, updated_at = $1
+ WHERE id = $6 AND NOT credited`, now, resolvedBy, posted.ID, units, money.Format(units, decimals), p.ID)
 	if err != nil {
 		return fmt.Errorf("mark payment %s credited: %w", p.PaymentID, err)
 	}

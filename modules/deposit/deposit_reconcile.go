@@ -262,15 +262,15 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 				continue
 			}
 			p, item := s.classify(d, a, inv, grace, m.PaymentMethodID, pp, now)
-			res, err := tx.NewInsert().Model(&p).On("CONFLICT (payment_id) DO NOTHING").Exec(ctx)
+			inserted, err := insertPayment(ctx, tx, &p)
 			if err != nil {
-				return fmt.Errorf("record payment %s of deposit %s: %w", pp.ID, d.ID, err)
+				return err
 			}
-			if n, _ := res.RowsAffected(); n == 0 {
+			if !inserted {
 				// Recorded under another deposit: never under two. This
 				// deposit goes to review; its other payments carry on.
 				var other uuid.UUID
-				if err := tx.NewSelect().Model((*Payment)(nil)).Column("deposit_id").Where("payment_id = ?", pp.ID).Scan(ctx, &other); err != nil {
+				if err := tx.Tx.QueryRowContext(ctx, "SELECT deposit_id FROM deposit_payments WHERE payment_id = $1", pp.ID).Scan(&other); err != nil {
 					return fmt.Errorf("find the deposit of payment %s: %w", pp.ID, err)
 				}
 				clashes = append(clashes, fmt.Sprintf("payment %s is recorded under deposit %s", pp.ID, other))
@@ -316,8 +316,7 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 			p.Units != nil && *p.Units > 0 {
 			if decided {
 				reason := ReasonAfterDecision
-				if _, err := tx.NewUpdate().Model((*Payment)(nil)).Set("review_reason = ?, updated_at = ?", reason, now).
-					Where("id = ?", p.ID).Exec(ctx); err != nil {
+				if _, err := db.Exec(ctx, tx, "UPDATE deposit_payments SET review_reason = $1, updated_at = $2 WHERE id = $3", reason, now, p.ID); err != nil {
 					return err
 				}
 				p.ReviewReason = &reason

@@ -75,15 +75,20 @@ func depositByInvoice(ctx context.Context, idb bun.IDB, invoiceID string) (Depos
 	return d, true, nil
 }
 
-// payments returns the payments of the given deposits, oldest first.
+// payments returns the payments of the given deposits, oldest first; real
+// parameters (db.GetModels), one statement shape whatever the number of
+// deposits: every reconcile read them.
 func payments(ctx context.Context, idb bun.IDB, ids ...uuid.UUID) (map[uuid.UUID][]Payment, error) {
 	out := make(map[uuid.UUID][]Payment, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
+	text := make([]string, len(ids))
+	for i, id := range ids {
+		text[i] = id.String()
+	}
 	var rows []Payment
-	if err := idb.NewSelect().Model(&rows).Where("deposit_id IN (?)", bun.List(ids)).
-		OrderExpr("deposit_id, received_at, id").Scan(ctx); err != nil {
+	if err := db.GetModels(ctx, idb, &rows, "WHERE deposit_id = ANY($1::uuid[]) ORDER BY deposit_id, received_at, id", text); err != nil {
 		return nil, fmt.Errorf("read deposit payments: %w", err)
 	}
 	for _, p := range rows {

@@ -169,6 +169,21 @@ func TestQueryModel(t *testing.T) {
 	require.Equal(t, in.At, got.Maybe.UTC())
 	require.Equal(t, name, *got.Name)
 
+	// Every row (GetModels), as bun's Scan reads them; none is an empty
+	// slice, not an error.
+	second := in
+	second.ID, second.N, second.Name = uuid.New(), 7, nil
+	_, err = d.Bun.NewInsert().Model(&second).Exec(ctx)
+	require.NoError(t, err)
+	var allViaBun, all []modelRow
+	require.NoError(t, d.Bun.NewSelect().Model(&allViaBun).OrderExpr("n").Scan(ctx))
+	require.NoError(t, db.GetModels(ctx, d.Bun, &all, "WHERE n >= $1 ORDER BY n", 0))
+	require.Len(t, all, 2)
+	require.Equal(t, allViaBun, all)
+	none := []modelRow{}
+	require.NoError(t, db.GetModels(ctx, d.Bun, &none, "WHERE n < $1", 0))
+	require.Empty(t, none)
+
 	conn, err := d.Bun.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()

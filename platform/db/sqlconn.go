@@ -86,6 +86,28 @@ func QueryModel(ctx context.Context, idb bun.IDB, dest any, query string, args .
 	return rows.Err()
 }
 
+// QueryModels is QueryModel for every row: it scans the rows of query into
+// dest, a pointer to a slice of a bun model, as bun's Scan does, and leaves
+// the slice empty when there is none (no sql.ErrNoRows).
+func QueryModels(ctx context.Context, idb bun.IDB, dest any, query string, args ...any) error {
+	q, err := SQLOf(idb)
+	if err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	return idb.NewSelect().DB().ScanRows(ctx, rows, dest) // closes rows
+}
+
+// GetModels is GetModel for every row: dest points to a slice of a bun
+// model, and tail ("WHERE deposit_id = $1 ORDER BY id") follows the
+// model's SELECT, run with QueryModels.
+func GetModels(ctx context.Context, idb bun.IDB, dest any, tail string, args ...any) error {
+	return QueryModels(ctx, idb, dest, selectHead(idb, dest)+" "+tail, args...)
+}
+
 // GetModel reads one row into dest, a pointer to a bun model, with
 // QueryModel: SELECT the model's columns FROM its table AS its alias (as
 // bun writes them), then tail, the rest of the statement ("WHERE id = $1
