@@ -210,7 +210,7 @@ type reviewItem struct {
 
 // apply is the transactional half of Reconcile.
 func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay.Invoice, methods []btcpay.InvoicePayMethod) error {
-	d, err := lockDeposit(ctx, tx, id)
+	d, a, err := lockWithAsset(ctx, tx, id)
 	if err != nil {
 		return err
 	}
@@ -220,10 +220,11 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	// What the deposit's row takes from this reconcile, its events and its
 	// poll time, is written at the end in one statement.
 	c := newChange(d)
-	a, rows, err := assetAndPayments(ctx, tx, d)
+	byDeposit, err := payments(ctx, tx, d.ID) // after the lock: see lockWithAsset
 	if err != nil {
 		return err
 	}
+	rows := byDeposit[d.ID]
 	index := make(map[string]int, len(rows))
 	for i, p := range rows {
 		index[p.PaymentID] = i

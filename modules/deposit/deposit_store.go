@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,6 +12,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/schema"
 
+	"svc/modules/asset"
 	"svc/platform/db"
 	"svc/platform/fault"
 )
@@ -37,6 +39,56 @@ func getDeposit(ctx context.Context, idb bun.IDB, id uuid.UUID, lock bool) (Depo
 func lockDeposit(ctx context.Context, tx bun.Tx, id uuid.UUID) (Deposit, error) {
 	return getDeposit(ctx, tx, id, true)
 }
+
+// lockedWithAsset is a deposit's row as lockWithAsset reads it: the
+// deposit's columns, then its asset's prefixed asset__.
+type lockedWithAsset struct {
+	Deposit `bun:",extend"`
+	Asset   asset.Asset `bun:"embed:asset__"`
+}
+
+// lockWithAsset is lockDeposit that also reads the deposit's asset, in the
+// same statement: a reconcile needs both, and they were a statement each.
+//
+// The asset's row is read as the statement's snapshot has it, taken
+// before the statement waits for the deposit's lock; that is no weaker
+// than a read after the lock, as the deposit's lock does not hold the
+// asset's row (an operator's change of it can commit at any time). A
+// deposit's payments are another matter: whoever holds the deposit's lock
+// may change them, so they are read by a statement after this one, whose
+// snapshot sees what the last holder committed
+// (TestReconcileWaitingForTheLockSeesThePaymentsOfItsHolder).
+func lockWithAsset(ctx context.Context, tx bun.Tx, id uuid.UUID) (Deposit, asset.Asset, error) {
+	var row lockedWithAsset
+	err := db.QueryModel(ctx, tx, &row, lockWithAssetQuery(tx), id)
+	if err := db.Found(err, ErrNotFound, "read deposit %s", id); err != nil {
+		return Deposit{}, asset.Asset{}, err
+	}
+	return row.Deposit, row.Asset, nil
+}
+
+// lockWithAssetQuery is lockWithAsset's statement, written once: the
+// columns named, as db.Columns says why.
+var lockWithAssetQuery = func() func(idb bun.IDB) string {
+	var (
+		once sync.Once
+		q    string
+	)
+	return func(idb bun.IDB) string {
+		once.Do(func() {
+			var cols []string
+			for _, c := range strings.Split(db.Columns(idb, (*Deposit)(nil)), ", ") {
+				cols = append(cols, "deposit."+c)
+			}
+			for _, c := range strings.Split(db.Columns(idb, (*asset.Asset)(nil)), ", ") {
+				cols = append(cols, "asset."+c+` AS "asset__`+strings.Trim(c, `"`)+`"`)
+			}
+			q = "SELECT " + strings.Join(cols, ", ") + ` FROM deposits AS deposit JOIN assets AS asset ON asset.asset = deposit.asset
+ WHERE deposit.id = $1 FOR UPDATE OF deposit`
+		})
+		return q
+	}
+}()
 
 func depositByKey(ctx context.Context, idb bun.IDB, key string) (Deposit, bool, error) {
 	var d Deposit

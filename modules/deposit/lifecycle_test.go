@@ -259,3 +259,61 @@ func TestConcurrentReconcilesCreditOnce(t *testing.T) {
 	require.Len(t, e.events(t, "deposit.settled", v.DepositID), 1)
 	require.Len(t, e.events(t, "deposit.detected", v.DepositID), 1)
 }
+
+// A reconcile that waits for the deposit's lock reads the payments as the
+// lock's holder left them: here the holder recorded the payment (still
+// processing) and moved the deposit to confirming. The reconcile that ran
+// meanwhile, its payments read after the lock, finds the payment recorded,
+// credits it once and settles the deposit. Read before the lock (in the
+// lock's own statement, whose snapshot predates the wait), the payment
+// would be missing, and its insert would clash with the holder's row: the
+// deposit in review for a clash with itself.
+func TestReconcileWaitingForTheLockSeesThePaymentsOfItsHolder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	v := e.create(t, "grace", "BTC", nil)
+	paid := e.payDeposit(t, v.DepositID, btcpaysim.PayParams{Amounts: []string{"0.0042"}, Settled: true})
+	require.Len(t, paid, 1)
+	id := uuid.MustParse(v.DepositID)
+
+	holder, err := e.App.DB.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT 1 FROM deposits WHERE id = $1 FOR UPDATE", id)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, "UPDATE deposits SET status = 'confirming', updated_at = now() WHERE id = $1", id)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, txid, amount, units, processor_status,
+    received_at, after_expiration, created_at, updated_at)
+  VALUES ($1, $2, $3, '0.00420000', 420000, 'Processing', now(), false, now(), now())`, id, paid[0].ID, paid[0].TxID)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- e.Svc.Reconcile(ctx, id) }()
+	var (
+		ended bool
+		early error
+	)
+	require.Eventually(t, func() bool {
+		select {
+		case early = <-done:
+			ended = true
+			return true
+		default:
+		}
+		var waiting bool
+		require.NoError(t, e.App.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+  WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the reconcile waits for the deposit's lock")
+	require.False(t, ended, "the reconcile ended while the lock was held: %v", early)
+	require.NoError(t, holder.Commit(ctx))
+	require.NoError(t, <-done)
+
+	v = e.deposit(t, v.DepositID)
+	require.Equal(t, deposit.StatusSettled, v.Status)
+	require.Equal(t, "0.00420000", v.AmountCredited)
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+	require.Len(t, e.events(t, "deposit.settled", v.DepositID), 1)
+}
