@@ -229,8 +229,26 @@ func sourceRef(d Deposit, paymentID string) string {
 	return "deposit:" + d.ID.String() + ":payment:" + paymentID
 }
 
+// errRecordedMeanwhile: a payment about to be recorded credited was
+// recorded under another deposit since the reconcile read its payments;
+// the reconcile fails and nothing of it stays (a retry finds the clash).
+var errRecordedMeanwhile = errors.New("the payment was recorded meanwhile under another deposit: nothing credited, the reconcile is retried")
+
+// creditable reports whether the service credits p itself: confirmed,
+// worth something, needing no operator, not credited or resolved yet (and
+// the deposit not decided by an operator, which the caller checks).
+func creditable(p Payment) bool {
+	return p.ReviewReason == nil && !p.Credited && p.ResolvedBy == nil && p.ProcessorStatus == string(btcpay.PaymentSettled) &&
+		p.Units != nil && *p.Units > 0
+}
+
 // credit posts units of payment p to the user's available balance and
-// marks the payment credited by resolvedBy, in tx.
+// marks the payment credited by resolvedBy, in tx. A payment not recorded
+// yet (ID zero: seen for the first time, credited at once) is inserted
+// credited after its posting, one statement where its insert and its mark
+// were two; its payment_id recorded meanwhile under another deposit fails
+// the transaction, its posting with it (the caller looked for such a clash
+// after the deposit's lock, so only a concurrent insert gets there).
 func (s *Service) credit(ctx context.Context, tx bun.Tx, d Deposit, p *Payment, units int64, decimals int, resolvedBy string, now time.Time) error {
 	posted, err := ledger.CreditDeposit(ctx, tx, d.Asset, d.holder(), units, sourceRef(d, p.PaymentID),
 		fmt.Sprintf("deposit %s payment %s", d.ID, p.PaymentID))
@@ -241,6 +259,21 @@ func (s *Service) credit(ctx context.Context, tx bun.Tx, d Deposit, p *Payment, 
 	if posted.Replayed {
 		return fmt.Errorf("credit payment %s of deposit %s: the ledger already holds entry %d for it but the payment is not marked credited",
 			p.PaymentID, d.ID, posted.ID)
+	}
+	if p.ID == 0 {
+		q := *p
+		q.Credited, q.CreditedAt, q.ResolvedBy, q.LedgerEntryID, q.Units = true, &now, &resolvedBy, &posted.ID, &units
+		q.Amount, q.UpdatedAt = money.Format(units, decimals), now
+		inserted, err := insertPayment(ctx, tx, &q)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return fmt.Errorf("credit payment %s of deposit %s: %w", p.PaymentID, d.ID, errRecordedMeanwhile)
+		}
+		*p = q
+		s.log().InfoContext(ctx, "deposit: payment credited", "deposit_id", d.ID, "payment_id", p.PaymentID, "units", units, "by", resolvedBy)
+		return nil
 	}
 	res, err := db.Exec(ctx, tx, `UPDATE deposit_payments
    SET credited = true, credited_at = $1, resolved_by = $2, ledger_entry_id = $3, units = $4, amount = $5, updated_at = $1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -220,11 +221,16 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	// What the deposit's row takes from this reconcile, its events and its
 	// poll time, is written at the end in one statement.
 	c := newChange(d)
-	byDeposit, err := payments(ctx, tx, d.ID) // after the lock: see lockWithAsset
+	var reported []string
+	for _, m := range methods {
+		for _, pp := range m.Payments {
+			reported = append(reported, pp.ID)
+		}
+	}
+	rows, elsewhere, err := paymentsAndClashes(ctx, tx, d.ID, reported) // after the lock: see lockWithAsset
 	if err != nil {
 		return err
 	}
-	rows := byDeposit[d.ID]
 	index := make(map[string]int, len(rows))
 	for i, p := range rows {
 		index[p.PaymentID] = i
@@ -236,9 +242,23 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	now := s.now()
 	var (
 		seen    []int // indexes in rows of the payments seen for the first time, not invalid
+		fresh   []int // indexes in rows of the payments credited as they were first seen
 		reviews []reviewItem
 	)
+	// Once an operator has decided the deposit as a whole (dismissed it,
+	// or credited the invoice's hand-marked value), a payment confirming
+	// after that may be the very money the decision covered: it goes to
+	// an operator instead of being credited (below).
+	decided := d.Status == StatusDismissed || hasMarkedCredit(rows)
 	var clashes []string
+	clash := func(pp btcpay.Payment, other uuid.UUID) error {
+		// Recorded under another deposit: never under two. This deposit
+		// goes to review; its other payments carry on.
+		clashes = append(clashes, fmt.Sprintf("payment %s is recorded under deposit %s", pp.ID, other))
+		return s.raise(ctx, tx, alert.Params{Type: AlertPaymentClash, Subject: d.ID.String() + ":" + pp.ID,
+			Detail: fmt.Sprintf("The processor reports payment %s of %s under invoice %s of deposit %s, but the service recorded it under deposit %s. "+
+				"It is not credited twice; deposit %s is in review.", pp.ID, pp.Value, inv.ID, d.ID, other, d.ID)})
+	}
 	for _, m := range methods {
 		if !btcpay.SameMethod(m.PaymentMethodID, a.PaymentMethod) {
 			// Money in another asset: not this deposit's to credit. One
@@ -262,28 +282,41 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 				}
 				continue
 			}
-			p, item := s.classify(d, a, inv, grace, m.PaymentMethodID, pp, now)
-			inserted, err := insertPayment(ctx, tx, &p)
-			if err != nil {
-				return err
-			}
-			if !inserted {
-				// Recorded under another deposit: never under two. This
-				// deposit goes to review; its other payments carry on.
-				var other uuid.UUID
-				if err := tx.Tx.QueryRowContext(ctx, "SELECT deposit_id FROM deposit_payments WHERE payment_id = $1", pp.ID).Scan(&other); err != nil {
-					return fmt.Errorf("find the deposit of payment %s: %w", pp.ID, err)
-				}
-				clashes = append(clashes, fmt.Sprintf("payment %s is recorded under deposit %s", pp.ID, other))
-				if err := s.raise(ctx, tx, alert.Params{Type: AlertPaymentClash, Subject: d.ID.String() + ":" + pp.ID,
-					Detail: fmt.Sprintf("The processor reports payment %s of %s under invoice %s of deposit %s, but the service recorded it under deposit %s. "+
-						"It is not credited twice; deposit %s is in review.", pp.ID, pp.Value, inv.ID, d.ID, other, d.ID)}); err != nil {
+			if other, ok := elsewhere[pp.ID]; ok {
+				if err := clash(pp, other); err != nil {
 					return err
 				}
 				continue
 			}
+			p, item := s.classify(d, a, inv, grace, m.PaymentMethodID, pp, now)
+			if creditable(p) && !decided {
+				// Recorded credited: its insert and its credited mark in
+				// one statement (credit). Its clash was looked for above.
+				if err := s.credit(ctx, tx, d, &p, *p.Units, a.Decimals, ResolvedAuto, now); err != nil {
+					return err
+				}
+			} else {
+				inserted, err := insertPayment(ctx, tx, &p)
+				if err != nil {
+					return err
+				}
+				if !inserted {
+					// Recorded under another deposit since it was read.
+					var other uuid.UUID
+					if err := tx.Tx.QueryRowContext(ctx, "SELECT deposit_id FROM deposit_payments WHERE payment_id = $1", pp.ID).Scan(&other); err != nil {
+						return fmt.Errorf("find the deposit of payment %s: %w", pp.ID, err)
+					}
+					if err := clash(pp, other); err != nil {
+						return err
+					}
+					continue
+				}
+			}
 			rows = append(rows, p)
 			index[p.PaymentID] = len(rows) - 1
+			if p.Credited {
+				fresh = append(fresh, len(rows)-1)
+			}
 			if p.ProcessorStatus == string(btcpay.PaymentInvalid) {
 				continue
 			}
@@ -295,7 +328,18 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 		}
 	}
 	if d.InvoiceReview == nil {
-		reason := invoiceReview(inv, methods, rows)
+		// On the payments as recorded before this reconcile's credits, as
+		// when every credit came after every insert: a payment credited as
+		// it is first seen counts as not credited yet
+		// (TestSettledPaymentFirstSeenOnAnInvoiceMarkedInvalid).
+		recorded := rows
+		if len(fresh) > 0 {
+			recorded = slices.Clone(rows)
+			for _, i := range fresh {
+				recorded[i].Credited = false
+			}
+		}
+		reason := invoiceReview(inv, methods, recorded)
 		if len(clashes) > 0 {
 			reason = ReasonPaymentClash + ": " + strings.Join(clashes, "; ")
 		}
@@ -307,14 +351,10 @@ func (s *Service) apply(ctx context.Context, tx bun.Tx, id uuid.UUID, inv btcpay
 	}
 	// Every confirmed payment that needs no operator is credited: each
 	// payment stands on its own. Except once an operator has decided the
-	// deposit as a whole (dismissed it, or credited the invoice's
-	// hand-marked value): a payment confirming after that may be the very
-	// money the decision covered, so it goes to an operator instead.
-	decided := d.Status == StatusDismissed || hasMarkedCredit(rows)
+	// deposit as a whole (decided, above): it goes to an operator instead.
 	for i := range rows {
 		p := &rows[i]
-		if p.ReviewReason == nil && !p.Credited && p.ResolvedBy == nil && p.ProcessorStatus == string(btcpay.PaymentSettled) &&
-			p.Units != nil && *p.Units > 0 {
+		if creditable(*p) {
 			if decided {
 				reason := ReasonAfterDecision
 				if _, err := db.Exec(ctx, tx, "UPDATE deposit_payments SET review_reason = $1, updated_at = $2 WHERE id = $3", reason, now, p.ID); err != nil {

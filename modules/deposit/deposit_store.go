@@ -149,6 +149,32 @@ func payments(ctx context.Context, idb bun.IDB, ids ...uuid.UUID) (map[uuid.UUID
 	return out, nil
 }
 
+// paymentsAndClashes returns the payments of deposit id, oldest first, and
+// for each of reported (the processor's payment ids) recorded under
+// another deposit, that deposit: one statement, where a reconcile read the
+// payments and then learnt of a clash from its insert's conflict.
+func paymentsAndClashes(ctx context.Context, tx bun.Tx, id uuid.UUID, reported []string) ([]Payment, map[string]uuid.UUID, error) {
+	var all []Payment
+	if err := db.GetModels(ctx, tx, &all, "WHERE deposit_id = $1 OR payment_id = ANY($2) ORDER BY received_at, id", id, reported); err != nil {
+		return nil, nil, fmt.Errorf("read the payments of deposit %s: %w", id, err)
+	}
+	var (
+		own       = all[:0]
+		elsewhere map[string]uuid.UUID
+	)
+	for _, p := range all {
+		if p.DepositID == id {
+			own = append(own, p)
+			continue
+		}
+		if elsewhere == nil {
+			elsewhere = map[string]uuid.UUID{}
+		}
+		elsewhere[p.PaymentID] = p.DepositID
+	}
+	return own, elsewhere, nil
+}
+
 // credited sums the credited payments.
 // hasMarkedCredit reports whether an operator credited the value of an
 // invoice marked settled by hand (which stands in for its payments).

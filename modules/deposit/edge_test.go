@@ -50,6 +50,26 @@ func TestInvoiceMarkedInvalidByHand(t *testing.T) {
 	e.requireReviewReason(t, paid.DepositID, "marked invalid by hand")
 }
 
+// A payment first seen settled on an invoice marked invalid by hand while
+// it confirmed is credited (each payment stands on its own) and the deposit goes
+// to review for the mark, as when the payment had been seen before:
+// crediting it as it is recorded does not hide it from the invoice's
+// review, which looks at the payments as they stood before this
+// reconcile's credits.
+func TestSettledPaymentFirstSeenOnAnInvoiceMarkedInvalid(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	v := e.create(t, "hal", "BTC", units("40000"))
+	inv := e.invoice(t, v.DepositID)
+	paid := e.pay(t, inv.ID, btcpaysim.PayParams{Amounts: []string{"0.0004"}})
+	require.NoError(t, e.Sim.MarkInvalid(inv.ID))
+	require.NoError(t, e.Sim.ConfirmPayment(inv.ID, paid[0].ID))
+	v = e.reconcileTo(t, v.DepositID, deposit.StatusReview)
+	e.requireReviewReason(t, v.DepositID, "marked invalid by hand")
+	require.Equal(t, "0.00040000", v.AmountCredited)
+	require.Equal(t, 1, e.ledgerEntries(t, v.DepositID))
+}
+
 // A payment replaced before it confirmed (RBF, double spend): it is never
 // credited, and when the window closes with only invalid payments an
 // operator looks.
@@ -223,6 +243,46 @@ func TestPaymentRecordedUnderAnotherDeposit(t *testing.T) {
 	require.Contains(t, *row.InvoiceReview, "already recorded under another deposit: payment "+paid[0].ID+" is recorded under deposit "+a.DepositID)
 	v = e.reconcileTo(t, b.DepositID, deposit.StatusReview)
 	require.Len(t, e.alerts(t, deposit.AlertPaymentClash), 1)
+}
+
+// TestPaymentRecordedUnderAnotherDepositMeanwhile: a payment credited as
+// it is first seen is recorded after its posting; when another deposit
+// records the same payment between the reconcile's read and that insert,
+// the reconcile fails and leaves nothing (the posting rolled back with
+// it), and the next one finds the clash: review, one alert, nothing
+// credited.
+func TestPaymentRecordedUnderAnotherDepositMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	a := e.create(t, "hal", "BTC", units("10000"))
+	b := e.create(t, "ivy", "BTC", units("20000"))
+	paid := e.payDeposit(t, b.DepositID, btcpaysim.PayParams{Settled: true})
+
+	other, err := e.App.DB.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `INSERT INTO deposit_payments (deposit_id, payment_id, amount, units, processor_status,
+  received_at, after_expiration, created_at, updated_at) VALUES ($1, $2, '0.0002', 20000, 'Processing', now(), false, now(), now())`,
+		a.DepositID, paid[0].ID)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- e.Svc.Reconcile(ctx, uuid.MustParse(b.DepositID)) }()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, e.App.DB.Pool.QueryRow(ctx,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the reconcile's insert waits for the other deposit's")
+	require.NoError(t, other.Commit(ctx))
+	require.ErrorContains(t, <-done, "recorded meanwhile under another deposit")
+	require.Zero(t, e.ledgerEntries(t, b.DepositID))
+	require.Empty(t, e.alerts(t, deposit.AlertPaymentClash))
+
+	v := e.reconcileTo(t, b.DepositID, deposit.StatusReview)
+	require.Empty(t, v.Payments)
+	require.Zero(t, e.ledgerEntries(t, b.DepositID))
+	require.Equal(t, []string{b.DepositID + ":" + paid[0].ID}, e.alerts(t, deposit.AlertPaymentClash))
 }
 
 // TestPaymentToAnotherInvoiceOfTheDeposit: a creation whose processor call
