@@ -63,11 +63,7 @@ func Exec(ctx context.Context, idb bun.IDB, query string, args ...any) (sql.Resu
 // would be parsed and planned anew for every call, which for a short
 // statement costs PostgreSQL more than running it.
 func QueryModel(ctx context.Context, idb bun.IDB, dest any, query string, args ...any) error {
-	q, err := SQLOf(idb)
-	if err != nil {
-		return err
-	}
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := queryRows(ctx, idb, query, args)
 	if err != nil {
 		return err
 	}
@@ -90,15 +86,21 @@ func QueryModel(ctx context.Context, idb bun.IDB, dest any, query string, args .
 // dest, a pointer to a slice of a bun model, as bun's Scan does, and leaves
 // the slice empty when there is none (no sql.ErrNoRows).
 func QueryModels(ctx context.Context, idb bun.IDB, dest any, query string, args ...any) error {
-	q, err := SQLOf(idb)
-	if err != nil {
-		return err
-	}
-	rows, err := q.QueryContext(ctx, query, args...)
+	rows, err := queryRows(ctx, idb, query, args)
 	if err != nil {
 		return err
 	}
 	return idb.NewSelect().DB().ScanRows(ctx, rows, dest) // closes rows
+}
+
+// queryRows runs query with real parameters through idb's database/sql
+// handle.
+func queryRows(ctx context.Context, idb bun.IDB, query string, args []any) (*sql.Rows, error) {
+	q, err := SQLOf(idb)
+	if err != nil {
+		return nil, err
+	}
+	return q.QueryContext(ctx, query, args...)
 }
 
 // GetModels is GetModel for every row: dest points to a slice of a bun
