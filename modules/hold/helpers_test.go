@@ -165,19 +165,12 @@ func (e *env) void(id string) *apptest.Response {
 
 func (e *env) get(t testing.TB, id string) hold.View {
 	t.Helper()
-	r := e.Get("/v1/holds/" + id)
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var v hold.View
-	r.JSON(t, &v)
-	return v
+	return view(t, e.Get("/v1/holds/"+id), http.StatusOK)
 }
 
 func view(t testing.TB, r *apptest.Response, status int) hold.View {
 	t.Helper()
-	require.Equal(t, status, r.Status, string(r.Body))
-	var v hold.View
-	r.JSON(t, &v)
-	return v
+	return apptest.Decode[hold.View](t, r, status)
 }
 
 // detail decodes an error body's string detail.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"testing"
 	"time"
 
@@ -117,19 +116,13 @@ func (e *env) helper(path string, body any) *apptest.Response {
 // depositOf requires status and decodes the deposit.
 func depositOf(t testing.TB, r *apptest.Response, status int) deposit.View {
 	t.Helper()
-	require.Equal(t, status, r.Status, string(r.Body))
-	var v deposit.View
-	r.JSON(t, &v)
-	return v
+	return apptest.Decode[deposit.View](t, r, status)
 }
 
 // withdrawalOf requires status and decodes the withdrawal.
 func withdrawalOf(t testing.TB, r *apptest.Response, status int) withdrawal.View {
 	t.Helper()
-	require.Equal(t, status, r.Status, string(r.Body))
-	var v withdrawal.View
-	r.JSON(t, &v)
-	return v
+	return apptest.Decode[withdrawal.View](t, r, status)
 }
 
 // createDeposit creates a deposit through the API; expected is in
@@ -151,21 +144,6 @@ func (e *env) fund(t testing.TB, user, code, units string) {
 	require.Equal(t, deposit.StatusSettled, v.Status)
 }
 
-type balance struct{ Asset, Available, Held, Total string }
-
-func (e *env) balance(t testing.TB, user, code string) balance {
-	t.Helper()
-	r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var b struct{ Balances []balance }
-	r.JSON(t, &b)
-	for _, x := range b.Balances {
-		if x.Asset == code {
-			return x
-		}
-	}
-	return balance{Asset: code, Available: "0", Held: "0", Total: "0"}
-}
 
 // createWithdrawal requests a withdrawal through the API.
 func (e *env) createWithdrawal(t testing.TB, user, code string, units, dest string) withdrawal.View {

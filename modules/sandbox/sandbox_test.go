@@ -35,20 +35,20 @@ func TestPayThenConfirmSettles(t *testing.T) {
 	require.Len(t, v.Payments, 1)
 	require.Equal(t, "0.00100000", v.Payments[0].Amount)
 	require.False(t, v.Payments[0].Credited)
-	require.Equal(t, "0.00000000", e.balance(t, "alice", asset.BTC).Available)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "alice", asset.BTC).Available)
 
 	v = depositOf(t, e.helper("deposits/"+d.DepositID+"/confirm", map[string]any{}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
 	require.Equal(t, "0.00100000", v.AmountCredited)
 	require.True(t, v.Payments[0].Credited)
-	require.Equal(t, "0.00100000", e.balance(t, "alice", asset.BTC).Available)
+	require.Equal(t, "0.00100000", e.UserBalance(t, "alice", asset.BTC).Available)
 	data := e.received(t, "deposit.settled", "deposit_id", d.DepositID)
 	require.Equal(t, "0.00100000", data["amount_credited"])
 
 	// The simulator's webhooks about it reach the ingress and are
 	// processed: nothing more is credited, no second deposit.settled.
 	e.webhooksProcessed(t)
-	require.Equal(t, "0.00100000", e.balance(t, "alice", asset.BTC).Available)
+	require.Equal(t, "0.00100000", e.UserBalance(t, "alice", asset.BTC).Available)
 	require.Equal(t, deposit.StatusSettled, depositOf(t, e.Get("/v1/deposits/"+d.DepositID), http.StatusOK).Status)
 	settled := 0
 	for _, ev := range e.Receiver.Events() {
@@ -63,7 +63,7 @@ func TestPayThenConfirmSettles(t *testing.T) {
 	d2 := e.createDeposit(t, "alice", asset.BTC, "")
 	v = depositOf(t, e.helper("deposits/"+d2.DepositID+"/pay", map[string]any{"amounts": []string{"25000"}, "confirmed": true}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
-	require.Equal(t, "0.00125000", e.balance(t, "alice", asset.BTC).Available)
+	require.Equal(t, "0.00125000", e.UserBalance(t, "alice", asset.BTC).Available)
 	e.received(t, "deposit.settled", "deposit_id", d2.DepositID)
 }
 
@@ -87,7 +87,7 @@ func TestPayPartialThenTheRest(t *testing.T) {
 	v = depositOf(t, e.helper("deposits/"+d.DepositID+"/confirm", map[string]any{}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
 	require.Equal(t, "0.00100000", v.AmountCredited)
-	require.Equal(t, "0.00100000", e.balance(t, "bob", asset.BTC).Available)
+	require.Equal(t, "0.00100000", e.UserBalance(t, "bob", asset.BTC).Available)
 
 	// Nothing is due any more: 409, naming the status.
 	r := e.helper("deposits/"+d.DepositID+"/pay", map[string]any{})
@@ -101,7 +101,7 @@ func TestPayPartialThenTheRest(t *testing.T) {
 	require.Len(t, v.Payments, 2)
 	v = depositOf(t, e.helper("deposits/"+d2.DepositID+"/confirm", map[string]any{}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
-	require.Equal(t, "0.00200000", e.balance(t, "bob", asset.BTC).Available)
+	require.Equal(t, "0.00200000", e.UserBalance(t, "bob", asset.BTC).Available)
 
 	// A partial payment confirmed alone settles for what it credited; the
 	// rest, paid afterwards, goes to review uncredited.
@@ -112,7 +112,7 @@ func TestPayPartialThenTheRest(t *testing.T) {
 	v = depositOf(t, e.helper("deposits/"+d3.DepositID+"/pay", map[string]any{"confirmed": true}), http.StatusOK)
 	require.Equal(t, deposit.StatusReview, v.Status)
 	require.Equal(t, "0.00040000", v.AmountCredited)
-	require.Equal(t, "0.00240000", e.balance(t, "bob", asset.BTC).Available)
+	require.Equal(t, "0.00240000", e.UserBalance(t, "bob", asset.BTC).Available)
 }
 
 // TestExpireThenPayGoesToReview: expire closes an unpaid deposit
@@ -136,7 +136,7 @@ func TestExpireThenPayGoesToReview(t *testing.T) {
 	require.Len(t, v.Payments, 1)
 	require.True(t, v.Payments[0].AfterExpiration)
 	require.False(t, v.Payments[0].Credited)
-	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Available)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "carol", asset.BTC).Available)
 	e.received(t, "deposit.review_required", "deposit_id", d.DepositID)
 }
 
@@ -154,12 +154,12 @@ func TestWithdrawalBroadcastThenConfirm(t *testing.T) {
 	require.Equal(t, withdrawal.StatusBroadcast, v.Status)
 	require.NotNil(t, v.Txid)
 	require.Equal(t, txid, *v.Txid)
-	require.Equal(t, "0.00200000", e.balance(t, "dave", asset.BTC).Held)
+	require.Equal(t, "0.00200000", e.UserBalance(t, "dave", asset.BTC).Held)
 	e.received(t, "withdrawal.broadcast", "withdrawal_id", w.WithdrawalID)
 
 	v = withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/confirm", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
-	b := e.balance(t, "dave", asset.BTC)
+	b := e.UserBalance(t, "dave", asset.BTC)
 	require.Equal(t, "0.00800000", b.Available)
 	require.Equal(t, "0.00000000", b.Held)
 	e.received(t, "withdrawal.completed", "withdrawal_id", w.WithdrawalID)
@@ -186,7 +186,7 @@ func TestWithdrawalConfirmWithoutWaiting(t *testing.T) {
 	require.NotNil(t, v.Fee)
 	e.received(t, "withdrawal.broadcast", "withdrawal_id", w.WithdrawalID)
 	e.received(t, "withdrawal.completed", "withdrawal_id", w.WithdrawalID)
-	require.Equal(t, "0.00700000", e.balance(t, "erin", asset.BTC).Available)
+	require.Equal(t, "0.00700000", e.UserBalance(t, "erin", asset.BTC).Available)
 }
 
 // TestWithdrawalFailKeepsTheHold: fail cancels the payout: the withdrawal
@@ -199,7 +199,7 @@ func TestWithdrawalFailKeepsTheHold(t *testing.T) {
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/fail", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusFailed, v.Status)
 	require.NotNil(t, v.FailureReason)
-	b := e.balance(t, "frank", asset.BTC)
+	b := e.UserBalance(t, "frank", asset.BTC)
 	require.Equal(t, "0.00800000", b.Available)
 	require.Equal(t, "0.00200000", b.Held)
 	e.received(t, "withdrawal.failed", "withdrawal_id", w.WithdrawalID)
@@ -207,7 +207,7 @@ func TestWithdrawalFailKeepsTheHold(t *testing.T) {
 	r := e.AdminPost("/v1/admin/withdrawals/"+w.WithdrawalID+"/release", map[string]any{"attestation": "the payout was cancelled and never sent"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Equal(t, withdrawal.StatusRefunded, withdrawalOf(t, e.Get("/v1/withdrawals/"+w.WithdrawalID), http.StatusOK).Status)
-	require.Equal(t, "0.01000000", e.balance(t, "frank", asset.BTC).Available)
+	require.Equal(t, "0.01000000", e.UserBalance(t, "frank", asset.BTC).Available)
 }
 
 // TestWithdrawalStall: a stalled on-chain payout is in progress with a
@@ -220,7 +220,7 @@ func TestWithdrawalStall(t *testing.T) {
 	v := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/stall", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusBroadcast, v.Status)
 	require.NotNil(t, v.Txid)
-	require.Equal(t, "0.00200000", e.balance(t, "grace", asset.BTC).Held)
+	require.Equal(t, "0.00200000", e.UserBalance(t, "grace", asset.BTC).Held)
 	po, ok := e.Sim.Payout(e.Sim.Payouts()[0].ID)
 	require.True(t, ok)
 	require.Equal(t, "InProgress", po.State)
@@ -418,7 +418,7 @@ func TestLightning(t *testing.T) {
 	d := e.createDeposit(t, "lara", asset.BTCLN, "200000")
 	v := depositOf(t, e.helper("deposits/"+d.DepositID+"/pay", map[string]any{}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
-	require.Equal(t, "0.00200000", e.balance(t, "lara", asset.BTCLN).Available)
+	require.Equal(t, "0.00200000", e.UserBalance(t, "lara", asset.BTCLN).Available)
 	r := e.helper("deposits/"+d.DepositID+"/pay", map[string]any{"amounts": []string{"200000"}})
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "settled")
@@ -430,10 +430,10 @@ func TestLightning(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	v2 := withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/stall", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusSubmitted, v2.Status)
-	require.Equal(t, "0.00050000", e.balance(t, "lara", asset.BTCLN).Held)
+	require.Equal(t, "0.00050000", e.UserBalance(t, "lara", asset.BTCLN).Held)
 	v2 = withdrawalOf(t, e.helper("withdrawals/"+w.WithdrawalID+"/confirm", map[string]any{}), http.StatusOK)
 	require.Equal(t, withdrawal.StatusConfirmed, v2.Status)
-	require.Equal(t, "0.00150000", e.balance(t, "lara", asset.BTCLN).Available)
+	require.Equal(t, "0.00150000", e.UserBalance(t, "lara", asset.BTCLN).Available)
 	e.received(t, "withdrawal.completed", "withdrawal_id", w.WithdrawalID)
 }
 
@@ -445,7 +445,7 @@ func TestUSDTDeposit(t *testing.T) {
 	d := e.createDeposit(t, "mia", asset.USDTTRC20, "25000000")
 	v := depositOf(t, e.helper("deposits/"+d.DepositID+"/pay", map[string]any{"confirmed": true}), http.StatusOK)
 	require.Equal(t, deposit.StatusSettled, v.Status)
-	require.Equal(t, "25.000000", e.balance(t, "mia", asset.USDTTRC20).Available)
+	require.Equal(t, "25.000000", e.UserBalance(t, "mia", asset.USDTTRC20).Available)
 
 	d2 := e.createDeposit(t, "mia", asset.USDTTRC20, "25000000")
 	require.Equal(t, deposit.StatusExpired, depositOf(t, e.helper("deposits/"+d2.DepositID+"/expire", nil), http.StatusOK).Status)
@@ -468,7 +468,7 @@ func TestExpireAfterAPartialPayment(t *testing.T) {
 	require.Equal(t, deposit.StatusSettled, v.Status)
 	require.Equal(t, "0.00030000", v.AmountCredited)
 	require.False(t, v.Payments[0].AfterExpiration)
-	require.Equal(t, "0.00030000", e.balance(t, "nina", asset.BTC).Available)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "nina", asset.BTC).Available)
 }
 
 // TestRetryReplays: the same Idempotency-Key replays the answer and pays

@@ -135,7 +135,7 @@ func TestBTCReleaseFollowsTheWallet(t *testing.T) {
 	require.NoError(t, e.Sim.ReplaceTransaction(txid))
 	r := e.decide(id, "release", map[string]any{"attestation": "the wallet shows the transaction replaced by a conflicting one"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	require.Equal(t, "0.00000000", e.balance(t, "wc", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "wc", asset.BTC).Held)
 
 	e.Clock.Advance(14*24*time.Hour - time.Hour)
 	e.pass(t)
@@ -151,7 +151,7 @@ func TestBTCReleaseFollowsTheWallet(t *testing.T) {
 	id2, txid2 := e.broadcastThenCancelled(t, "wd", 80_000)
 	require.NoError(t, e.Sim.ConfirmTransaction(txid2, 1))
 	e.requireReleaseRefused(t, id2, "is confirmed in the wallet (1 confirmations), so the money has left")
-	require.Equal(t, "0.00080000", e.balance(t, "wd", asset.BTC).Held)
+	require.Equal(t, "0.00080000", e.UserBalance(t, "wd", asset.BTC).Held)
 }
 
 // TestReleaseStuckSubmission: a withdrawal the processor keeps refusing
@@ -175,7 +175,7 @@ func TestReleaseStuckSubmission(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	adm := e.admin(t, w.WithdrawalID)
 	require.Equal(t, "refunded", adm["status"])
-	require.Equal(t, "0.00000000", e.balance(t, "we", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "we", asset.BTC).Held)
 	e.Svc.Processor = real
 	e.Clock.Advance(time.Hour)
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusRefunded)

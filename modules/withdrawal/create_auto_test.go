@@ -48,7 +48,7 @@ func TestCreateInOneRoundTrip(t *testing.T) {
 	}
 	require.ElementsMatch(t, keys(first.raw), keys(w.raw), "the same fields as the ordinary way's answer")
 	require.Equal(t, w.View, e.get(t, w.WithdrawalID))
-	b := e.balance(t, "alice", asset.BTC)
+	b := e.UserBalance(t, "alice", asset.BTC)
 	require.Equal(t, "0.00070000", b.Held)
 	require.EqualValues(t, 70_000, e.windowTotal(t, asset.BTC))
 
@@ -57,7 +57,7 @@ func TestCreateInOneRoundTrip(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status)
 	require.JSONEq(t, string(r.Body), string(again.Body))
 	require.EqualValues(t, 1, e.Svc.CreatedInOneRoundTrip())
-	require.Equal(t, "0.00070000", e.balance(t, "alice", asset.BTC).Held)
+	require.Equal(t, "0.00070000", e.UserBalance(t, "alice", asset.BTC).Held)
 	e.requireBooks(t)
 }
 
@@ -172,7 +172,7 @@ func TestOneRoundTripKeyRaces(t *testing.T) {
 		}
 	}
 	require.Len(t, ids, 1, "one withdrawal for the key")
-	require.Equal(t, "0.00030000", e.balance(t, "k", asset.BTC).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "k", asset.BTC).Held)
 	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC), "the losers' reservations were given back")
 
 	// Too much for the balance: 402, stored as the key's answer.

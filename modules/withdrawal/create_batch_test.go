@@ -83,7 +83,7 @@ func TestSharedPipelineCreatesEach(t *testing.T) {
 		if b.ExternalUserID == "s-3" {
 			held = fmt.Sprintf("0.000%d", 31_000+i)
 		}
-		require.Equal(t, held, e.balance(t, b.ExternalUserID, asset.BTC).Held, b.ExternalUserID)
+		require.Equal(t, held, e.UserBalance(t, b.ExternalUserID, asset.BTC).Held, b.ExternalUserID)
 	}
 	require.EqualValues(t, 7, e.Svc.CreatedInSharedPipeline())
 	require.EqualValues(t, 10_000+6*20_000+15+11_000, e.windowTotal(t, asset.BTC))
@@ -111,11 +111,11 @@ func TestSharedPipelineOneShort(t *testing.T) {
 	for i, r := range e.sharedPipeline(t, bodies) {
 		if i == 2 {
 			require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
-			require.Equal(t, "0.00000000", e.balance(t, "o-2", asset.BTC).Held)
+			require.Equal(t, "0.00000000", e.UserBalance(t, "o-2", asset.BTC).Held)
 			continue
 		}
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		require.Equal(t, "0.00020000", e.balance(t, bodies[i].ExternalUserID, asset.BTC).Held)
+		require.Equal(t, "0.00020000", e.UserBalance(t, bodies[i].ExternalUserID, asset.BTC).Held)
 	}
 	require.Zero(t, e.Svc.CreatedInSharedPipeline(), "the shared transaction rolled back")
 	require.EqualValues(t, 10_000+4*20_000, e.windowTotal(t, asset.BTC), "the refused one's volume was given back")
@@ -150,7 +150,7 @@ func TestSharedPipelineOneRefusedReservation(t *testing.T) {
 			continue
 		}
 		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-		require.Equal(t, "0.00020000", e.balance(t, bodies[i].ExternalUserID, asset.BTC).Held)
+		require.Equal(t, "0.00020000", e.UserBalance(t, bodies[i].ExternalUserID, asset.BTC).Held)
 	}
 	require.EqualValues(t, 10_000+4*20_000, e.windowTotal(t, asset.BTC))
 	e.requireBooks(t)
@@ -182,7 +182,7 @@ func TestSharedPipelineOneKeyTwice(t *testing.T) {
 	}
 	require.Len(t, ids, 1, "one withdrawal for the key")
 	require.Equal(t, http.StatusCreated, answers[2].Status, string(answers[2].Body))
-	require.Equal(t, "0.00020000", e.balance(t, "twice", asset.BTC).Held)
+	require.Equal(t, "0.00020000", e.UserBalance(t, "twice", asset.BTC).Held)
 	require.EqualValues(t, 10_000+2*20_000, e.windowTotal(t, asset.BTC))
 	e.requireBooks(t)
 }

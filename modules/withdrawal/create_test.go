@@ -36,7 +36,7 @@ func TestCreateAutoApproved(t *testing.T) {
 	require.Nil(t, w.AmountNet)
 	require.Equal(t, "0.00040000", w.AmountGross)
 	require.Equal(t, dest, w.DestinationAddress)
-	b := e.balance(t, "alice", asset.BTC)
+	b := e.UserBalance(t, "alice", asset.BTC)
 	require.Equal(t, "0.00060000", b.Available)
 	require.Equal(t, "0.00040000", b.Held)
 	require.Equal(t, "0.00100000", b.Total)
@@ -65,7 +65,7 @@ func TestCreateIdempotent(t *testing.T) {
 	body.Amount = "30001"
 	other := e.Do(apptestReq(body, "bob-key-1"))
 	require.Equal(t, http.StatusUnprocessableEntity, other.Status)
-	require.Equal(t, "0.00030000", e.balance(t, "bob", asset.BTC).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "bob", asset.BTC).Held)
 }
 
 // TestCreateKeyRules: creation claims its Idempotency-Key in its first
@@ -98,7 +98,7 @@ func TestCreateKeyRules(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, first)
-	require.Equal(t, "0.00030000", e.balance(t, "kim", asset.BTC).Held, "one hold")
+	require.Equal(t, "0.00030000", e.UserBalance(t, "kim", asset.BTC).Held, "one hold")
 	again := e.Do(apptestReq(body, "kim-storm"))
 	require.Equal(t, first, string(again.Body))
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
@@ -115,7 +115,7 @@ func TestCreateKeyRules(t *testing.T) {
 	replay = e.Do(apptestReq(unknown, "kim-doge"))
 	require.Equal(t, http.StatusNotFound, replay.Status)
 	require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
-	require.Equal(t, "0.00030000", e.balance(t, "kim", asset.BTC).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "kim", asset.BTC).Held)
 	e.requireBooks(t)
 }
 
@@ -150,7 +150,7 @@ func TestCreateBodyModel(t *testing.T) {
 		fe := r.FieldErrors(t)
 		require.Contains(t, joinLoc(fe), tc.loc, tc.name)
 	}
-	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "carol", asset.BTC).Held)
 }
 
 func joinLoc(fe []map[string]any) string {
@@ -196,7 +196,7 @@ func TestCreateInsufficient(t *testing.T) {
 	require.Contains(t, detail(t, r), "insufficient available BTC balance")
 	r = e.request("nobody", asset.BTC, 40_000, p2wpkh(t, chain.Regtest, "nobody"))
 	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
-	b := e.balance(t, "erin", asset.BTC)
+	b := e.UserBalance(t, "erin", asset.BTC)
 	require.Equal(t, "0.00030000", b.Available)
 	require.Equal(t, "0.00070000", b.Held)
 	n, err := e.App.DB.Bun.NewSelect().Table("withdrawals").Count(context.Background())
@@ -222,7 +222,7 @@ func TestCreateMinimumAndDust(t *testing.T) {
 	require.Contains(t, detail(t, r), "dust limit of 546 sat")
 	r = e.request("fay", asset.BTC, fee, p2wpkh(t, chain.Regtest, "fay"))
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, string(r.Body))
-	require.Equal(t, "0.00000000", e.balance(t, "fay", asset.BTC).Held, "nothing reserved by a refusal")
+	require.Equal(t, "0.00000000", e.UserBalance(t, "fay", asset.BTC).Held, "nothing reserved by a refusal")
 	// The volume was reserved with the key's claim, before the fee was
 	// known: the dust refusals gave it back.
 	require.Zero(t, e.windowTotal(t, asset.BTC), "refusals leave no volume behind")
@@ -243,12 +243,12 @@ func TestCreateFeeRateUnavailable(t *testing.T) {
 	r := e.Do(apptestReq(body, "gus-1"))
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, string(r.Body))
 	require.Contains(t, detail(t, r), "nothing was reserved")
-	require.Equal(t, "0.00000000", e.balance(t, "gus", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "gus", asset.BTC).Held)
 	require.Zero(t, e.windowTotal(t, asset.BTC), "nor any of the daily volume")
 	e.Sim.Up()
 	r = e.Do(apptestReq(body, "gus-1"))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	require.Equal(t, "0.00030000", e.balance(t, "gus", asset.BTC).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "gus", asset.BTC).Held)
 	require.EqualValues(t, 30_000, e.windowTotal(t, asset.BTC), "counted once")
 }
 
@@ -289,7 +289,7 @@ func TestCreateAfterTheKeyWasPruned(t *testing.T) {
 	var w withdrawal.View
 	again.JSON(t, &w)
 	require.Equal(t, v.WithdrawalID, w.WithdrawalID)
-	require.Equal(t, "0.00040000", e.balance(t, "pat", asset.BTC).Held, "one hold")
+	require.Equal(t, "0.00040000", e.UserBalance(t, "pat", asset.BTC).Held, "one hold")
 	_, err = e.App.DB.Bun.ExecContext(context.Background(), "DELETE FROM idempotency_keys WHERE key = 'platform:pat-key'")
 	require.NoError(t, err)
 	body.Amount = "5000"
@@ -339,7 +339,7 @@ func TestCreateKeyTakenOver(t *testing.T) {
 	_, _, err := e.Svc.Create(ctx, params("tina-key-1"), first)
 	require.ErrorIs(t, err, withdrawal.ErrTakenOver)
 	require.Zero(t, withdrawals(), "nothing behind a key that answered 422")
-	require.Equal(t, "0.00000000", e.balance(t, "tina", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "tina", asset.BTC).Held)
 
 	// The retry creates it: one withdrawal.
 	first, retry = takeOver("tina-key-2")
@@ -348,7 +348,7 @@ func TestCreateKeyTakenOver(t *testing.T) {
 	v, _, err := e.Svc.Create(ctx, params("tina-key-2"), retry)
 	require.NoError(t, err)
 	require.Equal(t, 1, withdrawals(), "one withdrawal for the key")
-	require.Equal(t, "0.00030000", e.balance(t, "tina", asset.BTC).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "tina", asset.BTC).Held)
 	require.Equal(t, withdrawal.StatusApproved, e.get(t, v.WithdrawalID).Status)
 	e.requireBooks(t)
 }
@@ -372,6 +372,6 @@ func TestCreateRefusesKeysThatFoldToAField(t *testing.T) {
 	} {
 		e.RequireFieldNameRefused(t, "/v1/withdrawals", tc.body, tc.key, tc.field)
 	}
-	require.Equal(t, "0.00000000", e.balance(t, "carol", asset.BTC).Held)
-	require.Equal(t, "0.00000000", e.balance(t, "mallory", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "carol", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "mallory", asset.BTC).Held)
 }

@@ -84,7 +84,7 @@ func TestBTCDestinationTypos(t *testing.T) {
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", bad, r.Body)
 		detail(t, r)
 	}
-	require.Equal(t, "0.00000000", e.balance(t, "u", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "u", asset.BTC).Held)
 }
 
 // TestOwnDepositAddressRefused: an address the service issued for a
@@ -159,7 +159,7 @@ func TestLightningDestination(t *testing.T) {
 		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", tc.name, r.Body)
 		require.Contains(t, detail(t, r), tc.want, tc.name)
 	}
-	require.Equal(t, "0.00150000", e.balance(t, "u", asset.BTCLN).Held)
+	require.Equal(t, "0.00150000", e.UserBalance(t, "u", asset.BTCLN).Held)
 }
 
 // TestAbsorbMode: under WITHDRAWAL_FEE_MODE=absorb the net is the gross,

@@ -215,7 +215,7 @@ func TestParallelWithdrawalsNeverOverdraw(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, map[int]int{http.StatusCreated: 3, http.StatusPaymentRequired: 37}, codes)
-	b := e.balance(t, "shared", asset.BTC)
+	b := e.UserBalance(t, "shared", asset.BTC)
 	require.Equal(t, "0.00010000", b.Available)
 	require.Equal(t, "0.00090000", b.Held)
 }

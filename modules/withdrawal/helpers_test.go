@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -113,7 +112,7 @@ func (e *env) requireBooks(t testing.TB) {
 			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status NOT IN ('refunded', 'confirmed')), 0)").
 			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status = 'confirmed'), 0)").
 			Where("external_user_id = ? AND asset = ?", user, code).Scan(ctx, &open, &spent))
-		b := e.balance(t, user, code)
+		b := e.UserBalance(t, user, code)
 		dec := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}[code]
 		require.Equal(t, money.Format(units-open-spent, dec), b.Available, "%s %s available", user, code)
 		require.Equal(t, money.Format(open, dec), b.Held, "%s %s held", user, code)
@@ -126,7 +125,7 @@ func (e *env) requireBooks(t testing.TB) {
 			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status NOT IN ('refunded', 'confirmed')), 0)").
 			ColumnExpr("coalesce(sum(amount_gross) FILTER (WHERE status = 'confirmed'), 0)").
 			Where("platform_account = ? AND asset = ?", name, code).Scan(ctx, &open, &spent))
-		b := e.platformBalance(t, name, code)
+		b := e.PlatformBalance(t, name, code)
 		dec := map[string]int{asset.BTC: 8, asset.BTCLN: 8, asset.USDTTRC20: 6}[code]
 		require.Equal(t, money.Format(units-open-spent, dec), b.Available, "platform account %s %s available", name, code)
 		require.Equal(t, money.Format(open, dec), b.Held, "platform account %s %s held", name, code)
@@ -157,36 +156,6 @@ func (e *env) requireBooks(t testing.TB) {
 	eventtest.RequireAllValid(t, e.App.DB.Bun)
 }
 
-type balance struct{ Asset, Available, Held, Total string }
-
-func (e *env) balance(t testing.TB, user, code string) balance {
-	t.Helper()
-	r := e.Get("/v1/users/" + url.PathEscape(user) + "/balances")
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var b struct{ Balances []balance }
-	r.JSON(t, &b)
-	for _, x := range b.Balances {
-		if x.Asset == code {
-			return x
-		}
-	}
-	return balance{Asset: code, Available: "0", Held: "0", Total: "0"}
-}
-
-// platformBalance reads a platform account's balance in one asset.
-func (e *env) platformBalance(t testing.TB, name, code string) balance {
-	t.Helper()
-	r := e.Get("/v1/platform-accounts/" + url.PathEscape(name) + "/balances")
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var b struct{ Balances []balance }
-	r.JSON(t, &b)
-	for _, x := range b.Balances {
-		if x.Asset == code {
-			return x
-		}
-	}
-	return balance{Asset: code, Available: "0", Held: "0", Total: "0"}
-}
 
 type createBody struct {
 	ExternalUserID string `json:"external_user_id"`

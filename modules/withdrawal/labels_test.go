@@ -141,7 +141,7 @@ func TestWithdrawalBadMetadataIsRefusedNamingTheKey(t *testing.T) {
 	n, err := e.App.DB.Bun.NewSelect().Table("withdrawals").Count(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing was created")
-	require.Equal(t, "0.00000000", e.balance(t, "bad", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "bad", asset.BTC).Held)
 }
 
 // A client_reference another withdrawal has is a 409 naming it, with
@@ -178,7 +178,7 @@ func TestWithdrawalClientReferenceIsUnique(t *testing.T) {
 	n, err := e.App.DB.Bun.NewSelect().Table("withdrawals").Count(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "nothing more was created")
-	require.Equal(t, "0.00020000", e.balance(t, "ref", asset.BTC).Held, "only the first is held")
+	require.Equal(t, "0.00020000", e.UserBalance(t, "ref", asset.BTC).Held, "only the first is held")
 
 	// Another reference, and none, are free.
 	r := e.Post("/v1/withdrawals", map[string]any{"external_user_id": "ref", "asset": "BTC", "amount": "20000",

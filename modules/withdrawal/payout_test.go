@@ -119,7 +119,7 @@ func TestPayoutOnChain(t *testing.T) {
 	require.Equal(t, txid, *v.Txid)
 	require.Equal(t, int64(423), *e.row(t, w.WithdrawalID).NetworkFee) // the simulator's wallet paid 3 sat/vB x 141 vB
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
-	require.Equal(t, "0.00100000", e.balance(t, "pa", asset.BTC).Held)
+	require.Equal(t, "0.00100000", e.UserBalance(t, "pa", asset.BTC).Held)
 
 	e.completePayout(t, p.ID)
 	e.pass(t)
@@ -128,7 +128,7 @@ func TestPayoutOnChain(t *testing.T) {
 	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.broadcast", w.WithdrawalID))
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
-	b := e.balance(t, "pa", asset.BTC)
+	b := e.UserBalance(t, "pa", asset.BTC)
 	require.Equal(t, "0.09900000", b.Available)
 	require.Equal(t, "0.00000000", b.Held)
 }
@@ -181,7 +181,7 @@ func TestPayoutBatchSharesTheNetworkFee(t *testing.T) {
 				require.Equal(t, withdrawal.StatusConfirmed, v.Status)
 				require.Equal(t, txid, *v.Txid)
 			}
-			require.Equal(t, "0.09700000", e.balance(t, "pb", asset.BTC).Available)
+			require.Equal(t, "0.09700000", e.UserBalance(t, "pb", asset.BTC).Available)
 		})
 	}
 }
@@ -399,7 +399,7 @@ func TestPayoutRefused(t *testing.T) {
 	require.Equal(t, withdrawal.StatusFailed, v.Status)
 	require.Contains(t, *v.FailureReason, "refused the payout")
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
-	require.Equal(t, "0.00050000", e.balance(t, "ph", asset.BTC).Held)
+	require.Equal(t, "0.00050000", e.UserBalance(t, "ph", asset.BTC).Held)
 	// Not retried: failed is not submitted again.
 	e.Sim.SetPaymentMethods(btcpay.MethodBTCChain, btcpay.MethodBTCLN)
 	e.Clock.Advance(time.Hour)
@@ -407,7 +407,7 @@ func TestPayoutRefused(t *testing.T) {
 	require.Empty(t, e.payoutsOf(w.WithdrawalID))
 	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	require.Equal(t, "0.00000000", e.balance(t, "ph", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "ph", asset.BTC).Held)
 }
 
 // TestPayoutFeeAtSubmissionLeavesDust: when the fee at submission would
@@ -428,7 +428,7 @@ func TestPayoutFeeAtSubmissionLeavesDust(t *testing.T) {
 	require.Nil(t, v.Fee)
 	require.Empty(t, e.payoutsOf(w.WithdrawalID))
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
-	require.Equal(t, "0.00001000", e.balance(t, "pi", asset.BTC).Held)
+	require.Equal(t, "0.00001000", e.UserBalance(t, "pi", asset.BTC).Held)
 }
 
 // TestPayoutCancelledKeepsTheHold: a payout the processor cancels fails
@@ -450,7 +450,7 @@ func TestPayoutCancelledKeepsTheHold(t *testing.T) {
 	require.Equal(t, withdrawal.StatusFailed, v.Status)
 	require.Contains(t, *v.FailureReason, "cancelled payout "+p.ID)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
-	require.Equal(t, "0.00080000", e.balance(t, "pj", asset.BTC).Held)
+	require.Equal(t, "0.00080000", e.UserBalance(t, "pj", asset.BTC).Held)
 	e.Clock.Advance(time.Hour)
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusFailed)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
@@ -458,7 +458,7 @@ func TestPayoutCancelledKeepsTheHold(t *testing.T) {
 	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	require.Equal(t, "refunded", r.Map(t)["status"])
-	require.Equal(t, "0.00000000", e.balance(t, "pj", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "pj", asset.BTC).Held)
 }
 
 // TestPayoutFailedThenConfirmed: a payout the processor had cancelled
@@ -476,7 +476,7 @@ func TestPayoutFailedThenConfirmed(t *testing.T) {
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.completed", w.WithdrawalID))
 	r := e.decide(w.WithdrawalID, "release", map[string]any{"attestation": att})
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	b := e.balance(t, "pk", asset.BTC)
+	b := e.UserBalance(t, "pk", asset.BTC)
 	require.Equal(t, "0.09910000", b.Available)
 	require.Equal(t, "0.00000000", b.Held)
 }
@@ -570,7 +570,7 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	require.Len(t, alerts, 1)
 	require.Contains(t, alerts[0].Detail, "The payout is cancelled, so it can no longer pay: the service returns it by itself once the invoice has expired (at ")
 	require.Contains(t, alerts[0].Detail, "may release it before that")
-	require.Equal(t, "0.00030000", e.balance(t, "pn", asset.BTCLN).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "pn", asset.BTCLN).Held)
 	q, _ := e.Sim.Payout(p.ID)
 	require.Equal(t, "Cancelled", q.State) // it can no longer be sent
 	e.Clock.Advance(time.Hour)
@@ -582,7 +582,7 @@ func TestLightningTimeoutBeforeExpiry(t *testing.T) {
 	require.Contains(t, adm["release_attestation"], "invoice expired")
 	require.Len(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID), 1)
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
-	require.Equal(t, "0.00000000", e.balance(t, "pn", asset.BTCLN).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "pn", asset.BTCLN).Held)
 }
 
 // TestLightningTimeoutAfterExpiry: when the invoice has already expired at
@@ -600,7 +600,7 @@ func TestLightningTimeoutAfterExpiry(t *testing.T) {
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusRefunded)
 	require.Empty(t, e.alerts(t, withdrawal.AlertHoldNeedsAttestation, w.WithdrawalID))
 	require.Equal(t, 1, e.eventCount(t, "withdrawal.failed", w.WithdrawalID))
-	require.Equal(t, "0.00000000", e.balance(t, "po", asset.BTCLN).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "po", asset.BTCLN).Held)
 }
 
 // TestLightningUnroutableRefundedAtExpiry: a payment the processor gives
@@ -659,14 +659,14 @@ func TestLightningInFlightKeepsTheHold(t *testing.T) {
 	require.Contains(t, d, "a release is refused while the processor shows the payout in progress")
 	require.NotContains(t, d, "returns automatically")
 	require.NotContains(t, d, "Release it earlier")
-	require.Equal(t, "0.00030000", e.balance(t, "pr", asset.BTCLN).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "pr", asset.BTCLN).Held)
 	e.requireReleaseRefused(t, w.WithdrawalID, "InProgress")
 	e.Clock.Advance(3 * time.Hour) // long past the invoice's expiry
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusFailed)
-	require.Equal(t, "0.00030000", e.balance(t, "pr", asset.BTCLN).Held)
+	require.Equal(t, "0.00030000", e.UserBalance(t, "pr", asset.BTCLN).Held)
 	require.NoError(t, e.Sim.FailPayout(p.ID))
 	e.passTo(t, w.WithdrawalID, withdrawal.StatusRefunded)
-	require.Equal(t, "0.00000000", e.balance(t, "pr", asset.BTCLN).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "pr", asset.BTCLN).Held)
 }
 
 // TestPayoutSentAgain: a broadcast payout whose transaction was dropped is

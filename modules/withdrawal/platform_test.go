@@ -59,7 +59,7 @@ func TestPlatformAccountWithdrawal(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.fundPlatform(t, "prize.pool", 1_000_000)
-	b := e.platformBalance(t, "prize.pool", asset.BTC)
+	b := e.PlatformBalance(t, "prize.pool", asset.BTC)
 	require.Equal(t, "0.01000000", b.Available)
 	require.Equal(t, "0.00000000", b.Held)
 	e.requireChecksClean(t)
@@ -74,7 +74,7 @@ func TestPlatformAccountWithdrawal(t *testing.T) {
 	require.Nil(t, w["external_user_id"])
 	require.Equal(t, "prize.pool", w["platform_account"])
 	require.True(t, strings.HasPrefix(w["approval_reason"].(string), "platform_account:"), w["approval_reason"])
-	b = e.platformBalance(t, "prize.pool", asset.BTC)
+	b = e.PlatformBalance(t, "prize.pool", asset.BTC)
 	require.Equal(t, "0.00800000", b.Available)
 	require.Equal(t, "0.00200000", b.Held)
 	ev := e.eventData(t, "withdrawal.pending_approval", id)
@@ -105,7 +105,7 @@ func TestPlatformAccountWithdrawal(t *testing.T) {
 		require.Nil(t, ev[0]["external_user_id"], typ)
 		require.Equal(t, "prize.pool", ev[0]["platform_account"], typ)
 	}
-	b = e.platformBalance(t, "prize.pool", asset.BTC)
+	b = e.PlatformBalance(t, "prize.pool", asset.BTC)
 	require.Equal(t, "0.00800000", b.Available)
 	require.Equal(t, "0.00000000", b.Held)
 	e.requireChecksClean(t)
@@ -119,16 +119,16 @@ func TestPlatformAccountWithdrawal(t *testing.T) {
 	small := r.Map(t)["withdrawal_id"].(string)
 	e.requireChecksClean(t)
 	require.Equal(t, http.StatusOK, e.decide(small, "reject", map[string]any{"reason": "not now"}).Status)
-	require.Equal(t, "0.00800000", e.platformBalance(t, "prize.pool", asset.BTC).Available)
+	require.Equal(t, "0.00800000", e.PlatformBalance(t, "prize.pool", asset.BTC).Available)
 	e.requireChecksClean(t)
 
 	// More than it has: 402, nothing held.
 	r = e.Post("/v1/withdrawals", map[string]any{"platform_account": "prize.pool", "asset": "BTC", "amount": "900000",
 		"destination_address": p2wpkh(t, chain.Regtest, "prize-3")})
 	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
-	require.Equal(t, "0.00000000", e.platformBalance(t, "prize.pool", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.PlatformBalance(t, "prize.pool", asset.BTC).Held)
 	// The platform account's money is not a user's of the same name.
-	require.Equal(t, "0.00000000", e.balance(t, "prize.pool", asset.BTC).Available)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "prize.pool", asset.BTC).Available)
 }
 
 // A withdrawal names exactly one of external_user_id and

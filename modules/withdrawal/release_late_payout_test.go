@@ -40,7 +40,7 @@ func TestLatePayoutAfterReleaseFromSubmitting(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 		require.NotNil(t, e.row(t, id).RefundWatchUntil, "released after an attempt: watched")
 	}
-	require.Equal(t, "0.00000000", e.balance(t, "lp", asset.BTC).Held)
+	require.Equal(t, "0.00000000", e.UserBalance(t, "lp", asset.BTC).Held)
 	e.Svc.Processor = real
 
 	// The stalled attempt's create call lands now.

@@ -90,7 +90,7 @@ func TestMarkBroadcastAndConfirm(t *testing.T) {
 	require.Equal(t, "23.000000", m["amount_net"])
 	rows := u.auditRows(t, id)
 	require.Equal(t, audit.WithdrawalMarkBroadcast, rows[len(rows)-1].Action)
-	require.Equal(t, "25.000000", u.balance(t, "ua", asset.USDTTRC20).Held, "held until confirmed")
+	require.Equal(t, "25.000000", u.UserBalance(t, "ua", asset.USDTTRC20).Held, "held until confirmed")
 
 	// Not solidified yet: nothing happens.
 	n, err := u.Svc.ConfirmUSDT(context.Background())
@@ -102,7 +102,7 @@ func TestMarkBroadcastAndConfirm(t *testing.T) {
 	require.Equal(t, 1, n)
 	v := u.get(t, id)
 	require.Equal(t, withdrawal.StatusConfirmed, v.Status)
-	b := u.balance(t, "ua", asset.USDTTRC20)
+	b := u.UserBalance(t, "ua", asset.USDTTRC20)
 	require.Equal(t, "0.000000", b.Held)
 	require.Equal(t, "75.000000", b.Available)
 
@@ -264,7 +264,7 @@ func TestUSDTTransferThatDisappears(t *testing.T) {
 	require.Equal(t, withdrawal.StatusBroadcast, u.get(t, id).Status)
 	r := u.decide(id, "release", map[string]any{"attestation": "the transfer was dropped from the chain; nothing left the hot wallet"})
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	require.Equal(t, "0.000000", u.balance(t, "ud", asset.USDTTRC20).Held)
+	require.Equal(t, "0.000000", u.UserBalance(t, "ud", asset.USDTTRC20).Held)
 	// What the broadcast put in flight is back in custody.
 	var inFlight, custody int64
 	require.NoError(t, u.App.DB.Bun.NewRaw(`SELECT
