@@ -144,7 +144,6 @@ func (e *env) fund(t testing.TB, user, code, units string) {
 	require.Equal(t, deposit.StatusSettled, v.Status)
 }
 
-
 // createWithdrawal requests a withdrawal through the API.
 func (e *env) createWithdrawal(t testing.TB, user, code string, units, dest string) withdrawal.View {
 	t.Helper()

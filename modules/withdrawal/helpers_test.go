@@ -156,7 +156,6 @@ func (e *env) requireBooks(t testing.TB) {
 	eventtest.RequireAllValid(t, e.App.DB.Bun)
 }
 
-
 type createBody struct {
 	ExternalUserID string `json:"external_user_id"`
 	Asset          string `json:"asset"`
