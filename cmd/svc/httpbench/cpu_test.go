@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -270,12 +271,35 @@ func cpuDeposits(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSetting
 	m := c.newCPUMeter(tb, d.pid)
 	jobs0 := d.jobsDone(tb)
 	m.start()
+	defer c.profile(tb, "deposit", 12*time.Second)()
 	c.simControl(tb, "webhooks/release")
 	o.unfinished = d.await(tb, s.drainLimit, logf, "the deposits' settlement", d.events(map[string][]string{"deposit.detected": ids, "deposit.settled": ids}))
 	o.use, o.idle, o.ops = m.stop(), idle, len(ids)
 	o.jobs = d.jobsSince(tb, jobs0)
 	o.rate = fmt.Sprintf("%.0f settled a second", float64(o.ops)/o.use.wall.Seconds())
 	return o
+}
+
+// profile, with HTTPBENCH_PPROF_DIR set, writes CPU profiles of the api
+// and the worker over the next d to case-api.cpu.pprof and
+// case-worker.cpu.pprof there; the function it returns waits for them.
+func (c *cluster) profile(tb testing.TB, name string, d time.Duration) func() {
+	dir := os.Getenv("HTTPBENCH_PPROF_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, p := range []struct{ name, url string }{{"api", c.apiPprof}, {"worker", c.workPprof}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := filepath.Join(dir, name+"-"+p.name+".cpu.pprof")
+			if err := fetch(fmt.Sprintf("%s/profile?seconds=%d", p.url, int(d.Seconds())), path); err != nil {
+				tb.Errorf("profile of %s: %v", p.name, err)
+			}
+		}()
+	}
+	return wg.Wait
 }
 
 // cpuWithdrawals: timed, withdrawals created (auto-approved) until each is
@@ -290,6 +314,7 @@ func cpuWithdrawals(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSett
 	m := c.newCPUMeter(tb, d.pid)
 	jobs0 := d.jobsDone(tb)
 	m.start()
+	defer c.profile(tb, "withdrawal", 12*time.Second)()
 	t0 := time.Now()
 	created, st := createN(g, withdrawals, s.withdrawals, s.clients)
 	o.driven = time.Since(t0)
