@@ -49,23 +49,6 @@ func QueueTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64,
 	return QueuePost(b, e)
 }
 
-// QueueOnlyTransferLeg queues on b the posting of a transfer's only leg
-// from a user, as PostTransferLeg posts it, strict (QueuePost): the
-// statement locks its two account rows itself, in the one global order
-// (buildPost), so no LockAccounts goes before it. A platform account's
-// leg is refused (ErrInvalidEntry): its debit may gather the account's
-// shards, which takes LockAccounts (PostTransferLeg).
-func QueueOnlyTransferLeg(b *pgx.Batch, asset string, from, to Holder, amount int64, sourceRef, memo string) (*QueuedPost, error) {
-	if from.Platform {
-		return nil, fmt.Errorf("%w: a leg from platform account %s is posted after LockAccounts", ErrInvalidEntry, from.ID)
-	}
-	e, err := TransferLegEntry(asset, from, to, amount, sourceRef, memo)
-	if err != nil {
-		return nil, err
-	}
-	return QueuePost(b, e)
-}
-
 // TransferLegEntry is the entry PostTransferLeg posts, for a caller that
 // posts it with Entry.Locked after LockAccounts of its accounts. Posted so,
 // it never gathers a platform account's shards: a debit that shard 0

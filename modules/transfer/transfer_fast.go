@@ -35,10 +35,7 @@ import (
 //   - one statement that checks the assets against this service's copy of
 //     their decimals (transfer_assets_usable, migration 0045) and writes
 //     the transfer, its legs, its parties and the event's row;
-//   - ledger.LockAccounts' statement, which locks every account the legs
-//     move in the one global order; but for a transfer of one leg from a
-//     user, whose posting locks its two rows itself in that order
-//     (ledger.QueueOnlyTransferLeg): one statement fewer;
+//   - ledger.LockAccounts' statement;
 //   - each leg's posting (strict: a leg that does not fit raises).
 //
 // The event's first attempt is woken once the batch committed
@@ -172,19 +169,12 @@ func (s *Service) createFast(ctx context.Context, p CreateParams, rec claimCompl
 		return View{}, nil, err
 	}
 	b.Queue(stmt, args...)
-	only := len(t.Legs) == 1 && !t.Legs[0].FromPlatform // its posting locks its own rows
-	if !only {
-		if err := ledger.QueueLockAccounts(&b, lockRefs(t.Legs)); err != nil {
-			return View{}, nil, err
-		}
+	if err := ledger.QueueLockAccounts(&b, lockRefs(t.Legs)); err != nil {
+		return View{}, nil, err
 	}
 	posts := make([]*ledger.QueuedPost, len(t.Legs))
 	for i, l := range t.Legs {
-		queue := ledger.QueueTransferLeg
-		if only {
-			queue = ledger.QueueOnlyTransferLeg
-		}
-		if posts[i], err = queue(&b, l.Asset, l.From(), l.To(), l.Amount, SourceRef(t.ID, i), legMemo(i, len(t.Legs))); err != nil {
+		if posts[i], err = ledger.QueueTransferLeg(&b, l.Asset, l.From(), l.To(), l.Amount, SourceRef(t.ID, i), legMemo(i, len(t.Legs))); err != nil {
 			return View{}, nil, err
 		}
 	}
@@ -196,10 +186,8 @@ func (s *Service) createFast(ctx context.Context, p CreateParams, rec claimCompl
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("insert transfer %s: %w", t.ID, err)
 		}
-		if !only {
-			if _, err := br.Exec(); err != nil {
-				return fmt.Errorf("transfer %s: lock accounts: %w", t.ID, err)
-			}
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("transfer %s: lock accounts: %w", t.ID, err)
 		}
 		for _, q := range posts {
 			if _, err := q.Read(br); err != nil {
