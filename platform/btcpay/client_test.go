@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -537,4 +540,46 @@ func TestPayoutLookupStopsAtTheFirstOlderPayout(t *testing.T) {
 	body = oldestFirst
 	_, err = c.PayoutsByWithdrawalID(ctx, "w-1", time.Unix(since, 0))
 	require.ErrorIs(t, err, btcpay.ErrUnreachable, "another order is read to the end")
+}
+
+// TestConcurrentCallsKeepTheirConnections: calls made at once, a wave
+// after a wave, reuse the first wave's connections (NewTransport keeps
+// IdleConns of them), where the transport's default keeps two and dials
+// the rest again.
+func TestConcurrentCallsKeepTheirConnections(t *testing.T) {
+	t.Parallel()
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // the wave's calls overlap
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"inv-1","status":"New","amount":"1","currency":"BTC"}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := btcpay.New(btcpay.Options{URL: srv.URL, APIKey: "k", StoreID: "s"})
+	require.NoError(t, err)
+	const width = 16
+	for wave := 0; wave < 3; wave++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, width)
+		for i := 0; i < width; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := c.GetInvoice(context.Background(), "inv-1")
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	require.LessOrEqual(t, opened.Load(), int64(width), "connections opened over three waves of %d calls", width)
 }

@@ -51,7 +51,7 @@ func (a *App) initProcessor(context.Context) error {
 		return nil
 	}
 	c, err := btcpay.New(btcpay.Options{URL: b.URL, APIKey: b.APIKey, StoreID: b.StoreID, Timeout: b.Timeout,
-		Observe: a.observeUpstream(metrics.UpstreamBTCPay), Transport: a.Tracing.Transport(nil, "btcpay")})
+		Observe: a.observeUpstream(metrics.UpstreamBTCPay), Transport: a.Tracing.Transport(btcpay.NewTransport(), "btcpay")})
 	if err != nil {
 		return err
 	}
