@@ -19,9 +19,20 @@
 # in their packages). They run beside the rest, started first since the
 # fault-injection package is the longest, and their output follows the
 # rest's.
+#
+# It starts with gofmt over the repository's Go files, which fails the run
+# before anything else when one is not formatted (make lint adds go vet and
+# staticcheck).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
+GOFMT=${GOFMT:-$(dirname "$(command -v "$GO")")/gofmt}
+unformatted=$("$GOFMT" -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*'))
+if [ -n "$unformatted" ]; then
+  echo "FAIL: not gofmt-formatted (run gofmt -w on them):" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
 TEST_PARALLEL=${TEST_PARALLEL:-8}
 DATABASE_URL=$(scripts/db.sh)
 export DATABASE_URL
