@@ -231,7 +231,7 @@ func TestOneLegTransfersDoNotDeadlock(t *testing.T) {
 		return n
 	}
 	before, fast := deadlocks(), e.App.Transfers.FastCreated()
-	const n = 600
+	const n = 300
 	statuses = e.run(t, n, 32, func(i int) any {
 		payee := fmt.Sprintf("a-new-%d", i/6) // sorts before every payer
 		a, b := users[i%3], users[(i+1)%3]
