@@ -281,8 +281,8 @@ func cpuDeposits(tb testing.TB, c *cluster, g *targets, d *drainer, s cpuSetting
 }
 
 // profile, with HTTPBENCH_PPROF_DIR set, writes CPU profiles of the api
-// and the worker over the next d to case-api.cpu.pprof and
-// case-worker.cpu.pprof there; the function it returns waits for them.
+// and the worker over the next d to name-api.cpu.pprof and
+// name-worker.cpu.pprof there; the function it returns waits for them.
 func (c *cluster) profile(tb testing.TB, name string, d time.Duration) func() {
 	dir := os.Getenv("HTTPBENCH_PPROF_DIR")
 	if dir == "" {

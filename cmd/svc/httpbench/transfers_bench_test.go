@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,23 +36,14 @@ func BenchmarkHTTPTransfers(b *testing.B) {
 	var ratios []float64
 	for round := 1; round <= 2; round++ {
 		tpcb := dbtest.PgbenchTPS(b, 32, 10*time.Second)
-		var wg sync.WaitGroup
-		if s.pprofDir != "" && round == 1 {
-			for _, p := range []struct{ name, url string }{{"api", c.apiPprof}, {"worker", c.workPprof}} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					path := filepath.Join(s.pprofDir, "transfers-"+p.name+".cpu.pprof")
-					if err := fetch(p.url+"/profile?seconds=9", path); err != nil {
-						b.Errorf("profile of %s: %v", p.name, err)
-					}
-				}()
-			}
+		profiled := func() {}
+		if round == 1 {
+			profiled = c.profile(b, "transfers", 9*time.Second)
 		}
 		cpu := startTransferCPU(b, c)
 		closed := closedLoop(g, transfers, 32, 10*time.Second)
 		used := cpu()
-		wg.Wait()
+		profiled()
 		ratio := 0.0 // without LEDGER_PGBENCH (scripts/bench.sh sets it), no reference
 		if tpcb > 0 {
 			ratio = 100 * float64(closed.rate) / tpcb
