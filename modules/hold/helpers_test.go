@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"testing"
 
@@ -90,38 +89,7 @@ func (e *env) requireBooks(t testing.TB) {
 }
 
 // balance is one asset's balance of an account as the API shows it.
-type balance struct {
-	Asset     string `json:"asset"`
-	Available string `json:"available"`
-	Held      string `json:"held"`
-	Reserved  string `json:"reserved"`
-	Total     string `json:"total"`
-}
-
-func pick(t testing.TB, r *apptest.Response, code string) balance {
-	t.Helper()
-	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
-	var b struct{ Balances []balance }
-	r.JSON(t, &b)
-	for _, x := range b.Balances {
-		if x.Asset == code {
-			return x
-		}
-	}
-	return balance{Asset: code, Available: "0", Held: "0", Reserved: "0", Total: "0"}
-}
-
-// userBalance reads a user's balance in an asset.
-func (e *env) userBalance(t testing.TB, user, code string) balance {
-	t.Helper()
-	return pick(t, e.Get("/v1/users/"+url.PathEscape(user)+"/balances"), code)
-}
-
-// platformBalance reads a platform account's balance in an asset.
-func (e *env) platformBalance(t testing.TB, name, code string) balance {
-	t.Helper()
-	return pick(t, e.Get("/v1/platform-accounts/"+url.PathEscape(name)+"/balances"), code)
-}
+type balance = apptest.Balance
 
 func user(id string) map[string]any     { return map[string]any{"external_user_id": id} }
 func platform(id string) map[string]any { return map[string]any{"platform_account": id} }

@@ -77,9 +77,10 @@ func (s *Service) Capture(ctx context.Context, id uuid.UUID, legs []CaptureLeg, 
 		rest := h.Amount - sum
 		return step{set: map[string]any{"captured_amount": sum, "released_amount": rest}, captures: rows,
 			post: func(ctx context.Context, tx bun.Tx) error {
-				// Every account first, in the ledger's one order, then the
-				// two entries: they wait for nothing more and never
-				// deadlock with another capture's (ledger.CaptureEscrow).
+				// Every existing account first, in the ledger's one order,
+				// then the two entries: captures on the same accounts queue.
+				// A recipient's first account is created after that, which
+				// may deadlock once; RunInTx retries (ledger.CaptureEscrow).
 				_, _, err := ledger.CaptureEscrow(ctx, tx, h.Asset, payer, ls, rest, h.ID.String(),
 					"escrow hold captured", "escrow hold: the rest of a capture returned")
 				return err

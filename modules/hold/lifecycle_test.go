@@ -38,7 +38,7 @@ func TestHoldThenCaptureIntoTwoAccounts(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.Clock.Now().Add(time.Hour).Equal(at), "expires_at %s", h.ExpiresAt)
 
-	b := e.userBalance(t, "buyer", "BTC")
+	b := e.UserBalance(t, "buyer", "BTC")
 	require.Equal(t, balance{Asset: "BTC", Available: "0.00040000", Held: "0.00000000", Reserved: "0.00060000", Total: "0.00100000"}, b)
 	require.Equal(t, h, e.get(t, h.HoldID))
 
@@ -55,10 +55,10 @@ func TestHoldThenCaptureIntoTwoAccounts(t *testing.T) {
 	require.Equal(t, c, e.get(t, h.HoldID))
 
 	require.Equal(t, balance{Asset: "BTC", Available: "0.00045000", Held: "0.00000000", Reserved: "0.00000000", Total: "0.00045000"},
-		e.userBalance(t, "buyer", "BTC"))
+		e.UserBalance(t, "buyer", "BTC"))
 	require.Equal(t, balance{Asset: "BTC", Available: "0.00050000", Held: "0.00000000", Reserved: "0.00000000", Total: "0.00050000"},
-		e.userBalance(t, "seller", "BTC"))
-	pb := e.platformBalance(t, "commission", "BTC")
+		e.UserBalance(t, "seller", "BTC"))
+	pb := e.PlatformBalance(t, "commission", "BTC")
 	require.Equal(t, "0.00005000", pb.Available)
 	require.Equal(t, "0.00005000", pb.Total)
 
@@ -110,7 +110,7 @@ func TestCaptureOfTheWholeAmountReturnsNothing(t *testing.T) {
 
 	p := e.holdOf(t, platform("prize-pool"), "BTC", 20_000)
 	require.Equal(t, "prize-pool", *p.From.PlatformAccount)
-	pb := e.platformBalance(t, "prize-pool", "BTC")
+	pb := e.PlatformBalance(t, "prize-pool", "BTC")
 	require.Equal(t, "0.00010000", pb.Available)
 	require.Equal(t, "0.00020000", pb.Reserved)
 	var list hold.ListView
@@ -122,8 +122,8 @@ func TestCaptureOfTheWholeAmountReturnsNothing(t *testing.T) {
 
 	c = view(t, e.capture(p.HoldID, leg{To: user("winner"), Amount: "20000"}), http.StatusOK)
 	require.Equal(t, hold.StatusCaptured, c.Status)
-	require.Equal(t, "0.00020000", e.userBalance(t, "winner", "BTC").Available)
-	pb = e.platformBalance(t, "prize-pool", "BTC")
+	require.Equal(t, "0.00020000", e.UserBalance(t, "winner", "BTC").Available)
+	pb = e.PlatformBalance(t, "prize-pool", "BTC")
 	require.Equal(t, "0.00010000", pb.Available)
 	require.Equal(t, "0.00000000", pb.Reserved)
 }
@@ -135,7 +135,7 @@ func TestVoidReturnsEverything(t *testing.T) {
 	e := setup(t)
 	e.fund(t, "ann", "BTC", 10_000)
 	h := e.holdOf(t, user("ann"), "BTC", 7_000)
-	require.Equal(t, "0.00003000", e.userBalance(t, "ann", "BTC").Available)
+	require.Equal(t, "0.00003000", e.UserBalance(t, "ann", "BTC").Available)
 
 	v := view(t, e.void(h.HoldID), http.StatusOK)
 	require.Equal(t, hold.StatusVoided, v.Status)
@@ -143,7 +143,7 @@ func TestVoidReturnsEverything(t *testing.T) {
 	require.Equal(t, "0.00000000", v.CapturedAmount)
 	require.Empty(t, v.Captures)
 	require.Equal(t, balance{Asset: "BTC", Available: "0.00010000", Held: "0.00000000", Reserved: "0.00000000", Total: "0.00010000"},
-		e.userBalance(t, "ann", "BTC"))
+		e.UserBalance(t, "ann", "BTC"))
 	evs := e.events(t, "hold.voided")
 	require.Len(t, evs, 1)
 	require.Equal(t, asMap(t, v), evs[0])
@@ -174,7 +174,7 @@ func TestExpiryByTheJob(t *testing.T) {
 	x := e.get(t, due.HoldID)
 	require.Equal(t, "0.00004000", x.ReleasedAmount)
 	require.Equal(t, hold.StatusOpen, e.get(t, later.HoldID).Status)
-	b := e.userBalance(t, "cat", "BTC")
+	b := e.UserBalance(t, "cat", "BTC")
 	require.Equal(t, "0.00005000", b.Available)
 	require.Equal(t, "0.00005000", b.Reserved)
 	evs := e.events(t, "hold.expired")

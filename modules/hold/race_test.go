@@ -85,7 +85,7 @@ func TestCaptureVoidAndExpiryRace(t *testing.T) {
 	require.Len(t, e.events(t, "hold.captured"), wins[hold.StatusCaptured])
 	require.Len(t, e.events(t, "hold.voided"), wins[hold.StatusVoided])
 	require.Len(t, e.events(t, "hold.expired"), wins[hold.StatusExpired])
-	b := e.userBalance(t, "racer", "BTC")
+	b := e.UserBalance(t, "racer", "BTC")
 	require.Equal(t, "0.00000000", b.Reserved)
 	require.Equal(t, fmt.Sprintf("0.%08d", rounds*1_000-wins[hold.StatusCaptured]*600), b.Available)
 }

@@ -47,7 +47,7 @@ func TestRefusals(t *testing.T) {
 		r := e.place(tc.body)
 		require.Equal(t, tc.status, r.Status, "%s: %s", name, r.Body)
 	}
-	b := e.userBalance(t, "eve", "BTC")
+	b := e.UserBalance(t, "eve", "BTC")
 	require.Equal(t, "0.00010000", b.Available, "nothing reserved")
 	require.Equal(t, "0.00000000", b.Reserved)
 
@@ -100,7 +100,7 @@ func TestWithdrawalsNeverSpendReservedMoney(t *testing.T) {
 	require.Equal(t, http.StatusPaymentRequired, r.Status, string(r.Body))
 	r = withdraw(15_000)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
-	b := e.userBalance(t, "fay", "BTC")
+	b := e.UserBalance(t, "fay", "BTC")
 	require.Equal(t, "0.00005000", b.Available)
 	require.Equal(t, "0.00015000", b.Held)
 	require.Equal(t, "0.00080000", b.Reserved)
@@ -120,7 +120,7 @@ func TestIdempotentReplay(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	require.JSONEq(t, string(first.Body), string(again.Body))
-	require.Equal(t, "0.00004000", e.userBalance(t, "gus", "BTC").Reserved, "held once")
+	require.Equal(t, "0.00004000", e.UserBalance(t, "gus", "BTC").Reserved, "held once")
 	other := e.Do(apptest.Req{Method: http.MethodPost, Path: "/v1/holds", Body: map[string]any{"from": user("gus"), "asset": "BTC", "amount": "4001"}, Idem: "hold-gus-1"})
 	require.Equal(t, http.StatusUnprocessableEntity, other.Status, string(other.Body))
 
@@ -132,7 +132,7 @@ func TestIdempotentReplay(t *testing.T) {
 	require.Equal(t, http.StatusOK, c2.Status, string(c2.Body))
 	require.Equal(t, "true", c2.Header.Get("Idempotent-Replayed"))
 	require.JSONEq(t, string(c1.Body), string(c2.Body))
-	require.Equal(t, "0.00001000", e.userBalance(t, "hal", "BTC").Available, "paid once")
+	require.Equal(t, "0.00001000", e.UserBalance(t, "hal", "BTC").Available, "paid once")
 	require.Len(t, e.events(t, "hold.captured"), 1)
 }
 
@@ -153,7 +153,7 @@ func TestLimitsAtTheirBounds(t *testing.T) {
 	require.Len(t, c.Captures, 15)
 	require.Equal(t, "0.00001450", c.CapturedAmount)
 	require.Equal(t, "0.00000050", c.ReleasedAmount)
-	require.Equal(t, "0.00000100", e.userBalance(t, "m-13", "BTC").Available)
-	require.Equal(t, "0.00000050", e.platformBalance(t, "fees", "BTC").Available)
-	require.Equal(t, "0.00008450", e.userBalance(t, "max", "BTC").Available)
+	require.Equal(t, "0.00000100", e.UserBalance(t, "m-13", "BTC").Available)
+	require.Equal(t, "0.00000050", e.PlatformBalance(t, "fees", "BTC").Available)
+	require.Equal(t, "0.00008450", e.UserBalance(t, "max", "BTC").Available)
 }

@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +29,7 @@ func withHandling(ctx context.Context, ids []int64, at time.Time) (context.Conte
 // handling ctx carries, as a data-modifying WITH query of the caller's
 // statement (its parameters numbered from first), and true; false when
 // ctx carries none, when they are marked already, or when ctx is not that
-// of a transaction of db.RunInTx (the batch marks them once the handler
+// of a transaction of db.RunInTx or db.BatchTx (the batch marks them once the handler
 // returns, as it marks the others). ctx must be that of the transaction
 // the query is written in: the mark counts once it has committed, and a
 // rolled back or retried attempt leaves the deliveries unprocessed, so
@@ -45,7 +44,6 @@ func ProcessedWith(ctx context.Context) (func(first int) (string, []any), bool) 
 		return nil, false
 	}
 	return func(first int) (string, []any) {
-		return fmt.Sprintf(`UPDATE processor_webhooks SET processed_at = $%d::timestamptz, attempts = attempts + 1, last_error = NULL
- WHERE id = ANY($%d::bigint[]) AND processed_at IS NULL`, first, first+1), []any{h.at, h.ids}
+		return markProcessedSQL(first), []any{h.at, h.ids}
 	}, true
 }

@@ -118,9 +118,16 @@ func (s *Service) ByKey(ctx context.Context, key string) (Delivery, error) {
 // markProcessed marks the deliveries ids processed (a batch's in one
 // statement); markFailed records one's failure. Real parameters (db.Exec).
 func (s *Service) markProcessed(ctx context.Context, ids ...int64) error {
-	_, err := db.Exec(ctx, s.DB, "UPDATE processor_webhooks SET processed_at = $1, attempts = attempts + 1, last_error = NULL WHERE id = ANY($2::bigint[]) AND processed_at IS NULL",
-		s.Now().UTC(), ids)
+	_, err := db.Exec(ctx, s.DB, markProcessedSQL(1), s.Now().UTC(), ids)
 	return err
+}
+
+// markProcessedSQL is the processed mark of the deliveries whose ids are
+// parameter first+1, as of parameter first: markProcessed's statement,
+// and ProcessedWith's in the caller's.
+func markProcessedSQL(first int) string {
+	return fmt.Sprintf(`UPDATE processor_webhooks SET processed_at = $%d::timestamptz, attempts = attempts + 1, last_error = NULL
+ WHERE id = ANY($%d::bigint[]) AND processed_at IS NULL`, first, first+1)
 }
 
 func (s *Service) markFailed(ctx context.Context, id int64, cause error) error {

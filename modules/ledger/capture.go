@@ -128,8 +128,13 @@ func captureDebit(c Entry, r *Entry) int64 {
 //	          migration 0014's triggers check at the end of the statement
 //
 // The rows created by a first credit are this transaction's until it
-// commits, taken out of the global order, as with LockAccounts: two first
-// credits of one account at once may deadlock once (db.RunInTx retries).
+// commits, and created after lk has locked the rest, out of the global
+// order (LockAccounts creates its missing rows in that order): a capture
+// to a new account may deadlock once with a transaction creating the same
+// account and then waiting for the payer's rows, as two first credits of
+// one account may; db.RunInTx retries it. lk cannot create the rows
+// itself: the credits' upserts in the same statement cannot see a row
+// another of its CTEs inserted.
 func buildCapture(c Entry, r *Entry, payer Holder) (string, []any) {
 	args := []any{c.Asset, c.SourceRef, nullString(c.Memo), payer.ID, -captureDebit(c, r)}
 	arg := func(v any) string {

@@ -131,10 +131,15 @@ func captureEntry(asset string, payer Holder, legs []CaptureLeg, sourceRef, memo
 // CaptureEscrow settles the hold sourceRef by a capture in the caller's
 // transaction: the capture to legs (escrow_capture) and, when rest > 0,
 // the release of rest to the payer (escrow_release). Every account the two
-// entries move (the payer's escrow and available accounts, and the account
-// each leg credits) is locked first, in the one global order, so two
-// captures on the same accounts queue instead of deadlocking. release is
-// nil when rest is 0. An entry posted before replays (Post).
+// entries move that exists (the payer's escrow and available accounts, and
+// the account each leg credits) is locked first, in the one global order,
+// so two captures on the same accounts queue instead of deadlocking. A
+// user payer's capture (one statement, below) creates a recipient's
+// missing account only after it has locked the rest: against a
+// transaction that creates the same account in the global order
+// (LockAccounts) and then waits for the payer's rows, it may deadlock once,
+// which the caller's db.RunInTx retries. release is nil when rest is 0. An
+// entry posted before replays (Post).
 //
 // A user payer's capture is one statement (buildCapture): the lock, both
 // entries and their postings. Against LockAccounts and the two postings

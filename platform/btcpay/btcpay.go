@@ -95,21 +95,21 @@ func New(o Options) (*Client, error) {
 	return &Client{base: u, key: o.APIKey, store: o.StoreID, timeout: o.Timeout, hc: hc, observe: o.Observe}, nil
 }
 
-// IdleConns is how many idle connections to the processor NewTransport
+// idleConns is how many idle connections to the processor NewTransport
 // keeps: as many as a worker runs jobs at once by default
 // (WORKER_CONCURRENCY, 20), each of which may be calling the processor,
 // with room for the api's deposit creations.
-const IdleConns = 32
+const idleConns = 32
 
 // NewTransport returns http.DefaultTransport's settings keeping up to
-// IdleConns idle connections to the processor, where the default keeps
+// idleConns idle connections to the processor, where the default keeps
 // two: every call beyond two at once dialled a connection, and closed it
 // after. In the deposit case of BenchmarkCPUPerOperation the dialling was
 // 3% of the worker's CPU profile, beside the kernel's work for each
 // connection opened and closed (docs/performance.md).
 func NewTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = IdleConns
+	tr.MaxIdleConnsPerHost = idleConns
 	return tr
 }
 

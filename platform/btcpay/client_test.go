@@ -544,7 +544,7 @@ func TestPayoutLookupStopsAtTheFirstOlderPayout(t *testing.T) {
 
 // TestConcurrentCallsKeepTheirConnections: calls made at once, a wave
 // after a wave, reuse the first wave's connections (NewTransport keeps
-// IdleConns of them), where the transport's default keeps two and dials
+// 32 of them), where the transport's default keeps two and dials
 // the rest again.
 func TestConcurrentCallsKeepTheirConnections(t *testing.T) {
 	t.Parallel()

@@ -130,7 +130,7 @@ type With func(first int) (query string, args []any)
 // handle when the guards say enough) in one statement with real
 // parameters:
 //
-//	[WITH w0 AS (...), ...] UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ RETURNING ...]
+//	[WITH w0 AS (...), ...] UPDATE <table> SET status = $1, updated_at = $2[, exprs][, set] WHERE id = $i AND status = $j[ AND guard = $k][ AND col IS NOT DISTINCT FROM $n ...][ AND (cond) ...][ RETURNING ...]
 //
 // A step that Stays leaves status and updated_at as they are (see Stays).
 //

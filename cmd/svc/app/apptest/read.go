@@ -19,7 +19,7 @@ func Decode[T any](t testing.TB, r *Response, status int) T {
 }
 
 // Balance is one asset's line of a balances answer.
-type Balance struct{ Asset, Available, Held, Total string }
+type Balance struct{ Asset, Available, Held, Reserved, Total string }
 
 // UserBalance reads a user's balance in one asset (zeros when the answer
 // has no line for it).
@@ -42,5 +42,5 @@ func (e *Env) balanceAt(t testing.TB, path, code string) Balance {
 			return x
 		}
 	}
-	return Balance{Asset: code, Available: "0", Held: "0", Total: "0"}
+	return Balance{Asset: code, Available: "0", Held: "0", Reserved: "0", Total: "0"}
 }
