@@ -5,8 +5,8 @@
 #
 # Installing Chromium takes about a minute on a machine without it, so it
 # runs beside the other tests: the browser tests' packages (those that use
-# platform/browsertest) start once it is there, with the race detector like
-# the rest, and their output follows the rest's.
+# platform/browsertest) start once it is there and the race suite is done,
+# with the race detector like the rest, and their output follows the rest's.
 #
 # Every package runs with the race detector but three, which drive the
 # service as separate processes built without it: the fault-injection
@@ -44,19 +44,24 @@ bout=$(mktemp)
 trap 'rm -f "$out" "$bout"' EXIT
 "$GO" test -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${processes[@]}" >"$out" 2>&1 &
 pid=$!
-# The browser tests' Chromium (platform/browsertest), installed when missing;
-# a failed install fails them, loudly.
-(
-  SVC_CHROMIUM=$(scripts/chromium.sh) || { echo "FAIL: no Chromium for the browser tests (${browser[*]})"; exit 1; }
-  export SVC_CHROMIUM
-  "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${browser[@]}"
-) >"$bout" 2>&1 &
+# The browser tests' Chromium (platform/browsertest), installed when missing
+# beside the other tests; a failed install fails them, loudly. The browser
+# tests themselves run once the race suite is done: beside it, on a slow
+# machine, a page could not answer within browsertest.Timeout.
+chrome=$(mktemp)
+trap 'rm -f "$out" "$bout" "$chrome"' EXIT
+scripts/chromium.sh >"$chrome" 2>"$bout" &
 bpid=$!
 
 mapfile -t rest < <("$GO" list ./... | grep -v -e '/cmd/svc/chaos$' -e '/cmd/svc/httpbench$' -e '/sdk/sdktest$' -e '/modules/console$')
 status=0
 "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${rest[@]}" || status=$?
-wait "$bpid" || status=$?
+if wait "$bpid" && [ -s "$chrome" ]; then
+  SVC_CHROMIUM=$(cat "$chrome") "$GO" test -race -count=1 -parallel "$TEST_PARALLEL" -timeout 30m "${browser[@]}" >>"$bout" 2>&1 || status=$?
+else
+  echo "FAIL: no Chromium for the browser tests (${browser[*]})" >>"$bout"
+  status=1
+fi
 wait "$pid" || status=$?
 cat "$bout" "$out"
 exit "$status"

@@ -6,7 +6,7 @@
 //
 // Chromium is Debian's chromium package: $SVC_CHROMIUM, else the first
 // chromium on PATH, else scripts/chromium.sh installs it (scripts/test.sh
-// runs it beside the other tests, and the browser tests once it is done). When none can be had the test fails, saying
+// runs it beside the other tests, and the browser tests once it and the race suite are done). When none can be had the test fails, saying
 // why: a browser test is never skipped.
 //
 // A package's tests share the browser through TestMain:
